@@ -1,0 +1,409 @@
+//! The reference cost model of DESIGN section 4, implemented once. An
+//! `Instance` is the compiled problem (objects with use rates and sizes,
+//! stages, places, resource rates, capacities); `Instance::evaluate` gives
+//! `token_seconds` of a placement with its per-stage, per-resource breakdown.
+//! The planner, `explain`, the simulator's plan policy and the re-planner all
+//! call this, never a copy of it.
+
+use crate::heat::HeatTable;
+use crate::model::{Model, StageKind};
+use crate::profile::HardwareProfile;
+use crate::{PlannerError, Result};
+use std::fmt;
+use std::path::Path;
+
+/// Where an object lives (DESIGN 4, Places).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Place {
+    Gpu(usize),
+    Ram(usize),
+    Disk(usize),
+}
+
+impl fmt::Display for Place {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Place::Gpu(i) => write!(f, "gpu:{i}"),
+            Place::Ram(i) => write!(f, "ram:{i}"),
+            Place::Disk(i) => write!(f, "disk:{i}"),
+        }
+    }
+}
+
+impl std::str::FromStr for Place {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        let (kind, id) = s.split_once(':').ok_or_else(|| format!("`{s}` is not a place like gpu:0"))?;
+        let id: usize = id.parse().map_err(|_| format!("`{s}`: `{id}` is not an id"))?;
+        match kind {
+            "gpu" => Ok(Place::Gpu(id)),
+            "ram" => Ok(Place::Ram(id)),
+            "disk" => Ok(Place::Disk(id)),
+            _ => Err(format!("`{s}`: place kind must be gpu, ram or disk")),
+        }
+    }
+}
+
+/// What an object is: a routed expert or a trunk component.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObjectKind {
+    /// MoE ordinal and expert index.
+    Expert { moe: usize, expert: usize },
+    /// Name and transformer layer of a trunk component.
+    Trunk { name: String, layer: Option<usize> },
+}
+
+/// One placeable object with its use rate and its size in each tier.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Object {
+    pub kind: ObjectKind,
+    pub stage: usize,
+    /// Uses per token (`p_o`; 1 for trunk components).
+    pub use_rate: f64,
+    pub gpu_bytes: u64,
+    pub ram_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+impl Object {
+    pub fn is_expert(&self) -> bool {
+        matches!(self.kind, ObjectKind::Expert { .. })
+    }
+    /// Bytes charged to `place`'s capacity (0 on disk: the checkpoint).
+    pub fn bytes_at(&self, place: Place) -> u64 {
+        match place {
+            Place::Gpu(_) => self.gpu_bytes,
+            Place::Ram(_) => self.ram_bytes,
+            Place::Disk(_) => 0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stage {
+    pub name: String,
+    pub kind: StageKind,
+    pub objects: Vec<usize>,
+}
+
+/// Rates of the machine, in the units of the formulas of DESIGN 4.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Resources {
+    pub gpu_gemv_bytes_per_s: Vec<f64>,
+    pub gpu_sync_seconds: Vec<f64>,
+    pub gpu_capacity_bytes: Vec<u64>,
+    pub cpu_gemv_bytes_per_s: Vec<f64>,
+    pub ram_capacity_bytes: Vec<u64>,
+    pub drive_numa: Vec<usize>,
+    pub drive_read_bytes_per_s: Vec<f64>,
+    pub drive_latency_seconds: Vec<f64>,
+    pub felt_fraction: f64,
+    pub fixed_token_seconds: f64,
+}
+
+impl Resources {
+    pub fn from_profile(profile: &HardwareProfile) -> Resources {
+        Resources {
+            gpu_gemv_bytes_per_s: profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect(),
+            gpu_sync_seconds: profile.gpus.iter().map(|g| g.sync_overhead.0).collect(),
+            gpu_capacity_bytes: (0..profile.gpus.len()).map(|g| profile.gpu_capacity(g)).collect(),
+            cpu_gemv_bytes_per_s: profile.numa.iter().map(|n| n.gemv_bandwidth.0).collect(),
+            ram_capacity_bytes: (0..profile.numa.len()).map(|n| profile.ram_capacity(n)).collect(),
+            drive_numa: profile.drives.iter().map(|d| d.numa).collect(),
+            drive_read_bytes_per_s: profile.drives.iter().map(|d| d.read_bandwidth.0).collect(),
+            drive_latency_seconds: profile.drives.iter().map(|d| d.read_latency.0).collect(),
+            felt_fraction: profile.felt_fraction(),
+            fixed_token_seconds: profile.fixed_token_seconds.0,
+        }
+    }
+    pub fn gpus(&self) -> usize {
+        self.gpu_gemv_bytes_per_s.len()
+    }
+    pub fn numa_nodes(&self) -> usize {
+        self.cpu_gemv_bytes_per_s.len()
+    }
+    pub fn drives(&self) -> usize {
+        self.drive_read_bytes_per_s.len()
+    }
+    /// Places in plan order: GPUs, RAM nodes, drives, each by id.
+    pub fn places(&self) -> Vec<Place> {
+        (0..self.gpus())
+            .map(Place::Gpu)
+            .chain((0..self.numa_nodes()).map(Place::Ram))
+            .chain((0..self.drives()).map(Place::Disk))
+            .collect()
+    }
+    /// Capacity of a GPU or RAM place; disk is unbounded.
+    pub fn capacity_bytes(&self, place: Place) -> Option<u64> {
+        match place {
+            Place::Gpu(g) => Some(self.gpu_capacity_bytes[g]),
+            Place::Ram(n) => Some(self.ram_capacity_bytes[n]),
+            Place::Disk(_) => None,
+        }
+    }
+}
+
+/// The compiled planning problem.
+#[derive(Debug, Clone)]
+pub struct Instance {
+    pub resources: Resources,
+    pub places: Vec<Place>,
+    pub stages: Vec<Stage>,
+    pub objects: Vec<Object>,
+    /// Object id of expert `e` of MoE ordinal `l`: `expert_ids[l][e]`.
+    pub expert_ids: Vec<Vec<usize>>,
+    /// Object ids of trunk components, in model order.
+    pub trunk_ids: Vec<usize>,
+}
+
+/// Work of each resource in one stage (DESIGN 4): `G` without the sync
+/// overhead, `C` without felt I/O, `D`; and which GPUs take part.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StageLoads {
+    pub gpu: Vec<f64>,
+    pub gpu_objects: Vec<u32>,
+    pub cpu: Vec<f64>,
+    pub drive: Vec<f64>,
+}
+
+impl StageLoads {
+    pub fn new(resources: &Resources) -> StageLoads {
+        StageLoads {
+            gpu: vec![0.0; resources.gpus()],
+            gpu_objects: vec![0; resources.gpus()],
+            cpu: vec![0.0; resources.numa_nodes()],
+            drive: vec![0.0; resources.drives()],
+        }
+    }
+
+    /// Adds (`sign` = 1) or removes (`sign` = -1) object `o` at `place`.
+    pub fn apply(&mut self, resources: &Resources, o: &Object, place: Place, sign: f64) {
+        let p = o.use_rate;
+        match place {
+            Place::Gpu(g) => {
+                self.gpu[g] += sign * p * o.gpu_bytes as f64 / resources.gpu_gemv_bytes_per_s[g];
+                self.gpu_objects[g] = (self.gpu_objects[g] as i64 + sign as i64) as u32;
+            }
+            Place::Ram(n) => self.cpu[n] += sign * p * o.ram_bytes as f64 / resources.cpu_gemv_bytes_per_s[n],
+            Place::Disk(d) => {
+                let b = o.disk_bytes as f64;
+                self.drive[d] += sign
+                    * p
+                    * (resources.drive_latency_seconds[d] + b / resources.drive_read_bytes_per_s[d]);
+                let n = resources.drive_numa[d];
+                self.cpu[n] += sign * p * b / resources.cpu_gemv_bytes_per_s[n];
+            }
+        }
+    }
+
+    /// GPU g's time in the stage: its work plus its sync overhead if it takes part.
+    pub fn gpu_seconds(&self, resources: &Resources, g: usize) -> f64 {
+        let sync = if self.gpu_objects[g] > 0 { resources.gpu_sync_seconds[g] } else { 0.0 };
+        self.gpu[g] + sync
+    }
+
+    /// `T[s]` of DESIGN 4 and the resource that sets it.
+    pub fn seconds(&self, resources: &Resources) -> (f64, Place) {
+        let max_drive = self.drive.iter().copied().fold(0.0, f64::max);
+        let f = resources.felt_fraction;
+        let mut best = (0.0, Place::Ram(0));
+        for g in 0..self.gpu.len() {
+            let t = self.gpu_seconds(resources, g);
+            if t > best.0 {
+                best = (t, Place::Gpu(g));
+            }
+        }
+        for (n, c) in self.cpu.iter().enumerate() {
+            let t = c + f * max_drive;
+            if t > best.0 {
+                best = (t, Place::Ram(n));
+            }
+        }
+        for (d, &t) in self.drive.iter().enumerate() {
+            if t > best.0 {
+                best = (t, Place::Disk(d));
+            }
+        }
+        best
+    }
+}
+
+/// The cost of a placement, stage by stage.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Evaluation {
+    pub token_seconds: f64,
+    pub stage_seconds: Vec<f64>,
+    pub bottlenecks: Vec<Place>,
+    pub loads: Vec<StageLoads>,
+    /// Bytes used per GPU and per RAM node.
+    pub gpu_used_bytes: Vec<u64>,
+    pub ram_used_bytes: Vec<u64>,
+}
+
+impl Evaluation {
+    /// Places whose capacity the placement exceeds, with the excess bytes.
+    pub fn overfull(&self, resources: &Resources) -> Vec<(Place, u64)> {
+        let gpus = self.gpu_used_bytes.iter().enumerate().map(|(g, &u)| (Place::Gpu(g), u, resources.gpu_capacity_bytes[g]));
+        let rams = self.ram_used_bytes.iter().enumerate().map(|(n, &u)| (Place::Ram(n), u, resources.ram_capacity_bytes[n]));
+        gpus.chain(rams).filter(|(_, u, c)| u > c).map(|(p, u, c)| (p, u - c)).collect()
+    }
+}
+
+impl Instance {
+    /// Compiles profile, model and use rates (`rates[l][e]`, from heat) into an instance.
+    pub fn new(profile: &HardwareProfile, model: &Model, rates: &[Vec<f64>]) -> Instance {
+        let resources = Resources::from_profile(profile);
+        let places = resources.places();
+        let mut stages = Vec::new();
+        let mut dense_stage = vec![usize::MAX; model.description.layers];
+        let mut experts_stage = vec![usize::MAX; model.description.layers];
+        let moe_layers = model.moe_layer_numbers();
+        for layer in 0..model.description.layers {
+            dense_stage[layer] = stages.len();
+            stages.push(Stage { name: format!("L{layer}.dense"), kind: StageKind::Dense, objects: vec![] });
+            if moe_layers.contains(&layer) {
+                experts_stage[layer] = stages.len();
+                stages.push(Stage { name: format!("L{layer}.experts"), kind: StageKind::Experts, objects: vec![] });
+            }
+        }
+        let head_stage = stages.len();
+        stages.push(Stage { name: "head".into(), kind: StageKind::Head, objects: vec![] });
+
+        let mut objects = Vec::new();
+        let mut expert_ids = Vec::new();
+        for (l, moe) in model.moe.iter().enumerate() {
+            let stage = experts_stage[moe.layer];
+            let mut ids = Vec::with_capacity(moe.experts);
+            for e in 0..moe.experts {
+                ids.push(objects.len());
+                stages[stage].objects.push(objects.len());
+                objects.push(Object {
+                    kind: ObjectKind::Expert { moe: l, expert: e },
+                    stage,
+                    use_rate: rates[l][e],
+                    gpu_bytes: moe.gpu_bytes,
+                    ram_bytes: moe.ram_bytes,
+                    disk_bytes: moe.disk_bytes,
+                });
+            }
+            expert_ids.push(ids);
+        }
+        let mut trunk_ids = Vec::new();
+        for t in &model.trunk {
+            let stage = match (t.stage, t.layer) {
+                (StageKind::Dense, Some(layer)) => dense_stage[layer],
+                (StageKind::Experts, Some(layer)) => experts_stage[layer],
+                _ => head_stage,
+            };
+            trunk_ids.push(objects.len());
+            stages[stage].objects.push(objects.len());
+            objects.push(Object {
+                kind: ObjectKind::Trunk { name: t.name.clone(), layer: t.layer },
+                stage,
+                use_rate: 1.0,
+                gpu_bytes: t.bytes,
+                ram_bytes: t.bytes,
+                disk_bytes: t.bytes,
+            });
+        }
+        Instance { resources, places, stages, objects, expert_ids, trunk_ids }
+    }
+
+    /// Compiles from heat, checking its shape against the model.
+    pub fn from_heat(
+        profile: &HardwareProfile,
+        model: &Model,
+        heat: &HeatTable,
+        heat_file: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<Instance> {
+        let rates = heat.use_rates(model, heat_file, warnings)?;
+        Ok(Instance::new(profile, model, &rates))
+    }
+
+    /// Index of a place in `places`.
+    pub fn place_index(&self, place: Place) -> usize {
+        self.places.iter().position(|&p| p == place).expect("place of this instance")
+    }
+
+    /// Whether object `o` may live at `place` (trunk never on disk).
+    pub fn allowed(&self, o: usize, place: Place) -> bool {
+        self.objects[o].is_expert() || !matches!(place, Place::Disk(_))
+    }
+
+    /// The cost model's value of a placement (`placement[o]` = index into `places`).
+    pub fn evaluate(&self, placement: &[usize]) -> Evaluation {
+        let r = &self.resources;
+        let mut gpu_used = vec![0u64; r.gpus()];
+        let mut ram_used = vec![0u64; r.numa_nodes()];
+        let mut loads = Vec::with_capacity(self.stages.len());
+        let mut stage_seconds = Vec::with_capacity(self.stages.len());
+        let mut bottlenecks = Vec::with_capacity(self.stages.len());
+        for stage in &self.stages {
+            let mut l = StageLoads::new(r);
+            for &o in &stage.objects {
+                let place = self.places[placement[o]];
+                l.apply(r, &self.objects[o], place, 1.0);
+                match place {
+                    Place::Gpu(g) => gpu_used[g] += self.objects[o].gpu_bytes,
+                    Place::Ram(n) => ram_used[n] += self.objects[o].ram_bytes,
+                    Place::Disk(_) => {}
+                }
+            }
+            let (t, b) = l.seconds(r);
+            stage_seconds.push(t);
+            bottlenecks.push(b);
+            loads.push(l);
+        }
+        Evaluation {
+            token_seconds: stage_seconds.iter().sum::<f64>() + r.fixed_token_seconds,
+            stage_seconds,
+            bottlenecks,
+            loads,
+            gpu_used_bytes: gpu_used,
+            ram_used_bytes: ram_used,
+        }
+    }
+
+    /// Checks that a placement is complete, allowed and within capacities.
+    pub fn check_feasible(&self, placement: &[usize]) -> std::result::Result<(), String> {
+        if placement.len() != self.objects.len() {
+            return Err(format!("{} objects placed, {} expected", placement.len(), self.objects.len()));
+        }
+        for (o, &q) in placement.iter().enumerate() {
+            if q >= self.places.len() || !self.allowed(o, self.places[q]) {
+                return Err(format!("object {o} has an invalid place index {q}"));
+            }
+        }
+        let over = self.evaluate(placement).overfull(&self.resources);
+        match over.first() {
+            Some((place, excess)) => Err(format!("{place} is over its capacity by {excess} bytes")),
+            None => Ok(()),
+        }
+    }
+
+    /// Fails unless every object can be held somewhere (DESIGN 4, Capacities).
+    pub fn check_holdable(&self, file: &Path) -> Result<()> {
+        let r = &self.resources;
+        let room: u64 = r.gpu_capacity_bytes.iter().chain(&r.ram_capacity_bytes).sum();
+        let must_hold: u64 = self
+            .objects
+            .iter()
+            .filter(|o| !o.is_expert() || r.drives() == 0)
+            .map(|o| o.gpu_bytes.min(o.ram_bytes))
+            .sum();
+        if must_hold > room {
+            let what = if r.drives() == 0 { "the model (no drive to stream from)" } else { "the trunk" };
+            return Err(PlannerError::Infeasible(format!(
+                "{}: {what} needs at least {} bytes in GPU and RAM, which hold {room}: {} bytes are missing",
+                file.display(),
+                must_hold,
+                must_hold - room
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,111 @@
+//! Hand-computed cases of the reference cost model. Each expected number is
+//! worked out in the comment above it from the formulas of DESIGN 4.
+
+use super::*;
+use crate::model::Model;
+use crate::profile::HardwareProfile;
+
+const PROFILE: &str = r#"
+name: tiny
+numa:
+  - { id: 0, ram: 1 GB, cores: 4, gemv_bandwidth: 10 GB/s }
+gpus:
+  - { id: 0, name: g, vram: 1 GB, numa: 0, gemv_bandwidth: 100 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: 100 us }
+drives:
+  - { id: 0, name: d, numa: 0, read_bandwidth: 1 GB/s, read_latency: 100 us }
+"#;
+
+const MODEL: &str = r#"
+name: tiny
+layers: 2
+moe_layers: [1]
+experts: 4
+top_k: 2
+hidden: 8
+expert_intermediate: 8
+formats: { q: 1 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0, 1], bytes: 2 MB, stage: dense }
+  - { name: lm_head, bytes: 4 MB, stage: head }
+"#;
+
+fn instance(extra_profile: &str, rates: [f64; 4]) -> Instance {
+    let profile = HardwareProfile::from_yaml_str(&format!("{PROFILE}{extra_profile}"), Path::new("p")).unwrap();
+    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    Instance::new(&profile, &model, &[rates.to_vec()])
+}
+
+/// Places: 0 = gpu:0, 1 = ram:0, 2 = disk:0. Objects: experts 0..3, then
+/// attn L0, attn L1, lm_head.
+const GPU: usize = 0;
+const RAM: usize = 1;
+const DISK: usize = 2;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs().max(1e-9)
+}
+
+#[test]
+fn stages_and_places_follow_the_design() {
+    let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
+    let names: Vec<&str> = inst.stages.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(names, ["L0.dense", "L1.dense", "L1.experts", "head"]);
+    assert_eq!(inst.places, vec![Place::Gpu(0), Place::Ram(0), Place::Disk(0)]);
+}
+
+#[test]
+fn overlapped_io_takes_the_max_of_resources() {
+    let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
+    let placement = [GPU, RAM, DISK, DISK, GPU, RAM, GPU];
+    let ev = inst.evaluate(&placement);
+    // L0.dense: attn on GPU: 2e6/1e11 = 2e-5, + sync 1e-4 = 1.2e-4.
+    // L1.dense: attn on CPU: 2e6/1e10 = 2e-4.
+    // L1.experts: G = 1.0*1e6/1e11 + 1e-4 = 1.1e-4;
+    //   C = 0.5*1e6/1e10 (ram) + 0.5*1e6/1e10 (disk experts computed by the CPU) = 1e-4;
+    //   D = 0.5*(1e-4 + 1e6/1e9) = 5.5e-4; f = 0 -> T = 5.5e-4, bottleneck disk.
+    // head: 4e6/1e11 + 1e-4 = 1.4e-4.
+    let expected = [1.2e-4, 2e-4, 5.5e-4, 1.4e-4];
+    for (got, want) in ev.stage_seconds.iter().zip(expected) {
+        assert!(close(*got, want), "{got} vs {want}");
+    }
+    assert_eq!(ev.bottlenecks[2], Place::Disk(0));
+    assert!(close(ev.token_seconds, 1.01e-3));
+    // bytes: GPU holds expert 0 (1e6), attn L0 (2e6), lm_head (4e6); RAM expert 1 and attn L1.
+    assert_eq!(ev.gpu_used_bytes, vec![7_000_000]);
+    assert_eq!(ev.ram_used_bytes, vec![3_000_000]);
+}
+
+#[test]
+fn without_overlap_reads_add_to_the_cpu_time() {
+    let inst = instance("io_overlaps_compute: false\nfixed_token_seconds: 1 ms\n", [1.0, 0.5, 0.3, 0.2]);
+    let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]);
+    // L1.experts: C + f*D = 1e-4 + 5.5e-4 = 6.5e-4; others as above; plus 1 ms fixed.
+    assert!(close(ev.stage_seconds[2], 6.5e-4));
+    assert!(close(ev.token_seconds, 1.2e-4 + 2e-4 + 6.5e-4 + 1.4e-4 + 1e-3));
+}
+
+#[test]
+fn sync_overhead_is_paid_once_per_stage_even_for_cold_objects() {
+    let inst = instance("", [1.0, 1.0, 0.0, 0.0]);
+    // Experts 2 and 3 (p = 0) on the GPU, 0 and 1 on the CPU:
+    // G = 0 + 1e-4 (the card takes part), C = 2*1e6/1e10 = 2e-4 -> T = 2e-4.
+    let ev = inst.evaluate(&[RAM, RAM, GPU, GPU, RAM, RAM, RAM]);
+    assert!(close(ev.loads[2].gpu_seconds(&inst.resources, 0), 1e-4));
+    assert!(close(ev.stage_seconds[2], 2e-4));
+    // All four experts on the GPU: G = 2*1e6/1e11 + 1e-4 = 1.2e-4, once.
+    let ev = inst.evaluate(&[GPU, GPU, GPU, GPU, RAM, RAM, RAM]);
+    assert!(close(ev.stage_seconds[2], 1.2e-4));
+}
+
+#[test]
+fn capacities_are_checked() {
+    let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
+    assert!(inst.check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]).is_ok());
+    // Trunk on disk is not a place it may take.
+    assert!(inst.check_feasible(&[GPU, RAM, DISK, DISK, DISK, RAM, GPU]).is_err());
+    let mut small = inst.clone();
+    small.resources.gpu_capacity_bytes[0] = 6_999_999;
+    let err = small.check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]).unwrap_err();
+    assert!(err.contains("gpu:0 is over its capacity by 1 bytes"), "{err}");
+}

@@ -1,0 +1,347 @@
+//! Heat: how often each routed expert is used (DESIGN 3.3). This module owns
+//! the in-memory table, the conversion to use rates, format detection and
+//! dispatch to one reader/writer module per format family.
+
+use crate::error::{PlannerError, Result};
+use crate::model::Model;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+mod colibri;
+mod common;
+mod csv;
+mod detect;
+mod esft;
+mod json;
+mod jsonl;
+mod llama4;
+mod mixtral;
+mod qwen3;
+pub mod stats;
+pub mod trace;
+
+pub use colibri::{engine_id, DEFAULT_ENGINE};
+pub use detect::detect_format;
+pub use stats::{concentration, LayerConcentration};
+pub use trace::{TokenRoutes, Trace};
+
+/// Counts per MoE ordinal and expert, with the tokens observed per layer
+/// when known. Counts are f64 because aggregated sources (Qwen3 CSV) publish
+/// fractions, and decayed counters are fractional too.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct HeatTable {
+    pub counts: Vec<Vec<f64>>,
+    pub tokens: Option<Vec<u64>>,
+}
+
+/// A heat source: the whole table plus one table per category (task,
+/// subject, language) where the source has them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Heat {
+    pub model: Option<String>,
+    pub format: HeatFormat,
+    pub total: HeatTable,
+    pub categories: BTreeMap<String, HeatTable>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum HeatFormat {
+    Json,
+    Jsonl,
+    Csv,
+    ColiHeat,
+    ColiUsage,
+    ColiRoute,
+    Esft,
+    Llama4Json,
+    MixtralJsonl,
+    Qwen3Csv,
+}
+
+impl HeatFormat {
+    pub const ALL: [HeatFormat; 10] = [
+        HeatFormat::Json,
+        HeatFormat::Jsonl,
+        HeatFormat::Csv,
+        HeatFormat::ColiHeat,
+        HeatFormat::ColiUsage,
+        HeatFormat::ColiRoute,
+        HeatFormat::Esft,
+        HeatFormat::Llama4Json,
+        HeatFormat::MixtralJsonl,
+        HeatFormat::Qwen3Csv,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            HeatFormat::Json => "json",
+            HeatFormat::Jsonl => "jsonl",
+            HeatFormat::Csv => "csv",
+            HeatFormat::ColiHeat => "coli-heat",
+            HeatFormat::ColiUsage => "coli-usage",
+            HeatFormat::ColiRoute => "coli-route",
+            HeatFormat::Esft => "esft",
+            HeatFormat::Llama4Json => "llama4-json",
+            HeatFormat::MixtralJsonl => "mixtral-jsonl",
+            HeatFormat::Qwen3Csv => "qwen3-csv",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<HeatFormat> {
+        Self::ALL.into_iter().find(|f| f.name() == name)
+    }
+
+    /// Formats we can write as well as read.
+    pub fn writable(self) -> bool {
+        matches!(
+            self,
+            HeatFormat::Json | HeatFormat::Jsonl | HeatFormat::Csv | HeatFormat::ColiHeat | HeatFormat::ColiUsage
+        )
+    }
+}
+
+impl std::fmt::Display for HeatFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What a reader may need from the model: engine formats number model
+/// layers and must be mapped to MoE ordinals through `moe_layers`.
+/// All fields are optional; without a model, formats that number model
+/// layers (coli-usage, coli-route) cannot be read or written.
+#[derive(Debug, Clone, Default)]
+pub struct HeatContext {
+    /// Transformer layer number of each MoE ordinal, when a model is known.
+    pub moe_layers: Option<Vec<usize>>,
+    pub model_name: Option<String>,
+    /// Experts per MoE ordinal: sparse sources are padded to it and ids
+    /// beyond it are errors naming the place.
+    pub experts: Option<Vec<usize>>,
+    /// Transformer layers of the model (the `-1 <n_layers> ..` header of
+    /// `.coli_usage`).
+    pub model_layers: Option<usize>,
+    /// Colibri engine name whose FNV-1a-32 is the `.coli_usage` engine id
+    /// (written; a mismatch on reading is a warning). `glm_moe_dsa` when unset.
+    pub engine: Option<String>,
+}
+
+impl HeatContext {
+    pub fn for_model(model: &Model) -> Self {
+        HeatContext {
+            moe_layers: Some(model.moe_layer_numbers()),
+            model_name: Some(model.name().to_string()),
+            experts: Some(model.experts_per_layer()),
+            model_layers: Some(model.description.layers),
+            engine: None,
+        }
+    }
+}
+
+/// Reads heat from a file or data-set directory. `format` overrides
+/// detection (`--heat-format`). Per-token formats are read as a [`Trace`]
+/// and summed by [`Trace::heat`]. Non-fatal findings (dropped MTP rows, a
+/// model-name mismatch) are pushed to `warnings`, one line each.
+pub fn read_heat(
+    path: &Path,
+    format: Option<HeatFormat>,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<Heat> {
+    let format = match format {
+        Some(f) => f,
+        None => detect_format(path)?,
+    };
+    check_kind(path, format)?;
+    let heat = match format {
+        HeatFormat::Json => json::read(path, ctx, warnings)?,
+        HeatFormat::Csv => csv::read(path, ctx, warnings)?,
+        HeatFormat::ColiHeat => colibri::read_heat_file(path, ctx, warnings)?,
+        HeatFormat::ColiUsage => colibri::read_usage(path, ctx, warnings)?,
+        HeatFormat::Qwen3Csv => qwen3::read(path, ctx, warnings)?,
+        HeatFormat::Jsonl
+        | HeatFormat::ColiRoute
+        | HeatFormat::Esft
+        | HeatFormat::Llama4Json
+        | HeatFormat::MixtralJsonl => read_trace(path, Some(format), ctx, warnings)?.heat(),
+    };
+    if let (Some(recorded), Some(planned)) = (&heat.model, &ctx.model_name) {
+        if recorded != planned {
+            warnings.push(format!(
+                "{}: heat was recorded on `{recorded}`, the model is `{planned}`",
+                path.display()
+            ));
+        }
+    }
+    Ok(heat)
+}
+
+/// Reads a per-token trace (jsonl, esft, llama4-json, mixtral-jsonl,
+/// coli-route); other formats hold only counts and are refused.
+pub fn read_trace(
+    path: &Path,
+    format: Option<HeatFormat>,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<Trace> {
+    let format = match format {
+        Some(f) => f,
+        None => detect_format(path)?,
+    };
+    check_kind(path, format)?;
+    match format {
+        HeatFormat::Jsonl => jsonl::read_trace(path, ctx, warnings),
+        HeatFormat::ColiRoute => colibri::read_route_trace(path, ctx, warnings),
+        HeatFormat::Esft => esft::read_trace(path, ctx, warnings),
+        HeatFormat::Llama4Json => llama4::read_trace(path, ctx, warnings),
+        HeatFormat::MixtralJsonl => mixtral::read_trace(path, ctx, warnings),
+        other => Err(PlannerError::input(
+            path,
+            "format",
+            format!("{other} holds counts per expert, not the routes of each token"),
+            "use a per-token format: jsonl, esft, llama4-json, mixtral-jsonl or coli-route",
+        )),
+    }
+}
+
+/// Writes heat atomically (temporary file + rename). Read-only formats are
+/// refused, and so is `jsonl` (a per-token trace; see [`write_trace`]).
+/// coli-usage needs the model (`ctx.moe_layers`) to number model layers.
+/// What a format cannot hold (categories in a one-table format) is dropped
+/// with a warning.
+pub fn write_heat(
+    heat: &Heat,
+    path: &Path,
+    format: HeatFormat,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    match format {
+        HeatFormat::Json => json::write(heat, path),
+        HeatFormat::Csv => csv::write(heat, path, warnings),
+        HeatFormat::ColiHeat => colibri::write_heat_file(heat, path, warnings),
+        HeatFormat::ColiUsage => colibri::write_usage(heat, path, ctx, warnings),
+        HeatFormat::Jsonl => Err(PlannerError::input(
+            path,
+            "format",
+            "jsonl holds the routes of each token, which a heat table does not have",
+            "write json or csv for heat (a trace is written with write_trace)",
+        )),
+        other => Err(PlannerError::input(
+            path,
+            "format",
+            format!("{other} is read-only (we read it, we never write it)"),
+            "write one of: json, csv, coli-heat, coli-usage",
+        )),
+    }
+}
+
+/// Writes a per-token trace as our `jsonl`, atomically.
+pub fn write_trace(trace: &Trace, path: &Path) -> Result<()> {
+    jsonl::write_trace(trace, path)
+}
+
+/// Directory formats need a directory or a file of theirs; file formats a file.
+fn check_kind(path: &Path, format: HeatFormat) -> Result<()> {
+    let dir_ok = matches!(
+        format,
+        HeatFormat::Esft | HeatFormat::Llama4Json | HeatFormat::MixtralJsonl | HeatFormat::Qwen3Csv
+    );
+    if path.is_dir() && !dir_ok {
+        return Err(PlannerError::input(
+            path,
+            "path",
+            format!("is a directory; {format} is read from one file"),
+            "name the file itself",
+        ));
+    }
+    if !path.exists() {
+        return Err(PlannerError::input(path, "path", "does not exist", "check the path"));
+    }
+    Ok(())
+}
+
+impl HeatTable {
+    /// Use rates `p[l][e]` (DESIGN 3.3): `c / N[l]` when N is known, else
+    /// `top_k * c / sum_e c`; a layer summing to zero gets `top_k / experts`
+    /// (reported through `warnings`). Fails when the shape is not the model's.
+    pub fn use_rates(&self, model: &Model, file: &Path, warnings: &mut Vec<String>) -> Result<Vec<Vec<f64>>> {
+        let want = model.experts_per_layer();
+        let got: Vec<usize> = self.counts.iter().map(Vec::len).collect();
+        if want != got {
+            return Err(PlannerError::input(
+                file,
+                "shape",
+                format!(
+                    "heat has {} MoE layers of {} experts, model `{}` has {} of {}",
+                    got.len(),
+                    describe_widths(&got),
+                    model.name(),
+                    want.len(),
+                    describe_widths(&want)
+                ),
+                "use heat recorded on this model, or the model it was recorded on",
+            ));
+        }
+        let top_k = model.top_k() as f64;
+        let mut zero_layers = Vec::new();
+        let rates = self
+            .counts
+            .iter()
+            .enumerate()
+            .map(|(l, row)| {
+                let sum: f64 = row.iter().sum();
+                let n = self.tokens.as_ref().map(|t| t[l]).filter(|&n| n > 0);
+                match n {
+                    _ if sum <= 0.0 => {
+                        zero_layers.push(l);
+                        vec![top_k / row.len() as f64; row.len()]
+                    }
+                    Some(n) => row.iter().map(|c| c / n as f64).collect(),
+                    None => row.iter().map(|c| top_k * c / sum).collect(),
+                }
+            })
+            .collect();
+        if !zero_layers.is_empty() {
+            warnings.push(format!(
+                "{}: MoE layers {:?} have no routed selections; they get uniform heat (top_k / experts)",
+                file.display(),
+                zero_layers
+            ));
+        }
+        Ok(rates)
+    }
+
+    /// Uniform heat for a model: every expert used `top_k / experts` times a token.
+    pub fn uniform(model: &Model) -> HeatTable {
+        HeatTable {
+            counts: model.experts_per_layer().into_iter().map(|e| vec![1.0; e]).collect(),
+            tokens: None,
+        }
+    }
+
+    /// Adds another table of the same shape (used to sum categories).
+    pub fn add(&mut self, other: &HeatTable) {
+        if self.counts.is_empty() {
+            *self = other.clone();
+            return;
+        }
+        for (row, other_row) in self.counts.iter_mut().zip(&other.counts) {
+            for (c, o) in row.iter_mut().zip(other_row) {
+                *c += o;
+            }
+        }
+        self.tokens = match (&self.tokens, &other.tokens) {
+            (Some(a), Some(b)) => Some(a.iter().zip(b).map(|(x, y)| x + y).collect()),
+            _ => None,
+        };
+    }
+}
+
+fn describe_widths(widths: &[usize]) -> String {
+    match widths.first() {
+        Some(&w) if widths.iter().all(|&x| x == w) => w.to_string(),
+        Some(_) => "varying numbers of".to_string(),
+        None => "0".to_string(),
+    }
+}

@@ -1,0 +1,14 @@
+//! residency-planner: inputs -> plan, pure. Reads hardware profiles, model
+//! descriptions and heat; evaluates placements with the one reference cost
+//! model (DESIGN 4); solves for a placement with a lower bound; reads and
+//! writes plan files. No I/O beyond reading and writing files.
+
+pub mod cost;
+pub mod error;
+pub mod heat;
+pub mod model;
+pub mod profile;
+pub mod solve;
+pub mod units;
+
+pub use error::{PlannerError, Result};

@@ -1,0 +1,85 @@
+//! The greedy baseline of DESIGN 4, reported beside every plan: roughly what
+//! Colibri does today. Trunk largest first to the roomiest GPU, else the
+//! roomiest RAM node; then experts hottest first, each to the first place
+//! with room among GPU `e mod n_gpus`, the RAM nodes in id order, `disk:0`.
+
+use crate::cost::{Instance, ObjectKind, Place};
+use crate::{PlannerError, Result};
+
+/// Free bytes per place, indexed like `Instance::places` (disk: unbounded).
+pub(crate) fn capacities(inst: &Instance) -> Vec<u64> {
+    inst.places
+        .iter()
+        .map(|&q| inst.resources.capacity_bytes(q).unwrap_or(u64::MAX))
+        .collect()
+}
+
+pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
+    let mut free = capacities(inst);
+    let mut placement = vec![usize::MAX; inst.objects.len()];
+    let gpus: Vec<usize> = (0..inst.resources.gpus()).map(|g| inst.place_index(Place::Gpu(g))).collect();
+    let rams: Vec<usize> = (0..inst.resources.numa_nodes()).map(|n| inst.place_index(Place::Ram(n))).collect();
+
+    let mut trunk = inst.trunk_ids.clone();
+    trunk.sort_by(|&a, &b| {
+        let (oa, ob) = (&inst.objects[a], &inst.objects[b]);
+        ob.gpu_bytes.cmp(&oa.gpu_bytes).then_with(|| trunk_key(&oa.kind).cmp(&trunk_key(&ob.kind)))
+    });
+    for o in trunk {
+        let bytes = inst.objects[o].gpu_bytes;
+        // The roomiest GPU (lowest id on ties), else the roomiest RAM node.
+        let roomiest = |ids: &[usize], free: &[u64]| {
+            ids.iter().copied().filter(|&q| free[q] >= bytes).max_by(|&a, &b| free[a].cmp(&free[b]).then(b.cmp(&a)))
+        };
+        let q = roomiest(&gpus, &free)
+            .or_else(|| roomiest(&rams, &free))
+            .ok_or_else(|| missing(inst, o, &free))?;
+        free[q] -= bytes;
+        placement[o] = q;
+    }
+
+    let mut experts: Vec<usize> = inst.expert_ids.iter().flatten().copied().collect();
+    // Stable sort: ties keep (l, e) order.
+    experts.sort_by(|&a, &b| inst.objects[b].use_rate.total_cmp(&inst.objects[a].use_rate));
+    let disk = (inst.resources.drives() > 0).then(|| inst.place_index(Place::Disk(0)));
+    for o in experts {
+        let ObjectKind::Expert { expert, .. } = inst.objects[o].kind else { unreachable!() };
+        let home_gpu = (!gpus.is_empty()).then(|| gpus[expert % gpus.len()]);
+        let q = home_gpu
+            .into_iter()
+            .chain(rams.iter().copied())
+            .find(|&q| free[q] >= inst.objects[o].bytes_at(inst.places[q]))
+            .or(disk)
+            .ok_or_else(|| missing(inst, o, &free))?;
+        free[q] -= inst.objects[o].bytes_at(inst.places[q]);
+        placement[o] = q;
+    }
+    Ok(placement)
+}
+
+fn trunk_key(kind: &ObjectKind) -> (String, Option<usize>) {
+    match kind {
+        ObjectKind::Trunk { name, layer } => (name.clone(), *layer),
+        ObjectKind::Expert { .. } => (String::new(), None),
+    }
+}
+
+fn missing(inst: &Instance, o: usize, free: &[u64]) -> PlannerError {
+    let object = &inst.objects[o];
+    let largest = inst
+        .places
+        .iter()
+        .zip(free)
+        .filter(|(q, _)| !matches!(q, Place::Disk(_)))
+        .max_by_key(|(_, &f)| f);
+    let (bytes, room) = match largest {
+        Some((q, &f)) => (object.bytes_at(*q), format!("the roomiest place, {q}, has {f} bytes free")),
+        None => (object.ram_bytes, "there is no GPU or RAM node".to_string()),
+    };
+    PlannerError::Infeasible(format!(
+        "greedy placement: {} ({} bytes) fits nowhere and there is no drive to stream it from: {room}, {} bytes are missing",
+        crate::solve::describe(inst, o),
+        bytes,
+        bytes.saturating_sub(largest.map(|(_, &f)| f).unwrap_or(0))
+    ))
+}

@@ -1,0 +1,80 @@
+//! Rounds the relaxation to a whole placement: per stage the heaviest
+//! participation pattern, per bucket whole counts by largest remainder, GPU
+//! groups split over their cards hottest-first to the least loaded card with
+//! room. The result may overfill a place; `SearchState::repair` fixes that.
+
+use super::relaxation::{Relaxation, Slot};
+use crate::cost::{Instance, Place, StageLoads};
+
+pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
+    let r = &inst.resources;
+    let mut placement = vec![usize::MAX; inst.objects.len()];
+    let mut free: Vec<i128> = super::greedy::capacities(inst).into_iter().map(i128::from).collect();
+    for (s, stage) in relaxation.stages.iter().enumerate() {
+        let Some(pattern) = stage.patterns.iter().max_by(|a, b| a.weight.total_cmp(&b.weight)) else { continue };
+        let weight = pattern.weight.max(1e-12);
+        let mut loads = StageLoads::new(r);
+        for (bucket, shares) in stage.buckets.iter().zip(&pattern.shares) {
+            let counts = largest_remainder(shares.iter().map(|(_, x)| x / weight).collect(), bucket.members.len());
+            let mut members = bucket.members.iter();
+            for ((slot, _), count) in shares.iter().zip(counts) {
+                for &o in members.by_ref().take(count) {
+                    let q = match *slot {
+                        Slot::Place(place) => inst.place_index(place),
+                        Slot::Group(j) => {
+                            // The least loaded card of the group with room, else the roomiest.
+                            let cards = &relaxation.groups[j].gpus;
+                            let index = |g: usize| inst.place_index(Place::Gpu(g));
+                            let bytes = inst.objects[o].gpu_bytes as i128;
+                            cards
+                                .iter()
+                                .copied()
+                                .filter(|&g| free[index(g)] >= bytes)
+                                .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
+                                .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
+                                .map(index)
+                                .expect("a group has at least one card")
+                        }
+                    };
+                    loads.apply(r, &inst.objects[o], inst.places[q], 1.0);
+                    free[q] -= inst.objects[o].bytes_at(inst.places[q]) as i128;
+                    placement[o] = q;
+                }
+            }
+        }
+        debug_assert!(inst.stages[s].objects.iter().all(|&o| placement[o] != usize::MAX));
+    }
+    placement
+}
+
+/// Whole numbers summing to `total`, each the floor of its share plus one
+/// for the largest remainders.
+fn largest_remainder(shares: Vec<f64>, total: usize) -> Vec<usize> {
+    let mut counts: Vec<usize> = shares.iter().map(|x| x.max(0.0).floor() as usize).collect();
+    let mut assigned: usize = counts.iter().sum();
+    while assigned > total {
+        let i = (0..counts.len()).filter(|&i| counts[i] > 0).min_by(|&a, &b| shares[a].total_cmp(&shares[b])).unwrap();
+        counts[i] -= 1;
+        assigned -= 1;
+    }
+    let mut order: Vec<usize> = (0..shares.len()).collect();
+    order.sort_by(|&a, &b| (shares[b] - shares[b].floor()).total_cmp(&(shares[a] - shares[a].floor())));
+    for &i in order.iter().cycle().take(total - assigned) {
+        counts[i] += 1;
+    }
+    counts
+}
+
+#[cfg(test)]
+mod tests {
+    use super::largest_remainder;
+
+    #[test]
+    fn largest_remainder_keeps_the_total() {
+        // 2.6 + 1.3 + 0.1 = 4: floors 2, 1, 0 (3), the largest remainder (0.6) gets the last one.
+        assert_eq!(largest_remainder(vec![2.6, 1.3, 0.1], 4), vec![3, 1, 0]);
+        // Floating noise above the total is taken back from the smallest share.
+        assert_eq!(largest_remainder(vec![3.0000001, 1.0000001], 4), vec![3, 1]);
+        assert_eq!(largest_remainder(vec![0.0, 0.0], 2).iter().sum::<usize>(), 2);
+    }
+}
