@@ -14,7 +14,8 @@
 //!   one line per (MoE call, batch row), model layers; read as a [`Trace`].
 
 use super::common::{
-    expert_problem, uniform_width, warn_categories_dropped, whole_u32, CountTable, LayerMap, LineCtx,
+    expert_problem, resolve_shape, uniform_width, warn_categories_dropped, whole_u32, CountTable,
+    LayerMap, LineCtx,
 };
 use super::trace::{TokenRoutes, Trace};
 use super::{Heat, HeatContext, HeatFormat, HeatTable};
@@ -34,17 +35,24 @@ const KNOWN_ENGINES: [&str; 4] = ["glm_moe_dsa", "inkling", "olmoe", "kimi_k3"];
 
 const USAGE_SYNTAX: &str =
     "each line is `<model layer> <expert> <count>`, after optional `-1 <n_layers> <n_experts>` and `-2 1 <engine_id>` (colibri-formats.md 2)";
-const ROUTE_SYNTAX: &str = "each line is `<call> <row> <model layer> <id>:<gate> ..` (colibri-formats.md 3)";
+const ROUTE_SYNTAX: &str =
+    "each line is `<call> <row> <model layer> <id>:<gate> ..` (colibri-formats.md 3)";
 
 /// The `.coli_usage` engine id: FNV-1a-32 of the engine name.
 pub fn engine_id(name: &str) -> u32 {
-    name.bytes()
-        .fold(0x811c_9dc5_u32, |h, b| (h ^ u32::from(b)).wrapping_mul(0x0100_0193))
+    name.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    })
 }
 
 /// A little-endian u32 file: magic, nl, ne, then nl*ne counts. Checks
 /// magic, non-zero dims and that the length is exactly the dims'.
-fn binary_table(path: &Path, bytes: &[u8], magic: u32, name: &str) -> Result<(usize, usize, Vec<u32>)> {
+fn binary_table(
+    path: &Path,
+    bytes: &[u8],
+    magic: u32,
+    name: &str,
+) -> Result<(usize, usize, Vec<u32>)> {
     let word = |offset: usize| -> Option<u32> {
         let b = bytes.get(offset..offset + 4)?;
         Some(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
@@ -96,11 +104,17 @@ fn binary_table(path: &Path, bytes: &[u8], magic: u32, name: &str) -> Result<(us
         return Err(PlannerError::input(
             path,
             format!("byte {want}"),
-            format!("{} bytes follow the {nl} x {ne} counts the header announces", have - want),
+            format!(
+                "{} bytes follow the {nl} x {ne} counts the header announces",
+                have - want
+            ),
             "the header's dims do not match the file; use a file written by the engine",
         ));
     }
-    let counts = bytes[12..].chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+    let counts = bytes[12..]
+        .chunks_exact(4)
+        .map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect();
     Ok((nl as usize, ne as usize, counts))
 }
 
@@ -114,18 +128,29 @@ fn check_ne(path: &Path, ctx: &HeatContext, ne: usize, layers: usize) -> Result<
             "use the file recorded on this model",
         ));
     }
-    if let Some(w) = ctx.experts.as_ref().and_then(|w| w.iter().find(|&&w| w != ne)) {
+    if let Some(w) = ctx
+        .experts
+        .as_ref()
+        .and_then(|w| w.iter().find(|&&w| w != ne))
+    {
         return Err(PlannerError::input(
             path,
             "byte 8",
-            format!("ne = {ne}, `{}` has {w} experts per layer", ctx.model_name.as_deref().unwrap_or("the model")),
+            format!(
+                "ne = {ne}, `{}` has {w} experts per layer",
+                ctx.model_name.as_deref().unwrap_or("the model")
+            ),
             "use the file recorded on this model",
         ));
     }
     Ok(())
 }
 
-pub(crate) fn read_heat_file(path: &Path, ctx: &HeatContext, warnings: &mut Vec<String>) -> Result<Heat> {
+pub(crate) fn read_heat_file(
+    path: &Path,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<Heat> {
     let bytes = read_file(path)?;
     let (nl, ne, counts) = binary_table(path, &bytes, HEAT_MAGIC, "HEAT_FILE")?;
     let mut layers = nl;
@@ -148,11 +173,18 @@ pub(crate) fn read_heat_file(path: &Path, ctx: &HeatContext, warnings: &mut Vec<
         }
     }
     check_ne(path, ctx, ne, layers)?;
-    let rows = counts.chunks_exact(ne).take(layers).map(|r| r.iter().map(|&c| f64::from(c)).collect()).collect();
+    let rows = counts
+        .chunks_exact(ne)
+        .take(layers)
+        .map(|r| r.iter().map(|&c| f64::from(c)).collect())
+        .collect();
     Ok(Heat {
         model: None,
         format: HeatFormat::ColiHeat,
-        total: HeatTable { counts: rows, tokens: None },
+        total: HeatTable {
+            counts: rows,
+            tokens: None,
+        },
         categories: Default::default(),
     })
 }
@@ -163,41 +195,67 @@ pub(crate) fn write_heat_file(heat: &Heat, path: &Path, warnings: &mut Vec<Strin
     let counts = whole_u32(&heat.total, path, "coli-heat")?;
     let nl = counts.len();
     if nl == 0 || ne == 0 {
-        return Err(PlannerError::input(path, "shape", "heat is empty", "a HEAT_FILE needs at least one layer and expert"));
+        return Err(PlannerError::input(
+            path,
+            "shape",
+            "heat is empty",
+            "a HEAT_FILE needs at least one layer and expert",
+        ));
     }
     let too_big = |n: usize| u32::try_from(n).is_err();
     if too_big(nl) || too_big(ne) {
-        return Err(PlannerError::input(path, "shape", "too many layers or experts for u32", "split the heat"));
+        return Err(PlannerError::input(
+            path,
+            "shape",
+            "too many layers or experts for u32",
+            "split the heat",
+        ));
     }
     let mut out = Vec::with_capacity(12 + 4 * nl * ne);
-    for w in [HEAT_MAGIC, nl as u32, ne as u32].into_iter().chain(counts.into_iter().flatten()) {
+    for w in [HEAT_MAGIC, nl as u32, ne as u32]
+        .into_iter()
+        .chain(counts.into_iter().flatten())
+    {
         out.extend_from_slice(&w.to_le_bytes());
     }
     write_atomic(path, &out)
 }
 
-pub(crate) fn read_usage(path: &Path, ctx: &HeatContext, warnings: &mut Vec<String>) -> Result<Heat> {
-    let mut map = LayerMap::from_ctx(ctx, path, "a .coli_usage file")?;
+/// Rows mapped so far: the layer map (with its dropped rows), the table of
+/// MoE ordinals and the number of rows that mapped.
+struct Usage<'a> {
+    map: LayerMap<'a>,
+    table: CountTable,
+    mapped: u64,
+}
+
+pub(crate) fn read_usage(
+    path: &Path,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<Heat> {
+    let mut usage = Usage {
+        map: LayerMap::from_ctx(ctx, path, "a .coli_usage file")?,
+        table: CountTable::default(),
+        mapped: 0,
+    };
     let bytes = read_file(path)?;
-    let mut table = CountTable::default();
-    let mut mapped = 0u64;
-    let width;
-    if bytes.len() >= 4 && bytes[..4] == USAGE_MAGIC.to_le_bytes() {
+    let width = if bytes.len() >= 4 && bytes[..4] == USAGE_MAGIC.to_le_bytes() {
         let (nl, ne, counts) = binary_table(path, &bytes, USAGE_MAGIC, "IKU1")?;
-        check_ne(path, ctx, ne, map.layers())?;
+        check_ne(path, ctx, ne, usage.map.layers())?;
         for (layer, row) in counts.chunks_exact(ne).enumerate().take(nl) {
             let sum: f64 = row.iter().map(|&c| f64::from(c)).sum();
             if sum == 0.0 {
                 continue;
             }
-            if let Some(ordinal) = map.ordinal_or_drop(layer as u64, sum) {
-                mapped += 1;
+            if let Some(ordinal) = usage.map.ordinal_or_drop(layer as u64, sum) {
+                usage.mapped += 1;
                 for (e, &c) in row.iter().enumerate() {
-                    table.add(ordinal, e, f64::from(c));
+                    usage.table.add(ordinal, e, f64::from(c));
                 }
             }
         }
-        width = ne;
+        ne
     } else {
         let text = String::from_utf8(bytes).map_err(|e| {
             PlannerError::input(
@@ -207,28 +265,26 @@ pub(crate) fn read_usage(path: &Path, ctx: &HeatContext, warnings: &mut Vec<Stri
                 USAGE_SYNTAX,
             )
         })?;
-        let header = usage_text(path, &text, ctx, &mut map, &mut table, &mut mapped, warnings)?;
-        width = header.unwrap_or(0).max(table.width());
-    }
-    map.warn_dropped(path, "rows", warnings);
-    map.check_some_mapped(path, mapped)?;
-    let shape = super::common::resolve_shape(ctx, map.layers(), width);
+        let header = usage_text(path, &text, ctx, &mut usage, warnings)?;
+        header.unwrap_or(0).max(usage.table.width())
+    };
+    usage.map.warn_dropped(path, "rows", warnings);
+    usage.map.check_some_mapped(path, usage.mapped)?;
+    let shape = resolve_shape(ctx, usage.map.layers(), width);
     Ok(Heat {
         model: None,
         format: HeatFormat::ColiUsage,
-        total: table.finish(&shape, None),
+        total: usage.table.finish(&shape, None),
         categories: Default::default(),
     })
 }
 
-/// Reads text records into `table`; returns the header's n_experts if any.
+/// Reads text records into `usage`; returns the header's n_experts if any.
 fn usage_text(
     path: &Path,
     text: &str,
     ctx: &HeatContext,
-    map: &mut LayerMap,
-    table: &mut CountTable,
-    mapped: &mut u64,
+    usage: &mut Usage,
     warnings: &mut Vec<String>,
 ) -> Result<Option<usize>> {
     let model = ctx.model_name.as_deref().unwrap_or("the model");
@@ -258,22 +314,44 @@ fn usage_text(
                     let n_layers = at.uint(2, "n_layers", f[1])?;
                     let n_experts = at.uint(3, "n_experts", f[2])?;
                     if let Some(want) = ctx.model_layers.filter(|&w| w as u64 != n_layers) {
-                        return Err(at.field_err(2, "n_layers", format!("{n_layers} layers, `{model}` has {want}")));
+                        return Err(at.field_err(
+                            2,
+                            "n_layers",
+                            format!("{n_layers} layers, `{model}` has {want}"),
+                        ));
                     }
-                    if let Some(w) = ctx.experts.as_ref().and_then(|w| w.iter().find(|&&w| w as u64 != n_experts)) {
-                        return Err(at.field_err(3, "n_experts", format!("{n_experts} experts, `{model}` has {w}")));
+                    if let Some(w) = ctx
+                        .experts
+                        .as_ref()
+                        .and_then(|w| w.iter().find(|&&w| w as u64 != n_experts))
+                    {
+                        return Err(at.field_err(
+                            3,
+                            "n_experts",
+                            format!("{n_experts} experts, `{model}` has {w}"),
+                        ));
                     }
                     dims = Some((n_layers, n_experts));
                 }
                 -2 => {
                     let version = at.uint(2, "format_version", f[1])?;
                     if version != 1 {
-                        return Err(at.field_err(2, "format_version", format!("version {version} is not supported (only 1)")));
+                        return Err(at.field_err(
+                            2,
+                            "format_version",
+                            format!("version {version} is not supported (only 1)"),
+                        ));
                     }
                     let id = at.uint(3, "engine_id", f[2])?;
                     check_engine(path, ctx, id, warnings);
                 }
-                _ => return Err(at.field_err(1, "layer", format!("{layer} is not a header record (-1 or -2)"))),
+                _ => {
+                    return Err(at.field_err(
+                        1,
+                        "layer",
+                        format!("{layer} is not a header record (-1 or -2)"),
+                    ))
+                }
             }
             continue;
         }
@@ -283,21 +361,33 @@ fn usage_text(
         let count = at.uint(3, "count", f[2])? as f64;
         if let Some((n_layers, n_experts)) = dims {
             if layer > n_layers {
-                return Err(at.field_err(1, "layer", format!("{layer} is past the header's layers 0..={n_layers}")));
+                return Err(at.field_err(
+                    1,
+                    "layer",
+                    format!("{layer} is past the header's layers 0..={n_layers}"),
+                ));
             }
             if expert >= n_experts {
-                return Err(at.field_err(2, "expert", format!("{expert} is past the header's {n_experts} experts")));
+                return Err(at.field_err(
+                    2,
+                    "expert",
+                    format!("{expert} is past the header's {n_experts} experts"),
+                ));
             }
         }
         if let Some(first) = seen.insert((layer, expert), i + 1) {
-            return Err(at.err(format!("layer {layer} expert {expert} is already given on line {first}")));
+            return Err(at.err(format!(
+                "layer {layer} expert {expert} is already given on line {first}"
+            )));
         }
-        let Some(ordinal) = map.ordinal_or_drop(layer, count) else { continue };
+        let Some(ordinal) = usage.map.ordinal_or_drop(layer, count) else {
+            continue;
+        };
         if let Some(problem) = expert_problem(ctx, ordinal, expert as usize) {
             return Err(at.field_err(2, "expert", problem));
         }
-        *mapped += 1;
-        table.add(ordinal, expert as usize, count);
+        usage.mapped += 1;
+        usage.table.add(ordinal, expert as usize, count);
     }
     Ok(dims.map(|(_, e)| e as usize))
 }
@@ -316,7 +406,12 @@ fn check_engine(path: &Path, ctx: &HeatContext, id: u64, warnings: &mut Vec<Stri
     ));
 }
 
-pub(crate) fn write_usage(heat: &Heat, path: &Path, ctx: &HeatContext, warnings: &mut Vec<String>) -> Result<()> {
+pub(crate) fn write_usage(
+    heat: &Heat,
+    path: &Path,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
     let moe_layers = ctx.moe_layers.as_ref().ok_or_else(|| {
         PlannerError::input(
             path,
@@ -341,7 +436,9 @@ pub(crate) fn write_usage(heat: &Heat, path: &Path, ctx: &HeatContext, warnings:
     warn_categories_dropped(heat, path, "coli-usage", warnings);
     let n_experts = uniform_width(&heat.total, path, "coli-usage")?;
     let counts = whole_u32(&heat.total, path, "coli-usage")?;
-    let n_layers = ctx.model_layers.unwrap_or_else(|| moe_layers.iter().max().map_or(0, |m| m + 1));
+    let n_layers = ctx
+        .model_layers
+        .unwrap_or_else(|| moe_layers.iter().max().map_or(0, |m| m + 1));
     let engine = ctx.engine.as_deref().unwrap_or(DEFAULT_ENGINE);
     let mut out = format!("-1 {n_layers} {n_experts}\n-2 1 {}\n", engine_id(engine));
     for (&layer, row) in moe_layers.iter().zip(&counts) {
@@ -352,7 +449,11 @@ pub(crate) fn write_usage(heat: &Heat, path: &Path, ctx: &HeatContext, warnings:
     write_atomic(path, out.as_bytes())
 }
 
-pub(crate) fn read_route_trace(path: &Path, ctx: &HeatContext, warnings: &mut Vec<String>) -> Result<Trace> {
+pub(crate) fn read_route_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<Trace> {
     let mut map = LayerMap::from_ctx(ctx, path, "a ROUTE_TRACE")?;
     let text = crate::error::read_text(path)?;
     let mut tokens: Vec<TokenRoutes> = Vec::new();
@@ -372,29 +473,42 @@ pub(crate) fn read_route_trace(path: &Path, ctx: &HeatContext, warnings: &mut Ve
             continue;
         }
         if f.len() < 4 {
-            return Err(at.err(format!("has {} fields, expected `<call> <row> <layer>` and at least one `<id>:<gate>`", f.len())));
+            return Err(at.err(format!(
+                "has {} fields, expected `<call> <row> <layer>` and at least one `<id>:<gate>`",
+                f.len()
+            )));
         }
         let call = at.uint(1, "call", f[0])?;
         let row = at.uint(2, "row", f[1])?;
         let layer = at.uint(3, "layer", f[2])?;
         let mut ids = Vec::with_capacity(f.len() - 3);
         for (k, pair) in f.iter().enumerate().skip(3) {
-            let (id, gate) = pair
-                .split_once(':')
-                .ok_or_else(|| at.field_err(k + 1, "id:gate", format!("{} is not `<id>:<gate>`", super::common::quote(pair))))?;
+            let (id, gate) = pair.split_once(':').ok_or_else(|| {
+                at.field_err(
+                    k + 1,
+                    "id:gate",
+                    format!("{} is not `<id>:<gate>`", super::common::quote(pair)),
+                )
+            })?;
             ids.push(at.expert(k + 1, "id", id)?);
             at.number(k + 1, "gate", gate)?;
         }
         // A forward is one pass over the layers: it ends when the layer
         // goes back, or the same layer starts another call or batch.
-        let new_forward = prev.is_some_and(|(pc, pr, pl)| layer < pl || (layer == pl && (call != pc || row <= pr)));
+        let new_forward = prev
+            .is_some_and(|(pc, pr, pl)| layer < pl || (layer == pl && (call != pc || row <= pr)));
         if new_forward {
             forward += 1;
             rows.clear();
         }
         prev = Some((call, row, layer));
-        let Some(ordinal) = map.ordinal_or_drop(layer, ids.len() as f64) else { continue };
-        if let Some(problem) = ids.iter().find_map(|&e| expert_problem(ctx, ordinal, e as usize)) {
+        let Some(ordinal) = map.ordinal_or_drop(layer, ids.len() as f64) else {
+            continue;
+        };
+        if let Some(problem) = ids
+            .iter()
+            .find_map(|&e| expert_problem(ctx, ordinal, e as usize))
+        {
             return Err(at.err(problem));
         }
         mapped += 1;
@@ -411,7 +525,13 @@ pub(crate) fn read_route_trace(path: &Path, ctx: &HeatContext, warnings: &mut Ve
     }
     map.warn_dropped(path, "lines", warnings);
     map.check_some_mapped(path, mapped)?;
-    Ok(Trace::build(HeatFormat::ColiRoute, ctx, map.layers(), 0, tokens))
+    Ok(Trace::build(
+        HeatFormat::ColiRoute,
+        ctx,
+        map.layers(),
+        0,
+        tokens,
+    ))
 }
 
 #[cfg(test)]
@@ -445,7 +565,10 @@ mod tests {
         Heat {
             model: None,
             format: HeatFormat::ColiHeat,
-            total: HeatTable { counts, tokens: None },
+            total: HeatTable {
+                counts,
+                tokens: None,
+            },
             categories: Default::default(),
         }
     }
@@ -467,15 +590,26 @@ mod tests {
         let bytes = std::fs::read(&path).unwrap();
         // 12-byte header + 6 counts; bytes on disk start "1HTQ", nl = 2, ne = 3.
         assert_eq!(bytes.len(), 12 + 4 * 6);
-        assert_eq!(&bytes[..12], &[0x31, 0x48, 0x54, 0x51, 2, 0, 0, 0, 3, 0, 0, 0]);
-        assert_eq!(read_heat_file(&path, &HeatContext::default(), &mut vec![]).unwrap(), h);
+        assert_eq!(
+            &bytes[..12],
+            &[0x31, 0x48, 0x54, 0x51, 2, 0, 0, 0, 3, 0, 0, 0]
+        );
+        assert_eq!(
+            read_heat_file(&path, &HeatContext::default(), &mut vec![]).unwrap(),
+            h
+        );
     }
 
     #[test]
     fn heat_file_extra_row_is_dropped_with_a_warning() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.bin");
-        write_heat_file(&heat(vec![vec![1.0; 3], vec![2.0; 3], vec![9.0; 3]]), &path, &mut vec![]).unwrap();
+        write_heat_file(
+            &heat(vec![vec![1.0; 3], vec![2.0; 3], vec![9.0; 3]]),
+            &path,
+            &mut vec![],
+        )
+        .unwrap();
         let mut warnings = vec![];
         let h = read_heat_file(&path, &small(), &mut warnings).unwrap();
         assert_eq!(h.total.counts, vec![vec![1.0; 3], vec![2.0; 3]]);
@@ -503,15 +637,24 @@ mod tests {
             v
         };
         let none = HeatContext::default();
+        let small = small();
         let cases: Vec<(Vec<u8>, &str, &HeatContext)> = vec![
-            (good[..2].to_vec(), "byte 2: file ends inside the 12-byte", &none),
+            (
+                good[..2].to_vec(),
+                "byte 2: file ends inside the 12-byte",
+                &none,
+            ),
             (good[..10].to_vec(), "byte 10", &none),
             (bad_magic, "byte 0: magic is 0x51544800", &none),
             (zero_ne, "byte 8: ne (experts) is 0", &none),
-            (good[..30].to_vec(), "byte 30: file ends after 4 of the 6 counts", &none),
+            (
+                good[..30].to_vec(),
+                "byte 30: file ends after 4 of the 6 counts",
+                &none,
+            ),
             (long, "byte 36: 1 bytes follow", &none),
-            (one_layer, "byte 4: nl = 1 layers, `small` has 2", &small()),
-            (good.clone(), "", &small()),
+            (one_layer, "byte 4: nl = 1 layers, `small` has 2", &small),
+            (good.clone(), "", &small),
         ];
         for (bytes, place, ctx) in cases {
             std::fs::write(&path, &bytes).unwrap();
@@ -525,10 +668,14 @@ mod tests {
         // 3 experts per layer in the file, the model has 2.
         let ctx = HeatContext {
             experts: Some(vec![2, 2]),
-            ..small()
+            ..small
         };
         std::fs::write(&path, &good).unwrap();
-        one_line(read_heat_file(&path, &ctx, &mut vec![]).unwrap_err(), "bad.bin", "byte 8");
+        one_line(
+            read_heat_file(&path, &ctx, &mut vec![]).unwrap_err(),
+            "bad.bin",
+            "byte 8",
+        );
     }
 
     #[test]
@@ -537,7 +684,8 @@ mod tests {
         let path = dir.path().join("out.bin");
         let e = write_heat_file(&heat(vec![vec![1.5, 2.0]]), &path, &mut vec![]).unwrap_err();
         one_line(e, "out.bin", "MoE layer 0, expert 0");
-        let e = write_heat_file(&heat(vec![vec![1.0, 2.0], vec![1.0]]), &path, &mut vec![]).unwrap_err();
+        let e = write_heat_file(&heat(vec![vec![1.0, 2.0], vec![1.0]]), &path, &mut vec![])
+            .unwrap_err();
         one_line(e, "out.bin", "MoE layer 1");
         assert!(!path.exists());
     }
@@ -553,7 +701,10 @@ mod tests {
         write_usage(&h, &path, &small(), &mut vec![]).unwrap();
         let text = std::fs::read_to_string(&path).unwrap();
         // Model layers 1 and 2 (MoE ordinals 0 and 1), zero counts omitted.
-        let want = format!("-1 3 3\n-2 1 {}\n1 1 5\n1 2 1\n2 0 7\n", engine_id("glm_moe_dsa"));
+        let want = format!(
+            "-1 3 3\n-2 1 {}\n1 1 5\n1 2 1\n2 0 7\n",
+            engine_id("glm_moe_dsa")
+        );
         assert_eq!(text, want);
         assert_eq!(read_usage(&path, &small(), &mut vec![]).unwrap(), h);
     }
@@ -567,9 +718,16 @@ mod tests {
         std::fs::write(&path, "1 0 2\n0 1 2\n2 2 3\n3 0 4\n").unwrap();
         let mut warnings = vec![];
         let h = read_usage(&path, &small(), &mut warnings).unwrap();
-        assert_eq!(h.total.counts, vec![vec![2.0, 0.0, 0.0], vec![0.0, 0.0, 3.0]]);
+        assert_eq!(
+            h.total.counts,
+            vec![vec![2.0, 0.0, 0.0], vec![0.0, 0.0, 3.0]]
+        );
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("[0, 3]") && warnings[0].contains("(6 selections)"), "{}", warnings[0]);
+        assert!(
+            warnings[0].contains("[0, 3]") && warnings[0].contains("(6 selections)"),
+            "{}",
+            warnings[0]
+        );
         // IKU1: 3 dense rows of 3 (model layers 0, 1, 2); row 0 all zero.
         let mut bytes = Vec::new();
         for w in [USAGE_MAGIC, 3, 3, 0, 0, 0, 1, 2, 3, 4, 5, 6] {
@@ -579,25 +737,41 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let mut warnings = vec![];
         let h = read_usage(&path, &small(), &mut warnings).unwrap();
-        assert_eq!(h.total.counts, vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]);
+        assert_eq!(
+            h.total.counts,
+            vec![vec![1.0, 2.0, 3.0], vec![4.0, 5.0, 6.0]]
+        );
         assert!(warnings.is_empty());
         // Zero-byte file = all-zero history.
         std::fs::write(&path, "").unwrap();
-        assert_eq!(read_usage(&path, &small(), &mut vec![]).unwrap().total.counts, vec![vec![0.0; 3]; 2]);
+        assert_eq!(
+            read_usage(&path, &small(), &mut vec![])
+                .unwrap()
+                .total
+                .counts,
+            vec![vec![0.0; 3]; 2]
+        );
     }
 
     #[test]
     fn usage_engine_mismatch_is_a_warning() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("u");
-        std::fs::write(&path, format!("-1 3 3\n-2 1 {}\n1 0 1\n", engine_id("olmoe"))).unwrap();
+        std::fs::write(
+            &path,
+            format!("-1 3 3\n-2 1 {}\n1 0 1\n", engine_id("olmoe")),
+        )
+        .unwrap();
         let ctx = HeatContext {
             engine: Some("glm_moe_dsa".into()),
             ..small()
         };
         let mut warnings = vec![];
         read_usage(&path, &ctx, &mut warnings).unwrap();
-        assert!(warnings.len() == 1 && warnings[0].contains("`olmoe`"), "{warnings:?}");
+        assert!(
+            warnings.len() == 1 && warnings[0].contains("`olmoe`"),
+            "{warnings:?}"
+        );
     }
 
     #[test]
@@ -605,36 +779,81 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("bad_usage");
         let cases: &[(&str, &str)] = &[
-            ("1 0 x\n", "line 1, field 3 (count): `x` is not a non-negative whole number"),
+            (
+                "1 0 x\n",
+                "line 1, field 3 (count): `x` is not a non-negative whole number",
+            ),
             ("1 0\n", "line 1: has 2 fields"),
             ("1 0 -4\n", "line 1, field 3 (count)"),
-            ("1 7 1\n", "line 1, field 2 (expert): expert 7 does not exist in MoE layer 0 of `small`"),
-            ("-1 4 3\n", "line 1, field 2 (n_layers): 4 layers, `small` has 3"),
+            (
+                "1 7 1\n",
+                "line 1, field 2 (expert): expert 7 does not exist in MoE layer 0 of `small`",
+            ),
+            (
+                "-1 4 3\n",
+                "line 1, field 2 (n_layers): 4 layers, `small` has 3",
+            ),
             ("-1 3 8\n", "line 1, field 3 (n_experts): 8 experts"),
             ("-2 2 5\n", "line 1, field 2 (format_version): version 2"),
             ("-3 1 1\n", "line 1, field 1 (layer)"),
-            ("1 0 1\n-1 3 3\n", "line 2: header record -1 comes after data"),
-            ("-1 3 3\n5 0 1\n", "line 2, field 1 (layer): 5 is past the header's layers 0..=3"),
-            ("1 0 1\n1 0 2\n", "line 2: layer 1 expert 0 is already given on line 1"),
-            ("0 0 1\n9 1 1\n", "layers: no row is in an MoE layer of `small`"),
+            (
+                "1 0 1\n-1 3 3\n",
+                "line 2: header record -1 comes after data",
+            ),
+            (
+                "-1 3 3\n5 0 1\n",
+                "line 2, field 1 (layer): 5 is past the header's layers 0..=3",
+            ),
+            (
+                "1 0 1\n1 0 2\n",
+                "line 2: layer 1 expert 0 is already given on line 1",
+            ),
+            (
+                "0 0 1\n9 1 1\n",
+                "layers: no row is in an MoE layer of `small`",
+            ),
         ];
         for (text, place) in cases {
             std::fs::write(&path, text).unwrap();
-            one_line(read_usage(&path, &small(), &mut vec![]).unwrap_err(), "bad_usage", place);
+            one_line(
+                read_usage(&path, &small(), &mut vec![]).unwrap_err(),
+                "bad_usage",
+                place,
+            );
         }
         std::fs::write(&path, b"1 0 1\n\x00\xff").unwrap();
-        one_line(read_usage(&path, &small(), &mut vec![]).unwrap_err(), "bad_usage", "byte 7");
+        one_line(
+            read_usage(&path, &small(), &mut vec![]).unwrap_err(),
+            "bad_usage",
+            "byte 7",
+        );
         let mut bytes = USAGE_MAGIC.to_le_bytes().to_vec();
         bytes.extend_from_slice(&[3, 0, 0, 0, 3, 0, 0, 0, 1]);
         std::fs::write(&path, &bytes).unwrap();
-        one_line(read_usage(&path, &small(), &mut vec![]).unwrap_err(), "bad_usage", "byte 13");
+        one_line(
+            read_usage(&path, &small(), &mut vec![]).unwrap_err(),
+            "bad_usage",
+            "byte 13",
+        );
         // Without a model the model layers cannot be mapped.
-        let msg = one_line(read_usage(&path, &HeatContext::default(), &mut vec![]).unwrap_err(), "bad_usage", "layers");
+        let msg = one_line(
+            read_usage(&path, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "bad_usage",
+            "layers",
+        );
         assert!(msg.contains("--model"), "{msg}");
         let h = heat(vec![vec![1.0; 3]]);
-        let msg = one_line(write_usage(&h, &path, &HeatContext::default(), &mut vec![]).unwrap_err(), "bad_usage", "layers");
+        let msg = one_line(
+            write_usage(&h, &path, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "bad_usage",
+            "layers",
+        );
         assert!(msg.contains("--model"), "{msg}");
-        one_line(write_usage(&h, &path, &small(), &mut vec![]).unwrap_err(), "bad_usage", "heat has 1 MoE layers");
+        one_line(
+            write_usage(&h, &path, &small(), &mut vec![]).unwrap_err(),
+            "bad_usage",
+            "heat has 1 MoE layers",
+        );
     }
 
     #[test]
@@ -643,18 +862,26 @@ mod tests {
         let path = dir.path().join("route.txt");
         // A prefill forward of 2 rows (calls 0, 1 = layers 1, 2; layer 3 is
         // MTP and dropped), then a decode forward of 1 row (calls 2, 3).
-        let text = "0 0 1 0:0.5000 1:0.5000\n0 1 1 2:1.0000 0:0.1\n1 0 2 1:0.7 2:0.3\n1 1 2 1:0.6 0:0.4\n\
+        let text =
+            "0 0 1 0:0.5000 1:0.5000\n0 1 1 2:1.0000 0:0.1\n1 0 2 1:0.7 2:0.3\n1 1 2 1:0.6 0:0.4\n\
                     1 0 3 2:1.0 1:0.0\n2 0 1 2:0.9 1:0.1\n3 0 2 0:0.5 2:0.5\n";
         std::fs::write(&path, text).unwrap();
         let mut warnings = vec![];
         let trace = read_route_trace(&path, &small(), &mut warnings).unwrap();
         assert_eq!(warnings.len(), 1);
-        let seqs: Vec<(&str, u64)> = trace.tokens.iter().map(|t| (t.seq.as_str(), t.pos)).collect();
+        let seqs: Vec<(&str, u64)> = trace
+            .tokens
+            .iter()
+            .map(|t| (t.seq.as_str(), t.pos))
+            .collect();
         assert_eq!(seqs, [("0", 0), ("0", 1), ("1", 0)]);
         assert_eq!(trace.tokens[1].routes, vec![vec![2, 0], vec![1, 0]]);
         // Layer 1 (ordinal 0): ids 0,1 | 2,0 | 2,1 -> [2, 2, 2]; layer 2: 1,2 | 1,0 | 0,2 -> [2, 2, 2].
         let h = trace.heat();
-        assert_eq!(h.total.counts, vec![vec![2.0, 2.0, 2.0], vec![2.0, 2.0, 2.0]]);
+        assert_eq!(
+            h.total.counts,
+            vec![vec![2.0, 2.0, 2.0], vec![2.0, 2.0, 2.0]]
+        );
         assert_eq!(h.total.tokens, Some(vec![3, 3]));
     }
 
@@ -664,7 +891,10 @@ mod tests {
         let path = dir.path().join("bad_route");
         let cases: &[(&str, &str)] = &[
             ("0 0 1\n", "line 1: has 3 fields"),
-            ("0 0 1 2\n", "line 1, field 4 (id:gate): `2` is not `<id>:<gate>`"),
+            (
+                "0 0 1 2\n",
+                "line 1, field 4 (id:gate): `2` is not `<id>:<gate>`",
+            ),
             ("0 0 1 x:0.5\n", "line 1, field 4 (id)"),
             ("0 0 1 1:abc\n", "line 1, field 4 (gate)"),
             ("0 z 1 1:0.5\n", "line 1, field 2 (row)"),
@@ -672,16 +902,26 @@ mod tests {
         ];
         for (text, place) in cases {
             std::fs::write(&path, text).unwrap();
-            one_line(read_route_trace(&path, &small(), &mut vec![]).unwrap_err(), "bad_route", place);
+            one_line(
+                read_route_trace(&path, &small(), &mut vec![]).unwrap_err(),
+                "bad_route",
+                place,
+            );
         }
         std::fs::write(&path, "0 0 1 1:0.5\n").unwrap();
-        let msg = one_line(read_route_trace(&path, &HeatContext::default(), &mut vec![]).unwrap_err(), "bad_route", "layers");
+        let msg = one_line(
+            read_route_trace(&path, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "bad_route",
+            "layers",
+        );
         assert!(msg.contains("--model"));
     }
 
     #[test]
     fn real_glm_snapshot() {
-        let Some(dir) = shared_data("colibri/glm52_m1ultra_fmt2_2026-08-04") else { return };
+        let Some(dir) = shared_data("colibri/glm52_m1ultra_fmt2_2026-08-04") else {
+            return;
+        };
         let path = dir.join("colibri_usage.snapshot");
         let mut warnings = vec![];
         let h = read_usage(&path, &glm(), &mut warnings).unwrap();
@@ -692,14 +932,25 @@ mod tests {
         let total: f64 = h.total.counts.iter().flatten().sum();
         assert_eq!(total + 41408.0, 6_373_208.0);
         assert_eq!(h.total.counts.len(), 75);
-        assert!(h.total.counts.iter().all(|r| r.len() == 256 && r.iter().sum::<f64>() == 84424.0));
+        assert!(h
+            .total
+            .counts
+            .iter()
+            .all(|r| r.len() == 256 && r.iter().sum::<f64>() == 84424.0));
         assert_eq!(h.total.counts[0][0], 429.0); // first line `3 0 429`
         assert_eq!(warnings.len(), 1, "{warnings:?}");
-        assert!(warnings[0].contains("[78]") && warnings[0].contains("41408 selections"), "{}", warnings[0]);
+        assert!(
+            warnings[0].contains("[78]") && warnings[0].contains("41408 selections"),
+            "{}",
+            warnings[0]
+        );
         // Written back as v1 and read again: the same table.
         let out = tempfile::tempdir().unwrap();
         let copy = out.path().join(".coli_usage");
         write_usage(&h, &copy, &glm(), &mut vec![]).unwrap();
-        assert_eq!(read_usage(&copy, &glm(), &mut vec![]).unwrap().total, h.total);
+        assert_eq!(
+            read_usage(&copy, &glm(), &mut vec![]).unwrap().total,
+            h.total
+        );
     }
 }

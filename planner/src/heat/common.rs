@@ -32,7 +32,12 @@ pub(crate) struct LineCtx<'a> {
 impl LineCtx<'_> {
     /// An error about the whole line.
     pub fn err(&self, problem: impl Into<String>) -> PlannerError {
-        PlannerError::input(self.file, format!("line {}", self.line), problem, self.syntax)
+        PlannerError::input(
+            self.file,
+            format!("line {}", self.line),
+            problem,
+            self.syntax,
+        )
     }
 
     /// An error about field `field` (1-based), called `name`.
@@ -47,21 +52,35 @@ impl LineCtx<'_> {
 
     /// A non-negative whole number.
     pub fn uint(&self, field: usize, name: &str, text: &str) -> Result<u64> {
-        text.parse()
-            .map_err(|_| self.field_err(field, name, format!("{} is not a non-negative whole number", quote(text))))
+        text.parse().map_err(|_| {
+            self.field_err(
+                field,
+                name,
+                format!("{} is not a non-negative whole number", quote(text)),
+            )
+        })
     }
 
     /// A whole number that may be negative.
     pub fn int(&self, field: usize, name: &str, text: &str) -> Result<i64> {
-        text.parse()
-            .map_err(|_| self.field_err(field, name, format!("{} is not a whole number", quote(text))))
+        text.parse().map_err(|_| {
+            self.field_err(
+                field,
+                name,
+                format!("{} is not a whole number", quote(text)),
+            )
+        })
     }
 
     /// A finite number (decimal point allowed).
     pub fn number(&self, field: usize, name: &str, text: &str) -> Result<f64> {
         match text.parse::<f64>() {
             Ok(v) if v.is_finite() => Ok(v),
-            _ => Err(self.field_err(field, name, format!("{} is not a finite number", quote(text)))),
+            _ => Err(self.field_err(
+                field,
+                name,
+                format!("{} is not a finite number", quote(text)),
+            )),
         }
     }
 
@@ -77,14 +96,20 @@ impl LineCtx<'_> {
     /// An expert id that fits in u32.
     pub fn expert(&self, field: usize, name: &str, text: &str) -> Result<u32> {
         let v = self.uint(field, name, text)?;
-        u32::try_from(v).map_err(|_| self.field_err(field, name, format!("expert id {v} is out of range")))
+        u32::try_from(v)
+            .map_err(|_| self.field_err(field, name, format!("expert id {v} is out of range")))
     }
 }
 
 /// Turns a serde_json error into a one-line input error. `line` is the line
 /// of the file the parsed text started on (1 for a whole file; N for line N
 /// of a JSONL file, where serde's own line is always 1).
-pub(crate) fn json_err(file: &Path, line: Option<usize>, e: &serde_json::Error, fix: &str) -> PlannerError {
+pub(crate) fn json_err(
+    file: &Path,
+    line: Option<usize>,
+    e: &serde_json::Error,
+    fix: &str,
+) -> PlannerError {
     let (place, problem) = match line {
         Some(n) => {
             let (_, problem) = split_serde_location(&e.to_string());
@@ -98,7 +123,9 @@ pub(crate) fn json_err(file: &Path, line: Option<usize>, e: &serde_json::Error, 
 /// Writes layer numbers compactly: `3..=77` when contiguous, else a list.
 pub(crate) fn describe_layers(layers: &[usize]) -> String {
     match (layers.first(), layers.last()) {
-        (Some(&a), Some(&b)) if layers.len() > 2 && b - a + 1 == layers.len() => format!("{a}..={b}"),
+        (Some(&a), Some(&b)) if layers.len() > 2 && b - a + 1 == layers.len() => {
+            format!("{a}..={b}")
+        }
         _ => format!("{layers:?}"),
     }
 }
@@ -126,7 +153,10 @@ impl<'a> LayerMap<'a> {
                 "pass --model so that its moe_layers can be used",
             )
         })?;
-        Ok(Self::new(moe_layers, ctx.model_name.as_deref().unwrap_or("the model")))
+        Ok(Self::new(
+            moe_layers,
+            ctx.model_name.as_deref().unwrap_or("the model"),
+        ))
     }
 
     pub fn new(moe_layers: &'a [usize], model: &'a str) -> Self {
@@ -151,14 +181,17 @@ impl<'a> LayerMap<'a> {
 
     /// The MoE ordinal of a model layer, if it is an MoE layer.
     pub fn ordinal(&self, layer: u64) -> Option<usize> {
-        usize::try_from(layer).ok().and_then(|l| self.by_layer.get(l).copied().flatten())
+        usize::try_from(layer)
+            .ok()
+            .and_then(|l| self.by_layer.get(l).copied().flatten())
     }
 
     /// The ordinal, or records the row as dropped (`selections` in it).
     pub fn ordinal_or_drop(&mut self, layer: u64, selections: f64) -> Option<usize> {
         let ordinal = self.ordinal(layer);
         if ordinal.is_none() {
-            self.dropped_layers.insert(usize::try_from(layer).unwrap_or(usize::MAX));
+            self.dropped_layers
+                .insert(usize::try_from(layer).unwrap_or(usize::MAX));
             self.dropped_rows += 1;
             self.dropped_selections += selections;
         }
@@ -274,10 +307,6 @@ impl CountTable {
         }
     }
 
-    pub fn get(&self, layer: usize, expert: usize) -> f64 {
-        self.rows.get(layer).and_then(|r| r.get(expert)).copied().unwrap_or(0.0)
-    }
-
     /// Layers seen (the highest layer + 1).
     pub fn layers(&self) -> usize {
         self.rows.len()
@@ -334,7 +363,12 @@ pub(crate) fn whole_u32(table: &HeatTable, file: &Path, format: &str) -> Result<
 /// Every row of a table has the same width, or an error saying which differs.
 pub(crate) fn uniform_width(table: &HeatTable, file: &Path, format: &str) -> Result<usize> {
     let width = table.counts.first().map_or(0, Vec::len);
-    if let Some((l, row)) = table.counts.iter().enumerate().find(|(_, r)| r.len() != width) {
+    if let Some((l, row)) = table
+        .counts
+        .iter()
+        .enumerate()
+        .find(|(_, r)| r.len() != width)
+    {
         return Err(PlannerError::input(
             file,
             format!("MoE layer {l}"),
@@ -369,21 +403,34 @@ pub(crate) mod test_util {
     /// the file and the place.
     pub fn one_line(err: PlannerError, file_part: &str, place_part: &str) -> String {
         let msg = err.to_string();
-        assert!(matches!(err, PlannerError::Input { .. }), "not an input error: {msg}");
+        assert!(
+            matches!(err, PlannerError::Input { .. }),
+            "not an input error: {msg}"
+        );
         assert!(!msg.contains('\n'), "error spans lines: {msg}");
-        assert!(msg.contains(file_part), "error does not name `{file_part}`: {msg}");
-        assert!(msg.contains(place_part), "error does not name `{place_part}`: {msg}");
+        assert!(
+            msg.contains(file_part),
+            "error does not name `{file_part}`: {msg}"
+        );
+        assert!(
+            msg.contains(place_part),
+            "error does not name `{place_part}`: {msg}"
+        );
         msg
     }
 
     /// The shared data directory, or None (and a reason on stderr) when it
     /// is absent, so that tests on real data skip instead of failing.
     pub fn shared_data(sub: &str) -> Option<std::path::PathBuf> {
-        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data")).join(sub);
+        let dir = std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../shared/data"))
+            .join(sub);
         if dir.exists() {
             Some(dir)
         } else {
-            eprintln!("skipped: {} is absent (the shared data sets live beside the repository)", dir.display());
+            eprintln!(
+                "skipped: {} is absent (the shared data sets live beside the repository)",
+                dir.display()
+            );
             None
         }
     }

@@ -11,16 +11,20 @@
 //! wholly in double quotes is unquoted); blank lines and other `#` lines are
 //! skipped. The csv form holds one table: categories are not written.
 
-use super::common::{expert_problem, ordinal_problem, resolve_shape, warn_categories_dropped, CountTable, LineCtx};
+use super::common::{
+    expert_problem, ordinal_problem, resolve_shape, warn_categories_dropped, CountTable, LineCtx,
+};
 use super::{Heat, HeatContext, HeatFormat};
 use crate::error::{read_text, write_atomic, PlannerError, Result};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
 use std::path::Path;
 
-const LONG_SYNTAX: &str = "after the header `layer,expert,count` each line is `<MoE layer>,<expert>,<count>`";
+const LONG_SYNTAX: &str =
+    "after the header `layer,expert,count` each line is `<MoE layer>,<expert>,<count>`";
 const WIDE_SYNTAX: &str = "each line has the header's columns: `<layer>,..,<count of Expert_0>,..`";
-const HEADER_FIX: &str = "start with the header `layer,expert,count`, or `Layer,..,Expert_0,..` for the wide form";
+const HEADER_FIX: &str =
+    "start with the header `layer,expert,count`, or `Layer,..,Expert_0,..` for the wide form";
 
 /// A CSV text split into comments, header and data lines (1-based numbers).
 pub(crate) struct CsvText<'a> {
@@ -34,12 +38,14 @@ pub(crate) fn fields(line: &str) -> Vec<&str> {
     line.split(',')
         .map(|f| {
             let f = f.trim();
-            f.strip_prefix('"').and_then(|g| g.strip_suffix('"')).unwrap_or(f)
+            f.strip_prefix('"')
+                .and_then(|g| g.strip_suffix('"'))
+                .unwrap_or(f)
         })
         .collect()
 }
 
-pub(crate) fn split(text: &str, path: &Path) -> Result<CsvText<'_>> {
+pub(crate) fn split<'a>(text: &'a str, path: &Path) -> Result<CsvText<'a>> {
     let mut comments = Vec::new();
     let mut header = None;
     let mut rows = Vec::new();
@@ -56,8 +62,14 @@ pub(crate) fn split(text: &str, path: &Path) -> Result<CsvText<'_>> {
             rows.push((i + 1, trimmed));
         }
     }
-    let (header_line, header) =
-        header.ok_or_else(|| PlannerError::input(path, "line 1", "no header line (the file is empty)", HEADER_FIX))?;
+    let (header_line, header) = header.ok_or_else(|| {
+        PlannerError::input(
+            path,
+            "line 1",
+            "no header line (the file is empty)",
+            HEADER_FIX,
+        )
+    })?;
     Ok(CsvText {
         comments,
         header_line,
@@ -76,13 +88,16 @@ struct Preamble {
 fn preamble(csv: &CsvText, path: &Path) -> Result<Preamble> {
     let mut p = Preamble::default();
     for &(line, c) in &csv.comments {
-        let Some((key, value)) = c.split_once('=') else { continue };
+        let Some((key, value)) = c.split_once('=') else {
+            continue;
+        };
         match key.trim() {
             "tokens" => {
                 let at = LineCtx {
                     file: path,
                     line,
-                    syntax: "write `# tokens=N` (all layers) or `# tokens=N0,N1,..` (one per MoE layer)",
+                    syntax:
+                        "write `# tokens=N` (all layers) or `# tokens=N0,N1,..` (one per MoE layer)",
                 };
                 let list = fields(value)
                     .into_iter()
@@ -124,14 +139,23 @@ fn wide_start(header: &[&str]) -> Option<usize> {
 
 pub(crate) fn parse_wide(csv: &CsvText, path: &Path) -> Result<Wide> {
     let start = wide_start(&csv.header).ok_or_else(|| {
-        PlannerError::input(path, format!("line {}", csv.header_line), "the header is not `Layer,..,Expert_0,..`", HEADER_FIX)
+        PlannerError::input(
+            path,
+            format!("line {}", csv.header_line),
+            "the header is not `Layer,..,Expert_0,..`",
+            HEADER_FIX,
+        )
     })?;
     for (k, name) in csv.header.iter().enumerate().skip(start) {
         if *name != format!("Expert_{}", k - start) {
             return Err(PlannerError::input(
                 path,
                 format!("line {}, column {}", csv.header_line, k + 1),
-                format!("header {} should be `Expert_{}`", super::common::quote(name), k - start),
+                format!(
+                    "header {} should be `Expert_{}`",
+                    super::common::quote(name),
+                    k - start
+                ),
                 "list Expert_0..Expert_{E-1} in order, last",
             ));
         }
@@ -146,7 +170,11 @@ pub(crate) fn parse_wide(csv: &CsvText, path: &Path) -> Result<Wide> {
         };
         let f = fields(text);
         if f.len() != csv.header.len() {
-            return Err(at.err(format!("has {} fields, the header has {}", f.len(), csv.header.len())));
+            return Err(at.err(format!(
+                "has {} fields, the header has {}",
+                f.len(),
+                csv.header.len()
+            )));
         }
         let layer = at.uint(1, csv.header[0], f[0])? as usize;
         let values = f[start..]
@@ -201,8 +229,15 @@ pub(crate) fn wide_tables(
         }
         let k = key(row);
         if let Some(first) = seen.insert((k.clone(), row.layer), row.line) {
-            let what = if k.is_empty() { String::new() } else { format!(" of `{k}`") };
-            return Err(at.err(format!("layer {}{what} is already given on line {first}", row.layer)));
+            let what = if k.is_empty() {
+                String::new()
+            } else {
+                format!(" of `{k}`")
+            };
+            return Err(at.err(format!(
+                "layer {}{what} is already given on line {first}",
+                row.layer
+            )));
         }
         let table = tables.entry(k).or_default();
         for (e, &v) in row.values.iter().enumerate() {
@@ -232,12 +267,21 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         return Err(PlannerError::input(
             path,
             format!("line {}", csv.header_line),
-            format!("header {} is not a heat header", super::common::quote(&csv.header.join(","))),
+            format!(
+                "header {} is not a heat header",
+                super::common::quote(&csv.header.join(","))
+            ),
             HEADER_FIX,
         ));
     };
-    let listed = pre.tokens.as_ref().map_or(0, |(_, t)| if t.len() > 1 { t.len() } else { 0 });
-    let layers = ctx.moe_layers.as_ref().map_or(total.layers().max(listed), Vec::len);
+    let listed = pre
+        .tokens
+        .as_ref()
+        .map_or(0, |(_, t)| if t.len() > 1 { t.len() } else { 0 });
+    let layers = ctx
+        .moe_layers
+        .as_ref()
+        .map_or(total.layers().max(listed), Vec::len);
     let tokens = match pre.tokens {
         None => None,
         Some((_, list)) if list.len() == 1 => Some(vec![list[0]; layers]),
@@ -246,7 +290,10 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
             return Err(PlannerError::input(
                 path,
                 format!("line {line}"),
-                format!("`# tokens=` lists {} layers, the heat has {layers}", list.len()),
+                format!(
+                    "`# tokens=` lists {} layers, the heat has {layers}",
+                    list.len()
+                ),
                 "give one token count per MoE layer, or one number for all",
             ))
         }
@@ -256,7 +303,10 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         model: pre.model,
         format: HeatFormat::Csv,
         total: total.finish(&shape, tokens),
-        categories: parts.into_iter().map(|(k, t)| (k, t.finish(&shape, None))).collect(),
+        categories: parts
+            .into_iter()
+            .map(|(k, t)| (k, t.finish(&shape, None)))
+            .collect(),
     })
 }
 
@@ -283,7 +333,9 @@ fn read_long(csv: &CsvText, path: &Path, ctx: &HeatContext) -> Result<CountTable
             return Err(at.field_err(2, "expert", problem));
         }
         if let Some(first) = seen.insert((layer, expert), line) {
-            return Err(at.err(format!("layer {layer} expert {expert} is already given on line {first}")));
+            return Err(at.err(format!(
+                "layer {layer} expert {expert} is already given on line {first}"
+            )));
         }
         table.add(layer, expert, count);
     }
@@ -341,7 +393,10 @@ mod tests {
             let mut warnings = vec![];
             write(&h, &path, &mut warnings).unwrap();
             assert!(warnings.is_empty());
-            assert_eq!(read(&path, &HeatContext::default(), &mut vec![]).unwrap(), h);
+            assert_eq!(
+                read(&path, &HeatContext::default(), &mut vec![]).unwrap(),
+                h
+            );
         }
     }
 
@@ -359,7 +414,11 @@ mod tests {
         // Three model MoE layers of 4 experts; only (0,1) and (1,0) given.
         assert_eq!(
             h.total.counts,
-            vec![vec![0.0, 7.0, 0.0, 0.0], vec![2.5, 0.0, 0.0, 0.0], vec![0.0; 4]]
+            vec![
+                vec![0.0, 7.0, 0.0, 0.0],
+                vec![2.5, 0.0, 0.0, 0.0],
+                vec![0.0; 4]
+            ]
         );
         assert_eq!(h.total.tokens, Some(vec![10, 10, 10]));
         // Without a model: the largest layer and expert seen.
@@ -371,11 +430,18 @@ mod tests {
     fn wide_form_with_categories() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.csv");
-        std::fs::write(&path, "Layer,Split,Expert_0,Expert_1\n0,a,1,2\n0,b,3,4\n1,a,0,1\n").unwrap();
+        std::fs::write(
+            &path,
+            "Layer,Split,Expert_0,Expert_1\n0,a,1,2\n0,b,3,4\n1,a,0,1\n",
+        )
+        .unwrap();
         let h = read(&path, &HeatContext::default(), &mut vec![]).unwrap();
         // Total = a + b per layer: L0 = [1+3, 2+4], L1 = [0, 1] (b has no layer-1 row).
         assert_eq!(h.total.counts, vec![vec![4.0, 6.0], vec![0.0, 1.0]]);
-        assert_eq!(h.categories["b"].counts, vec![vec![3.0, 4.0], vec![0.0, 0.0]]);
+        assert_eq!(
+            h.categories["b"].counts,
+            vec![vec![3.0, 4.0], vec![0.0, 0.0]]
+        );
         std::fs::write(&path, "Layer,Expert_0,Expert_1\n0,1,2\n1,3,4\n").unwrap();
         let h = read(&path, &HeatContext::default(), &mut vec![]).unwrap();
         assert!(h.categories.is_empty());
@@ -396,19 +462,59 @@ mod tests {
         let cases: &[(&str, &str, &HeatContext)] = &[
             ("", "line 1: no header", &none),
             ("a,b,c\n", "line 1: header `a,b,c`", &none),
-            ("layer,expert,count\n0,1,x\n", "line 2, field 3 (count): `x` is not a finite number", &none),
-            ("layer,expert,count\n0,-1,1\n", "line 2, field 2 (expert)", &none),
-            ("layer,expert,count\n0,1,-1\n", "line 2, field 3 (count): `-1` is negative", &none),
+            (
+                "layer,expert,count\n0,1,x\n",
+                "line 2, field 3 (count): `x` is not a finite number",
+                &none,
+            ),
+            (
+                "layer,expert,count\n0,-1,1\n",
+                "line 2, field 2 (expert)",
+                &none,
+            ),
+            (
+                "layer,expert,count\n0,1,-1\n",
+                "line 2, field 3 (count): `-1` is negative",
+                &none,
+            ),
             ("layer,expert,count\n0,1\n", "line 2: has 2 fields", &none),
-            ("layer,expert,count\n0,1,1\n0,1,2\n", "line 3: layer 0 expert 1 is already given on line 2", &none),
-            ("layer,expert,count\n2,1,1\n", "line 2, field 1 (layer): MoE layer 2 does not exist", &ctx),
-            ("layer,expert,count\n1,2,1\n", "line 2, field 2 (expert): expert 2 does not exist", &ctx),
-            ("# tokens=1,2,3\nlayer,expert,count\n1,1,1\n", "line 1: `# tokens=` lists 3 layers", &ctx),
-            ("# tokens=x\nlayer,expert,count\n", "line 1, field 1 (tokens)", &none),
+            (
+                "layer,expert,count\n0,1,1\n0,1,2\n",
+                "line 3: layer 0 expert 1 is already given on line 2",
+                &none,
+            ),
+            (
+                "layer,expert,count\n2,1,1\n",
+                "line 2, field 1 (layer): MoE layer 2 does not exist",
+                &ctx,
+            ),
+            (
+                "layer,expert,count\n1,2,1\n",
+                "line 2, field 2 (expert): expert 2 does not exist",
+                &ctx,
+            ),
+            (
+                "# tokens=1,2,3\nlayer,expert,count\n1,1,1\n",
+                "line 1: `# tokens=` lists 3 layers",
+                &ctx,
+            ),
+            (
+                "# tokens=x\nlayer,expert,count\n",
+                "line 1, field 1 (tokens)",
+                &none,
+            ),
             ("Layer,Expert_0,Expert_2\n", "line 1, column 3", &none),
             ("Layer,Expert_0\n0,1,2\n", "line 2: has 3 fields", &none),
-            ("Layer,Expert_0\n0,1\n0,2\n", "line 3: layer 0 is already given on line 2", &none),
-            ("Layer,Expert_0,Expert_1,Expert_2\n0,1,2,3\n", "line 1: 3 expert columns", &ctx),
+            (
+                "Layer,Expert_0\n0,1\n0,2\n",
+                "line 3: layer 0 is already given on line 2",
+                &none,
+            ),
+            (
+                "Layer,Expert_0,Expert_1,Expert_2\n0,1,2,3\n",
+                "line 1: 3 expert columns",
+                &ctx,
+            ),
         ];
         for (text, place, ctx) in cases {
             std::fs::write(&path, text).unwrap();

@@ -24,7 +24,10 @@ const SYNTAX: &str = "each line is one example: expert ids (6 per token) TAB-sep
 
 /// `expert_weights_<L>.txt` -> L.
 fn layer_of(name: &str) -> Option<u64> {
-    name.strip_prefix("expert_weights_")?.strip_suffix(".txt")?.parse().ok()
+    name.strip_prefix("expert_weights_")?
+        .strip_suffix(".txt")?
+        .parse()
+        .ok()
 }
 
 /// The layer files of a folder, by layer number.
@@ -42,7 +45,11 @@ fn layer_files(dir: &Path) -> Result<BTreeMap<u64, PathBuf>> {
 /// Task folders: the directory itself when it holds layer files, else its
 /// subfolders that do.
 fn tasks(path: &Path) -> Result<Vec<(String, BTreeMap<u64, PathBuf>)>> {
-    let name = |p: &Path| p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = |p: &Path| {
+        p.file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default()
+    };
     if !path.is_dir() {
         return Err(PlannerError::input(
             path,
@@ -87,7 +94,9 @@ fn read_layer(path: &Path, ctx: &HeatContext, ordinal: usize) -> Result<Vec<Vec<
             line: i + 1,
             syntax: SYNTAX,
         };
-        let (ids, gates) = line.split_once("\t\t").ok_or_else(|| at.err("no TAB TAB between the ids and the gate scores"))?;
+        let (ids, gates) = line
+            .split_once("\t\t")
+            .ok_or_else(|| at.err("no TAB TAB between the ids and the gate scores"))?;
         let ids = ids
             .split('\t')
             .enumerate()
@@ -100,18 +109,28 @@ fn read_layer(path: &Path, ctx: &HeatContext, ordinal: usize) -> Result<Vec<Vec<
             })
             .collect::<Result<Vec<u32>>>()?;
         if ids.len() % TOP_K != 0 {
-            return Err(at.err(format!("has {} expert ids, not a multiple of {TOP_K} (top-{TOP_K} per token)", ids.len())));
+            return Err(at.err(format!(
+                "has {} expert ids, not a multiple of {TOP_K} (top-{TOP_K} per token)",
+                ids.len()
+            )));
         }
         let n_gates = gates.split('\t').count();
         if n_gates != ids.len() {
-            return Err(at.err(format!("has {} expert ids but {n_gates} gate scores", ids.len())));
+            return Err(at.err(format!(
+                "has {} expert ids but {n_gates} gate scores",
+                ids.len()
+            )));
         }
         lines.push(ids);
     }
     Ok(lines)
 }
 
-pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Trace> {
+pub(crate) fn read_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    _warnings: &mut Vec<String>,
+) -> Result<Trace> {
     let tasks = tasks(path)?;
     let map = match &ctx.moe_layers {
         Some(_) => Some(LayerMap::from_ctx(ctx, path, "esft")?),
@@ -121,7 +140,12 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
     let expected: Vec<u64> = match &ctx.moe_layers {
         Some(m) => m.iter().map(|&l| l as u64).collect(),
         None => {
-            let top = tasks.iter().filter_map(|(_, f)| f.keys().next_back()).max().copied().unwrap_or(0);
+            let top = tasks
+                .iter()
+                .filter_map(|(_, f)| f.keys().next_back())
+                .max()
+                .copied()
+                .unwrap_or(0);
             (1..=top).collect()
         }
     };
@@ -130,7 +154,12 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
         for (&layer, file) in files {
             if let Some(map) = &map {
                 if map.ordinal(layer).is_none() {
-                    return Err(PlannerError::input(file, "file name", map.not_moe(layer), "use the ESFT logs of this model"));
+                    return Err(PlannerError::input(
+                        file,
+                        "file name",
+                        map.not_moe(layer),
+                        "use the ESFT logs of this model",
+                    ));
                 }
             }
             if layer == 0 {
@@ -144,7 +173,11 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
         }
         let mut layers: Vec<(PathBuf, Vec<Vec<u32>>)> = Vec::with_capacity(expected.len());
         for (ordinal, &layer) in expected.iter().enumerate() {
-            let dir = files.values().next().and_then(|p| p.parent()).unwrap_or(path);
+            let dir = files
+                .values()
+                .next()
+                .and_then(|p| p.parent())
+                .unwrap_or(path);
             let file = files.get(&layer).ok_or_else(|| {
                 PlannerError::input(
                     dir,
@@ -182,7 +215,10 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
         }
         for (i, example) in first.iter().enumerate() {
             for t in 0..example.len() / TOP_K {
-                let routes = layers.iter().map(|(_, lines)| lines[i][TOP_K * t..TOP_K * (t + 1)].to_vec()).collect();
+                let routes = layers
+                    .iter()
+                    .map(|(_, lines)| lines[i][TOP_K * t..TOP_K * (t + 1)].to_vec())
+                    .collect();
                 tokens.push(TokenRoutes {
                     seq: format!("{task}/{i}"),
                     pos: t as u64,
@@ -192,7 +228,13 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
             }
         }
     }
-    Ok(Trace::build(HeatFormat::Esft, ctx, expected.len(), EXPERTS, tokens))
+    Ok(Trace::build(
+        HeatFormat::Esft,
+        ctx,
+        expected.len(),
+        EXPERTS,
+        tokens,
+    ))
 }
 
 #[cfg(test)]
@@ -210,7 +252,8 @@ mod tests {
         dir
     }
 
-    const TOKEN2: &str = "0\t1\t2\t3\t4\t5\t5\t6\t7\t8\t9\t10\t\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\n";
+    const TOKEN2: &str =
+        "0\t1\t2\t3\t4\t5\t5\t6\t7\t8\t9\t10\t\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\t.1\n";
     const TOKEN1: &str = "1\t2\t3\t4\t5\t6\t\t.1\t.1\t.1\t.1\t.1\t.1\n";
 
     #[test]
@@ -230,7 +273,12 @@ mod tests {
         assert_eq!(h.total.counts[0][5], 3.0);
         assert_eq!(h.categories["law"].tokens, Some(vec![2, 2]));
         // One task folder alone: category = folder name.
-        let t = read_trace(&root.path().join("law"), &HeatContext::default(), &mut vec![]).unwrap();
+        let t = read_trace(
+            &root.path().join("law"),
+            &HeatContext::default(),
+            &mut vec![],
+        )
+        .unwrap();
         assert_eq!(t.categories(), ["law"]);
     }
 
@@ -244,38 +292,121 @@ mod tests {
             ..Default::default()
         };
         let none = HeatContext::default();
-        let cases: Vec<(&str, Vec<(u64, &str)>, &str, &str, &HeatContext)> = vec![
-            ("a", vec![(1, TOKEN1), (2, "1\t2\n")], "expert_weights_2.txt", "line 1: no TAB TAB", &none),
-            ("b", vec![(1, TOKEN1), (2, "1\tx\t\t.1\t.1\n")], "expert_weights_2.txt", "line 1, field 2 (expert id)", &none),
-            ("c", vec![(1, TOKEN1), (2, "1\t2\t\t.1\t.1\n")], "expert_weights_2.txt", "not a multiple of 6", &none),
-            ("d", vec![(1, TOKEN1), (2, "1\t2\t3\t4\t5\t6\t\t.1\n")], "expert_weights_2.txt", "1 gate scores", &none),
-            ("e", vec![(1, TOKEN1), (2, TOKEN2)], "expert_weights_2.txt", "line 1: has 2 tokens", &none),
-            ("f", vec![(1, TOKEN1), (2, "")], "expert_weights_2.txt", "line 1: has 0 lines", &none),
-            ("g", vec![(1, TOKEN1), (3, TOKEN1)], "g", "expert_weights_2.txt is missing", &none),
-            ("h", vec![(1, TOKEN1), (2, TOKEN1), (3, TOKEN1)], "expert_weights_3.txt", "file name: layer 3 is not an MoE layer", &ctx),
-            ("i", vec![(1, TOKEN1), (2, TOKEN2)], "expert_weights_2.txt", "line 1, field 9 (expert id): expert 8 does not exist", &ctx),
-            ("j", vec![(0, TOKEN1), (1, TOKEN1)], "expert_weights_0.txt", "file name", &none),
+        // (task folder, layer files, file named by the error, place, model)
+        type Case<'a> = (
+            &'a str,
+            Vec<(u64, &'a str)>,
+            &'a str,
+            &'a str,
+            &'a HeatContext,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "a",
+                vec![(1, TOKEN1), (2, "1\t2\n")],
+                "expert_weights_2.txt",
+                "line 1: no TAB TAB",
+                &none,
+            ),
+            (
+                "b",
+                vec![(1, TOKEN1), (2, "1\tx\t\t.1\t.1\n")],
+                "expert_weights_2.txt",
+                "line 1, field 2 (expert id)",
+                &none,
+            ),
+            (
+                "c",
+                vec![(1, TOKEN1), (2, "1\t2\t\t.1\t.1\n")],
+                "expert_weights_2.txt",
+                "not a multiple of 6",
+                &none,
+            ),
+            (
+                "d",
+                vec![(1, TOKEN1), (2, "1\t2\t3\t4\t5\t6\t\t.1\n")],
+                "expert_weights_2.txt",
+                "1 gate scores",
+                &none,
+            ),
+            (
+                "e",
+                vec![(1, TOKEN1), (2, TOKEN2)],
+                "expert_weights_2.txt",
+                "line 1: has 2 tokens",
+                &none,
+            ),
+            (
+                "f",
+                vec![(1, TOKEN1), (2, "")],
+                "expert_weights_2.txt",
+                "line 1: has 0 lines",
+                &none,
+            ),
+            (
+                "g",
+                vec![(1, TOKEN1), (3, TOKEN1)],
+                "g",
+                "expert_weights_2.txt is missing",
+                &none,
+            ),
+            (
+                "h",
+                vec![(1, TOKEN1), (2, TOKEN1), (3, TOKEN1)],
+                "expert_weights_3.txt",
+                "file name: layer 3 is not an MoE layer",
+                &ctx,
+            ),
+            (
+                "i",
+                vec![(1, TOKEN1), (2, TOKEN2)],
+                "expert_weights_2.txt",
+                "line 1, field 10 (expert id): expert 8 does not exist",
+                &ctx,
+            ),
+            (
+                "j",
+                vec![(0, TOKEN1), (1, TOKEN1)],
+                "expert_weights_0.txt",
+                "file name",
+                &none,
+            ),
         ];
         for (name, files, file, place, ctx) in cases {
             let dir = task(root.path(), name, &files);
             one_line(read_trace(&dir, ctx, &mut vec![]).unwrap_err(), file, place);
         }
         let dir = root.path().join("a");
-        one_line(read_trace(&dir.join("expert_weights_1.txt"), &none, &mut vec![]).unwrap_err(), "expert_weights_1.txt", "path");
+        one_line(
+            read_trace(&dir.join("expert_weights_1.txt"), &none, &mut vec![]).unwrap_err(),
+            "expert_weights_1.txt",
+            "path",
+        );
     }
 
     #[test]
     fn real_data() {
-        let Some(dir) = shared_data("traces/esft_deepseek_v2_lite") else { return };
+        let Some(dir) = shared_data("traces/esft_deepseek_v2_lite") else {
+            return;
+        };
         let trace = read_trace(&dir, &HeatContext::default(), &mut vec![]).unwrap();
         assert_eq!(trace.experts, vec![64; 26]);
         let h = trace.heat();
         // Tokens kept per task (SOURCES.md 1 cut table); every token is in all 26 layers.
-        for (task, tokens) in [("intent", 2068), ("law", 2184), ("summary", 2255), ("translation", 2258)] {
+        for (task, tokens) in [
+            ("intent", 2068),
+            ("law", 2184),
+            ("summary", 2255),
+            ("translation", 2258),
+        ] {
             let t = &h.categories[task];
             assert_eq!(t.tokens, Some(vec![tokens; 26]), "{task}");
             for row in &t.counts {
-                assert_eq!(row.iter().sum::<f64>(), (TOP_K as u64 * tokens) as f64, "{task}: 6 selections per token");
+                assert_eq!(
+                    row.iter().sum::<f64>(),
+                    (TOP_K as u64 * tokens) as f64,
+                    "{task}: 6 selections per token"
+                );
             }
         }
         assert_eq!(h.total.tokens, Some(vec![2068 + 2184 + 2255 + 2258; 26]));
@@ -285,6 +416,12 @@ mod tests {
             experts: Some(vec![64; 26]),
             ..Default::default()
         };
-        assert_eq!(read_trace(&dir.join("law"), &ctx, &mut vec![]).unwrap().heat().total, h.categories["law"]);
+        assert_eq!(
+            read_trace(&dir.join("law"), &ctx, &mut vec![])
+                .unwrap()
+                .heat()
+                .total,
+            h.categories["law"]
+        );
     }
 }

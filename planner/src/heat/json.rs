@@ -70,7 +70,13 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
 }
 
 /// Validates one table; `prefix` locates it (`categories.law.`).
-fn table(path: &Path, prefix: &str, tokens: Option<Tokens>, layers: Vec<Vec<f64>>, ctx: &HeatContext) -> Result<HeatTable> {
+fn table(
+    path: &Path,
+    prefix: &str,
+    tokens: Option<Tokens>,
+    layers: Vec<Vec<f64>>,
+    ctx: &HeatContext,
+) -> Result<HeatTable> {
     if let Some(problem) = ordinal_problem(ctx, layers.len().saturating_sub(1)) {
         return Err(PlannerError::input(
             path,
@@ -110,7 +116,10 @@ fn table(path: &Path, prefix: &str, tokens: Option<Tokens>, layers: Vec<Vec<f64>
             ))
         }
     };
-    Ok(HeatTable { counts: layers, tokens })
+    Ok(HeatTable {
+        counts: layers,
+        tokens,
+    })
 }
 
 pub(crate) fn write(heat: &Heat, path: &Path) -> Result<()> {
@@ -126,7 +135,11 @@ pub(crate) fn write(heat: &Heat, path: &Path) -> Result<()> {
         for (i, (name, table)) in heat.categories.iter().enumerate() {
             let _ = writeln!(out, "    {}: {{", json_string(name));
             write_table(&mut out, table, "      ");
-            out.push_str(if i + 1 < heat.categories.len() { "\n    },\n" } else { "\n    }\n" });
+            out.push_str(if i + 1 < heat.categories.len() {
+                "\n    },\n"
+            } else {
+                "\n    }\n"
+            });
         }
         out.push_str("  }\n}\n");
     }
@@ -204,15 +217,26 @@ mod tests {
         plain.model = None;
         plain.total.tokens = None;
         write(&plain, &path).unwrap();
-        assert_eq!(read(&path, &HeatContext::default(), &mut vec![]).unwrap(), plain);
+        assert_eq!(
+            read(&path, &HeatContext::default(), &mut vec![]).unwrap(),
+            plain
+        );
     }
 
     #[test]
     fn tokens_number_array_or_null() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("h.json");
-        for (tokens, want) in [("7", Some(vec![7, 7])), ("[1, 2]", Some(vec![1, 2])), ("null", None)] {
-            std::fs::write(&path, format!("{{\"tokens\": {tokens}, \"layers\": [[1, 2], [3, 4]]}}")).unwrap();
+        for (tokens, want) in [
+            ("7", Some(vec![7, 7])),
+            ("[1, 2]", Some(vec![1, 2])),
+            ("null", None),
+        ] {
+            std::fs::write(
+                &path,
+                format!("{{\"tokens\": {tokens}, \"layers\": [[1, 2], [3, 4]]}}"),
+            )
+            .unwrap();
             let heat = read(&path, &HeatContext::default(), &mut vec![]).unwrap();
             assert_eq!(heat.total.tokens, want);
             assert_eq!(heat.total.counts, vec![vec![1.0, 2.0], vec![3.0, 4.0]]);
@@ -230,16 +254,36 @@ mod tests {
             ..Default::default()
         };
         let cases: &[(&str, &str, &HeatContext)] = &[
-            ("{\"layers\": [[1, 2], [3, \"x\"]]}", "line 1 column", &HeatContext::default()),
-            ("{\"layer\": [[1]]}", "unknown field `layer`", &HeatContext::default()),
-            ("{\"layers\": [[1, -2]]}", "layers[0][1]", &HeatContext::default()),
-            ("{\"tokens\": [1], \"layers\": [[1], [2]]}", "tokens: lists 1 layers", &HeatContext::default()),
+            (
+                "{\"layers\": [[1, 2], [3, \"x\"]]}",
+                "line 1 column",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"layer\": [[1]]}",
+                "unknown field `layer`",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"layers\": [[1, -2]]}",
+                "layers[0][1]",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"tokens\": [1], \"layers\": [[1], [2]]}",
+                "tokens: lists 1 layers",
+                &HeatContext::default(),
+            ),
             (
                 "{\"layers\": [[1, 2]], \"categories\": {\"law\": {\"layers\": [[1, 2, 3]]}}}",
                 "categories.law.layers",
                 &HeatContext::default(),
             ),
-            ("{\"layers\": [[1, 2], [1, 2], [1, 2]]}", "MoE layer 2 does not exist", &ctx),
+            (
+                "{\"layers\": [[1, 2], [1, 2], [1, 2]]}",
+                "MoE layer 2 does not exist",
+                &ctx,
+            ),
             ("{\"layers\": [[1, 2], [1, 2, 3]]}", "layers[1]", &ctx),
             ("{\"layers\": [[1, 2]", "EOF", &HeatContext::default()),
         ];

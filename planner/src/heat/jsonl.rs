@@ -28,7 +28,11 @@ struct Line {
     routes: Vec<Option<Vec<u32>>>,
 }
 
-pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Trace> {
+pub(crate) fn read_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    _warnings: &mut Vec<String>,
+) -> Result<Trace> {
     let text = read_text(path)?;
     let model_layers = ctx.moe_layers.as_ref().map(Vec::len);
     let mut tokens = Vec::new();
@@ -42,7 +46,8 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
             line: i + 1,
             syntax: SYNTAX,
         };
-        let line: Line = serde_json::from_str(raw).map_err(|e| json_err(path, Some(i + 1), &e, SYNTAX))?;
+        let line: Line =
+            serde_json::from_str(raw).map_err(|e| json_err(path, Some(i + 1), &e, SYNTAX))?;
         if let Some(n) = model_layers.filter(|&n| line.routes.len() > n) {
             return Err(at.err(format!(
                 "routes lists {} layers, `{}` has {n} MoE layers",
@@ -50,7 +55,11 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
                 ctx.model_name.as_deref().unwrap_or("the model")
             )));
         }
-        let routes: Vec<Vec<u32>> = line.routes.into_iter().map(Option::unwrap_or_default).collect();
+        let routes: Vec<Vec<u32>> = line
+            .routes
+            .into_iter()
+            .map(Option::unwrap_or_default)
+            .collect();
         for (l, ids) in routes.iter().enumerate() {
             if let Some(problem) = ids.iter().find_map(|&e| expert_problem(ctx, l, e as usize)) {
                 return Err(at.err(format!("routes[{l}]: {problem}")));
@@ -64,7 +73,13 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
             routes,
         });
     }
-    Ok(Trace::build(HeatFormat::Jsonl, ctx, model_layers.unwrap_or(layers), 0, tokens))
+    Ok(Trace::build(
+        HeatFormat::Jsonl,
+        ctx,
+        model_layers.unwrap_or(layers),
+        0,
+        tokens,
+    ))
 }
 
 pub(crate) fn write_trace(trace: &Trace, path: &Path) -> Result<()> {
@@ -126,7 +141,10 @@ mod tests {
         assert_eq!(back, trace);
         // Hand count: L0 picks 1,0 then 1,3 -> [1,2,0,1], N0 = 2; L1 picks 2,3 (second token unobserved), N1 = 1.
         let heat = back.heat();
-        assert_eq!(heat.total.counts, vec![vec![1.0, 2.0, 0.0, 1.0], vec![0.0, 0.0, 1.0, 1.0]]);
+        assert_eq!(
+            heat.total.counts,
+            vec![vec![1.0, 2.0, 0.0, 1.0], vec![0.0, 0.0, 1.0, 1.0]]
+        );
         assert_eq!(heat.total.tokens, Some(vec![2, 1]));
         assert_eq!(heat.categories["code"].tokens, Some(vec![1, 1]));
     }
@@ -154,16 +172,44 @@ mod tests {
         };
         let good = "{\"routes\":[[0],[1]]}\n";
         let cases: &[(&str, &str, &HeatContext)] = &[
-            ("{\"routes\":[[0],[\"x\"]]}", "line 2, column", &HeatContext::default()),
-            ("{\"route\":[[0]]}", "line 2, column", &HeatContext::default()),
-            ("{\"routes\":[[0],[-1]]}", "line 2, column", &HeatContext::default()),
-            ("{\"routes\":[[0],[1],[2]]}", "line 2: routes lists 3 layers", &ctx),
-            ("{\"routes\":[[0],[4]]}", "line 2: routes[1]: expert 4 does not exist", &ctx),
-            ("{\"routes\":[[0]", "line 2, column", &HeatContext::default()),
+            (
+                "{\"routes\":[[0],[\"x\"]]}",
+                "line 2, column",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"route\":[[0]]}",
+                "line 2, column",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"routes\":[[0],[-1]]}",
+                "line 2, column",
+                &HeatContext::default(),
+            ),
+            (
+                "{\"routes\":[[0],[1],[2]]}",
+                "line 2: routes lists 3 layers",
+                &ctx,
+            ),
+            (
+                "{\"routes\":[[0],[4]]}",
+                "line 2: routes[1]: expert 4 does not exist",
+                &ctx,
+            ),
+            (
+                "{\"routes\":[[0]",
+                "line 2, column",
+                &HeatContext::default(),
+            ),
         ];
         for (line, place, ctx) in cases {
             std::fs::write(&path, format!("{good}{line}\n")).unwrap();
-            one_line(read_trace(&path, ctx, &mut vec![]).unwrap_err(), "bad.jsonl", place);
+            one_line(
+                read_trace(&path, ctx, &mut vec![]).unwrap_err(),
+                "bad.jsonl",
+                place,
+            );
         }
     }
 }

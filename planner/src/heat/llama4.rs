@@ -18,10 +18,15 @@ use std::path::{Path, PathBuf};
 
 const FIX: &str = "a llama4-json file is [{\"0\": null, \"1\": [[id], ..], ..}, ..]: step 0 = prefill, then one step per decoded token";
 
-type Step = BTreeMap<String, Option<Vec<Vec<u32>>>>;
+/// One row of expert ids per token.
+type Rows = Vec<Vec<u32>>;
+/// One step: model layer key -> rows, `null` for a dense layer.
+type Step = BTreeMap<String, Option<Rows>>;
 
 fn name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// `*.json` files of a folder, by numeric stem (others after, by name).
@@ -32,7 +37,10 @@ fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
         .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
         .collect();
     let key = |p: &PathBuf| {
-        let stem = p.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+        let stem = p
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
         (stem.parse::<u64>().unwrap_or(u64::MAX), stem)
     };
     files.sort_by_key(key);
@@ -72,7 +80,7 @@ fn subjects(path: &Path) -> Result<Vec<(String, Vec<PathBuf>)>> {
 }
 
 /// One step's layers by number: (layer, rows or None).
-fn layers_of(step: Step, path: &Path, s: usize) -> Result<Vec<(usize, Option<Vec<Vec<u32>>>)>> {
+fn layers_of(step: Step, path: &Path, s: usize) -> Result<Vec<(usize, Option<Rows>)>> {
     let mut layers = step
         .into_iter()
         .map(|(k, v)| match k.parse::<usize>() {
@@ -100,29 +108,46 @@ fn read_query(
     tokens: &mut Vec<TokenRoutes>,
 ) -> Result<()> {
     let text = read_text(path)?;
-    let steps: Vec<Step> = serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, FIX))?;
+    let steps: Vec<Step> =
+        serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, FIX))?;
     if steps.is_empty() {
         return Err(PlannerError::input(path, "top level", "has no steps", FIX));
     }
     let mut pos = 0u64;
     for (s, step) in steps.into_iter().enumerate() {
         let layers = layers_of(step, path, s)?;
-        let here: Vec<usize> = layers.iter().filter(|(_, v)| v.is_some()).map(|(l, _)| *l).collect();
+        let here: Vec<usize> = layers
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(l, _)| *l)
+            .collect();
         match moe {
             None => *moe = Some((here.clone(), format!("{} step {s}", path.display()))),
             Some((want, source)) if *want != here => {
                 return Err(PlannerError::input(
                     path,
                     format!("step {s}"),
-                    format!("MoE layers (non-null keys) are {}, {source} has {}", describe_layers(&here), describe_layers(want)),
+                    format!(
+                        "MoE layers (non-null keys) are {}, {source} has {}",
+                        describe_layers(&here),
+                        describe_layers(want)
+                    ),
                     "every step of every file must route the same layers, those of the model",
                 ));
             }
             Some(_) => {}
         }
-        let rows: Vec<(usize, Vec<Vec<u32>>)> = layers.into_iter().filter_map(|(l, v)| v.map(|v| (l, v))).collect();
+        let rows: Vec<(usize, Rows)> = layers
+            .into_iter()
+            .filter_map(|(l, v)| v.map(|v| (l, v)))
+            .collect();
         let Some((first_layer, first)) = rows.first() else {
-            return Err(PlannerError::input(path, format!("step {s}"), "every layer is null (no MoE layer)", FIX));
+            return Err(PlannerError::input(
+                path,
+                format!("step {s}"),
+                "every layer is null (no MoE layer)",
+                FIX,
+            ));
         };
         let n = first.len();
         if let Some((l, r)) = rows.iter().find(|(_, r)| r.len() != n) {
@@ -135,18 +160,30 @@ fn read_query(
         }
         for (ordinal, (l, r)) in rows.iter().enumerate() {
             for (t, ids) in r.iter().enumerate() {
-                if let Some(problem) = ids.iter().find_map(|&e| expert_problem(ctx, ordinal, e as usize)) {
-                    return Err(PlannerError::input(path, format!("step {s}, layer \"{l}\", row {t}"), problem, FIX));
+                if let Some(problem) = ids
+                    .iter()
+                    .find_map(|&e| expert_problem(ctx, ordinal, e as usize))
+                {
+                    return Err(PlannerError::input(
+                        path,
+                        format!("step {s}, layer \"{l}\", row {t}"),
+                        problem,
+                        FIX,
+                    ));
                 }
             }
         }
-        let mut columns: Vec<std::vec::IntoIter<Vec<u32>>> = rows.into_iter().map(|(_, r)| r.into_iter()).collect();
+        let mut columns: Vec<<Rows as IntoIterator>::IntoIter> =
+            rows.into_iter().map(|(_, r)| r.into_iter()).collect();
         for _ in 0..n {
             tokens.push(TokenRoutes {
                 seq: seq.clone(),
                 pos,
                 category: Some(category.to_string()),
-                routes: columns.iter_mut().map(|c| c.next().unwrap_or_default()).collect(),
+                routes: columns
+                    .iter_mut()
+                    .map(|c| c.next().unwrap_or_default())
+                    .collect(),
             });
             pos += 1;
         }
@@ -154,15 +191,32 @@ fn read_query(
     Ok(())
 }
 
-pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Trace> {
+pub(crate) fn read_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    _warnings: &mut Vec<String>,
+) -> Result<Trace> {
     let mut moe = ctx.moe_layers.as_ref().map(|m| {
-        (m.clone(), format!("model `{}`", ctx.model_name.as_deref().unwrap_or("given")))
+        (
+            m.clone(),
+            format!("model `{}`", ctx.model_name.as_deref().unwrap_or("given")),
+        )
     });
     let mut tokens = Vec::new();
     for (category, files) in subjects(path)? {
         for file in files {
-            let stem = file.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-            read_query(&file, ctx, &mut moe, format!("{category}/{stem}"), &category, &mut tokens)?;
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            read_query(
+                &file,
+                ctx,
+                &mut moe,
+                format!("{category}/{stem}"),
+                &category,
+                &mut tokens,
+            )?;
         }
     }
     let layers = moe.map_or(0, |(m, _)| m.len());
@@ -199,7 +253,12 @@ mod tests {
         assert_eq!(h.total.counts[1][5], 4.0);
         assert_eq!(h.total.tokens, Some(vec![12, 12]));
         // One file: category = its folder.
-        let t = read_trace(&root.path().join("anatomy/9.json"), &HeatContext::default(), &mut vec![]).unwrap();
+        let t = read_trace(
+            &root.path().join("anatomy/9.json"),
+            &HeatContext::default(),
+            &mut vec![],
+        )
+        .unwrap();
         assert_eq!(t.categories(), ["anatomy"]);
     }
 
@@ -225,22 +284,48 @@ mod tests {
             (r#"[{"x":null}]"#, "step 0, key `x`", &none),
             (r#"[{"0":null,"1":[["a"]]}]"#, "line 1 column", &none),
             (r#"[{"0":null}]"#, "step 0: every layer is null", &none),
-            (r#"[{"1":[[1],[2]],"3":[[1]]}]"#, "step 0, layer \"3\": has 1 rows", &none),
-            (r#"[{"1":[[1]],"3":[[1]]},{"1":[[1]],"3":null}]"#, "step 1: MoE layers (non-null keys) are [1]", &none),
-            (QUERY, "step 0: MoE layers (non-null keys) are [1, 3], model `m` has [1, 2]", &ctx),
-            (QUERY, "step 0, layer \"1\", row 1: expert 6 does not exist", &small),
+            (
+                r#"[{"1":[[1],[2]],"3":[[1]]}]"#,
+                "step 0, layer \"3\": has 1 rows",
+                &none,
+            ),
+            (
+                r#"[{"1":[[1]],"3":[[1]]},{"1":[[1]],"3":null}]"#,
+                "step 1: MoE layers (non-null keys) are [1]",
+                &none,
+            ),
+            (
+                QUERY,
+                "step 0: MoE layers (non-null keys) are [1, 3], model `m` has [1, 2]",
+                &ctx,
+            ),
+            (
+                QUERY,
+                "step 0, layer \"1\", row 1: expert 6 does not exist",
+                &small,
+            ),
         ];
         for (text, place, ctx) in cases {
             std::fs::write(&path, text).unwrap();
-            one_line(read_trace(&path, ctx, &mut vec![]).unwrap_err(), "bad.json", place);
+            one_line(
+                read_trace(&path, ctx, &mut vec![]).unwrap_err(),
+                "bad.json",
+                place,
+            );
         }
         let empty = tempfile::tempdir().unwrap();
-        one_line(read_trace(empty.path(), &none, &mut vec![]).unwrap_err(), "", "directory");
+        one_line(
+            read_trace(empty.path(), &none, &mut vec![]).unwrap_err(),
+            "",
+            "directory",
+        );
     }
 
     #[test]
     fn real_data() {
-        let Some(dir) = shared_data("traces/llama4_maverick_mmlu") else { return };
+        let Some(dir) = shared_data("traces/llama4_maverick_mmlu") else {
+            return;
+        };
         let trace = read_trace(&dir, &HeatContext::default(), &mut vec![]).unwrap();
         // MoE on the odd layers 1..47 (24), 128 experts, top-1.
         assert_eq!(trace.layers(), 24);
@@ -249,9 +334,16 @@ mod tests {
         // SOURCES.md 2 / MANIFEST.tsv: 811 prefill + 36 x 128 = 4,608 decode tokens.
         assert_eq!(h.total.tokens, Some(vec![811 + 4608; 24]));
         for row in &h.total.counts {
-            assert_eq!(row.iter().sum::<f64>(), 5419.0, "top-1: one selection per token");
+            assert_eq!(
+                row.iter().sum::<f64>(),
+                5419.0,
+                "top-1: one selection per token"
+            );
         }
-        assert_eq!(trace.categories(), ["abstract_algebra", "anatomy", "astronomy"]);
+        assert_eq!(
+            trace.categories(),
+            ["abstract_algebra", "anatomy", "astronomy"]
+        );
         // Per subject, with the model's layers: prefill sums from MANIFEST.tsv
         // (awk -F'\t' 'NR>1{p[$1]+=$5} END{for(s in p) print s, p[s]}'):
         // abstract_algebra 416, anatomy 168, astronomy 227; plus 12 x 128 decode tokens each.
@@ -261,7 +353,11 @@ mod tests {
             experts: Some(vec![128; 24]),
             ..Default::default()
         };
-        for (subject, prefill) in [("abstract_algebra", 416), ("anatomy", 168), ("astronomy", 227)] {
+        for (subject, prefill) in [
+            ("abstract_algebra", 416),
+            ("anatomy", 168),
+            ("astronomy", 227),
+        ] {
             let one = read_trace(&dir.join(subject), &ctx, &mut vec![]).unwrap();
             assert_eq!(one.tokens.len(), prefill + 12 * 128, "{subject}");
             assert_eq!(one.heat().total, h.categories[subject]);

@@ -37,7 +37,9 @@ struct Row {
 type Key = (String, u64, u64);
 
 fn name(p: &Path) -> String {
-    p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 fn files(path: &Path) -> Result<Vec<PathBuf>> {
@@ -70,7 +72,11 @@ fn files(path: &Path) -> Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Trace> {
+pub(crate) fn read_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    _warnings: &mut Vec<String>,
+) -> Result<Trace> {
     let map = match &ctx.moe_layers {
         Some(_) => Some(LayerMap::from_ctx(ctx, path, "mixtral-jsonl")?),
         None => None,
@@ -89,12 +95,19 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
                 line: i + 1,
                 syntax: SYNTAX,
             };
-            let row: Row = serde_json::from_str(line).map_err(|e| json_err(&file, Some(i + 1), &e, SYNTAX))?;
+            let row: Row =
+                serde_json::from_str(line).map_err(|e| json_err(&file, Some(i + 1), &e, SYNTAX))?;
             let ordinal = match &map {
-                Some(map) => map.ordinal(row.layer).ok_or_else(|| at.err(map.not_moe(row.layer)))?,
+                Some(map) => map
+                    .ordinal(row.layer)
+                    .ok_or_else(|| at.err(map.not_moe(row.layer)))?,
                 None => usize::try_from(row.layer).map_err(|_| at.err("layer is out of range"))?,
             };
-            if let Some(problem) = row.experts.iter().find_map(|&e| expert_problem(ctx, ordinal, e as usize)) {
+            if let Some(problem) = row
+                .experts
+                .iter()
+                .find_map(|&e| expert_problem(ctx, ordinal, e as usize))
+            {
                 return Err(at.err(problem));
             }
             if row.experts.is_empty() {
@@ -129,7 +142,13 @@ pub(crate) fn read_trace(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<Str
     }
     tokens.sort_by(|a, b| a.0.cmp(&b.0));
     let tokens = tokens.into_iter().map(|(_, t)| t).collect();
-    Ok(Trace::build(HeatFormat::MixtralJsonl, ctx, layers, EXPERTS, tokens))
+    Ok(Trace::build(
+        HeatFormat::MixtralJsonl,
+        ctx,
+        layers,
+        EXPERTS,
+        tokens,
+    ))
 }
 
 #[cfg(test)]
@@ -155,8 +174,16 @@ mod tests {
         ]
         .concat();
         std::fs::write(dir.path().join("gsm8k_2_routing.jsonl"), text).unwrap();
-        std::fs::write(dir.path().join("code_routing.jsonl"), row("humaneval", 3, 0, [1, 2], 0)).unwrap();
-        std::fs::write(dir.path().join("gsm8k_2_outputs.jsonl"), "{\"problem_id\": 0}\n").unwrap();
+        std::fs::write(
+            dir.path().join("code_routing.jsonl"),
+            row("humaneval", 3, 0, [1, 2], 0),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.path().join("gsm8k_2_outputs.jsonl"),
+            "{\"problem_id\": 0}\n",
+        )
+        .unwrap();
         let trace = read_trace(dir.path(), &HeatContext::default(), &mut vec![]).unwrap();
         assert_eq!(trace.tokens.len(), 3);
         assert_eq!(trace.tokens[0].seq, "gsm8k/0");
@@ -165,7 +192,10 @@ mod tests {
         let h = trace.heat();
         // N = rows per layer: layer 0 has 3 rows, layer 1 has 1.
         assert_eq!(h.total.tokens, Some(vec![3, 1]));
-        assert_eq!(h.total.counts[0], vec![1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0]);
+        assert_eq!(
+            h.total.counts[0],
+            vec![1.0, 1.0, 1.0, 0.0, 0.0, 1.0, 1.0, 1.0]
+        );
         assert_eq!(h.categories["humaneval"].tokens, Some(vec![1, 0]));
     }
 
@@ -183,24 +213,50 @@ mod tests {
         let none = HeatContext::default();
         let cases: Vec<(String, &str, &HeatContext)> = vec![
             ("{\"dataset\": \"x\"}".into(), "line 2, column", &none),
-            ("{\"dataset\": \"x\", \"problem_id\": \"zero\"".into(), "line 2, column", &none),
-            (row("gsm8k", 0, 0, [3, 4], 0), "line 2: problem 0 token 0 layer 0 is given twice", &none),
-            (row("gsm8k", 0, 5, [3, 4], 0), "line 2: layer 5 is not an MoE layer of `m`", &ctx),
-            (row("gsm8k", 0, 1, [3, 9], 0), "line 2: expert 9 does not exist in MoE layer 1", &ctx),
+            (
+                "{\"dataset\": \"x\", \"problem_id\": \"zero\"".into(),
+                "line 2, column",
+                &none,
+            ),
+            (
+                row("gsm8k", 0, 0, [3, 4], 0),
+                "line 2: problem 0 token 0 layer 0 is given twice",
+                &none,
+            ),
+            (
+                row("gsm8k", 0, 5, [3, 4], 0),
+                "line 2: layer 5 is not an MoE layer of `m`",
+                &ctx,
+            ),
+            (
+                row("gsm8k", 0, 1, [3, 9], 0),
+                "line 2: expert 9 does not exist in MoE layer 1",
+                &ctx,
+            ),
         ];
         for (line, place, ctx) in cases {
             std::fs::write(&path, format!("{good}{line}\n")).unwrap();
-            one_line(read_trace(&path, ctx, &mut vec![]).unwrap_err(), "bad_routing.jsonl", place);
+            one_line(
+                read_trace(&path, ctx, &mut vec![]).unwrap_err(),
+                "bad_routing.jsonl",
+                place,
+            );
         }
         let out = dir.path().join("x_outputs.jsonl");
         std::fs::write(&out, "{}").unwrap();
-        let msg = one_line(read_trace(&out, &none, &mut vec![]).unwrap_err(), "x_outputs.jsonl", "file name");
+        let msg = one_line(
+            read_trace(&out, &none, &mut vec![]).unwrap_err(),
+            "x_outputs.jsonl",
+            "file name",
+        );
         assert!(msg.contains("x_routing.jsonl"), "{msg}");
     }
 
     #[test]
     fn real_data() {
-        let Some(dir) = shared_data("traces/mixtral_8x7b_speculative_moe") else { return };
+        let Some(dir) = shared_data("traces/mixtral_8x7b_speculative_moe") else {
+            return;
+        };
         let trace = read_trace(&dir, &HeatContext::default(), &mut vec![]).unwrap();
         assert_eq!(trace.experts, vec![8; 32]);
         let h = trace.heat();

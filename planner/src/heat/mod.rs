@@ -11,6 +11,8 @@ mod colibri;
 mod common;
 mod csv;
 mod detect;
+#[cfg(test)]
+mod dispatch_tests;
 mod esft;
 mod json;
 mod jsonl;
@@ -95,7 +97,7 @@ impl HeatFormat {
     pub fn writable(self) -> bool {
         matches!(
             self,
-            HeatFormat::Json | HeatFormat::Jsonl | HeatFormat::Csv | HeatFormat::ColiHeat | HeatFormat::ColiUsage
+            HeatFormat::Json | HeatFormat::Csv | HeatFormat::ColiHeat | HeatFormat::ColiUsage
         )
     }
 }

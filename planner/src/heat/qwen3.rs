@@ -38,7 +38,10 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
             return Err(PlannerError::input(
                 file,
                 format!("line {}", wide.header_line),
-                format!("the columns before Expert_0 are {:?}, not [\"Language\"]", wide.extras),
+                format!(
+                    "the columns before Expert_0 are {:?}, not [\"Language\"]",
+                    wide.extras
+                ),
                 "a qwen3-csv header is `Layer,Language,Expert_0,..`; read other wide CSVs as csv",
             ));
         }
@@ -63,18 +66,26 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         model: None,
         format: HeatFormat::Qwen3Csv,
         total: total.finish(&shape, None),
-        categories: parts.into_iter().map(|(k, t)| (k, t.finish(&shape, None))).collect(),
+        categories: parts
+            .into_iter()
+            .map(|(k, t)| (k, t.finish(&shape, None)))
+            .collect(),
     })
 }
 
 fn file_name(path: &Path) -> String {
-    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// `moe_all_layers_analysis_<task>_..` -> `<task>`; another name: its stem
 /// without `_avg_activation`.
 fn task_of(name: &str) -> String {
-    let stem = name.strip_suffix(ACTIVATION).or_else(|| name.strip_suffix(".csv")).unwrap_or(name);
+    let stem = name
+        .strip_suffix(ACTIVATION)
+        .or_else(|| name.strip_suffix(".csv"))
+        .unwrap_or(name);
     match stem.strip_prefix(PREFIX) {
         Some(rest) => rest.split('_').next().unwrap_or(rest).to_string(),
         None => stem.to_string(),
@@ -105,7 +116,9 @@ fn files(path: &Path) -> Result<Vec<PathBuf>> {
         return Err(PlannerError::input(
             path,
             "directory",
-            format!("holds no `*{ACTIVATION}` file (avg_dist files are router probabilities, not heat)"),
+            format!(
+                "holds no `*{ACTIVATION}` file (avg_dist files are router probabilities, not heat)"
+            ),
             "name the directory of the Qwen3 avg_activation CSVs",
         ));
     }
@@ -116,7 +129,12 @@ fn files(path: &Path) -> Result<Vec<PathBuf>> {
 #[cfg(test)]
 fn mean_row_sum(heat: &Heat) -> f64 {
     let n = heat.total.counts.len() * heat.categories.len();
-    let sum: f64 = heat.categories.values().flat_map(|t| &t.counts).map(|r| r.iter().sum::<f64>()).sum();
+    let sum: f64 = heat
+        .categories
+        .values()
+        .flat_map(|t| &t.counts)
+        .map(|r| r.iter().sum::<f64>())
+        .sum();
     sum / n as f64
 }
 
@@ -130,11 +148,24 @@ mod tests {
     #[test]
     fn small_file_and_directory() {
         let dir = tempfile::tempdir().unwrap();
-        let a = dir.path().join("moe_all_layers_analysis_arc_en_he_500_1_avg_activation.csv");
-        std::fs::write(&a, format!("{HEADER}0,English,1,1,0,0\n0,Hebrew,0.5,0.5,0.5,0.5\n")).unwrap();
-        let b = dir.path().join("moe_all_layers_analysis_gsm_en_he_500_2_avg_activation.csv");
+        let a = dir
+            .path()
+            .join("moe_all_layers_analysis_arc_en_he_500_1_avg_activation.csv");
+        std::fs::write(
+            &a,
+            format!("{HEADER}0,English,1,1,0,0\n0,Hebrew,0.5,0.5,0.5,0.5\n"),
+        )
+        .unwrap();
+        let b = dir
+            .path()
+            .join("moe_all_layers_analysis_gsm_en_he_500_2_avg_activation.csv");
         std::fs::write(&b, format!("{HEADER}0,English,0,2,0,0\n")).unwrap();
-        std::fs::write(dir.path().join("moe_all_layers_analysis_gsm_en_he_500_2_avg_dist.csv"), "junk").unwrap();
+        std::fs::write(
+            dir.path()
+                .join("moe_all_layers_analysis_gsm_en_he_500_2_avg_dist.csv"),
+            "junk",
+        )
+        .unwrap();
         let h = read(dir.path(), &HeatContext::default(), &mut vec![]).unwrap();
         let names: Vec<&str> = h.categories.keys().map(String::as_str).collect();
         assert_eq!(names, ["arc/English", "arc/Hebrew", "gsm/English"]);
@@ -148,27 +179,52 @@ mod tests {
     #[test]
     fn refuses_avg_dist_and_other_headers() {
         let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().join("moe_all_layers_analysis_arc_x_avg_dist.csv");
+        let d = dir
+            .path()
+            .join("moe_all_layers_analysis_arc_x_avg_dist.csv");
         std::fs::write(&d, HEADER).unwrap();
-        let msg = one_line(read(&d, &HeatContext::default(), &mut vec![]).unwrap_err(), "avg_dist.csv", "file name");
-        assert!(msg.contains("moe_all_layers_analysis_arc_x_avg_activation.csv"), "{msg}");
+        let msg = one_line(
+            read(&d, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "avg_dist.csv",
+            "file name",
+        );
+        assert!(
+            msg.contains("moe_all_layers_analysis_arc_x_avg_activation.csv"),
+            "{msg}"
+        );
         let w = dir.path().join("w_avg_activation.csv");
         std::fs::write(&w, "Layer,Lang,Expert_0\n0,en,1\n").unwrap();
-        one_line(read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(), "w_avg_activation.csv", "line 1");
+        one_line(
+            read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "w_avg_activation.csv",
+            "line 1",
+        );
         std::fs::write(&w, format!("{HEADER}0,English,1,1,0,zero\n")).unwrap();
-        one_line(read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(), "w_avg_activation.csv", "line 2, field 6");
+        one_line(
+            read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "w_avg_activation.csv",
+            "line 2, field 6",
+        );
         let empty = tempfile::tempdir().unwrap();
         std::fs::copy(&d, empty.path().join("x_avg_dist.csv")).unwrap();
-        one_line(read(empty.path(), &HeatContext::default(), &mut vec![]).unwrap_err(), "", "directory");
+        one_line(
+            read(empty.path(), &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "",
+            "directory",
+        );
     }
 
     #[test]
     fn real_data() {
-        let Some(dir) = shared_data("traces/qwen3_30b_a3b_cross_lang") else { return };
+        let Some(dir) = shared_data("traces/qwen3_30b_a3b_cross_lang") else {
+            return;
+        };
         let h = read(&dir, &HeatContext::default(), &mut vec![]).unwrap();
         // 6 tasks x 2 languages; 48 MoE layers x 128 experts (SOURCES.md 4).
         assert_eq!(h.categories.len(), 12);
-        assert!(h.categories.contains_key("ted/Hebrew") && h.categories.contains_key("nli/English"));
+        assert!(
+            h.categories.contains_key("ted/Hebrew") && h.categories.contains_key("nli/English")
+        );
         assert_eq!(h.total.counts.len(), 48);
         assert!(h.total.counts.iter().all(|r| r.len() == 128));
         // avg_activation rows sum to ~8 = top_k (bf16 rounding).

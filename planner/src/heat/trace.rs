@@ -71,7 +71,11 @@ impl Trace {
 
     /// Category names in order.
     pub fn categories(&self) -> Vec<&str> {
-        let mut names: Vec<&str> = self.tokens.iter().filter_map(|t| t.category.as_deref()).collect();
+        let mut names: Vec<&str> = self
+            .tokens
+            .iter()
+            .filter_map(|t| t.category.as_deref())
+            .collect();
         names.sort_unstable();
         names.dedup();
         names
@@ -148,9 +152,15 @@ mod tests {
         let trace = Trace::build(HeatFormat::Jsonl, &HeatContext::default(), 2, 3, tokens);
         assert_eq!(trace.tokens[1].routes, vec![vec![0, 2], vec![]]);
         let heat = trace.heat();
-        assert_eq!(heat.total.counts, vec![vec![3.0, 2.0, 1.0], vec![0.0, 1.0, 1.0]]);
+        assert_eq!(
+            heat.total.counts,
+            vec![vec![3.0, 2.0, 1.0], vec![0.0, 1.0, 1.0]]
+        );
         assert_eq!(heat.total.tokens, Some(vec![3, 1]));
-        assert_eq!(heat.categories["law"].counts, vec![vec![1.0, 1.0, 0.0], vec![0.0, 1.0, 1.0]]);
+        assert_eq!(
+            heat.categories["law"].counts,
+            vec![vec![1.0, 1.0, 0.0], vec![0.0, 1.0, 1.0]]
+        );
         assert_eq!(heat.categories["code"].tokens, Some(vec![1, 0]));
         assert_eq!(trace.categories(), vec!["code", "law"]);
     }
@@ -158,14 +168,29 @@ mod tests {
     #[test]
     fn width_comes_from_model_then_declared_then_ids() {
         let tokens = vec![token("s", None, vec![vec![5]])];
-        let t = Trace::build(HeatFormat::Jsonl, &HeatContext::default(), 1, 0, tokens.clone());
+        let t = Trace::build(
+            HeatFormat::Jsonl,
+            &HeatContext::default(),
+            1,
+            0,
+            tokens.clone(),
+        );
         assert_eq!(t.experts, vec![6]);
-        let t = Trace::build(HeatFormat::Jsonl, &HeatContext::default(), 1, 8, tokens.clone());
+        let t = Trace::build(
+            HeatFormat::Jsonl,
+            &HeatContext::default(),
+            1,
+            8,
+            tokens.clone(),
+        );
         assert_eq!(t.experts, vec![8]);
         let ctx = HeatContext {
             experts: Some(vec![16]),
             ..Default::default()
         };
-        assert_eq!(Trace::build(HeatFormat::Jsonl, &ctx, 1, 8, tokens).experts, vec![16]);
+        assert_eq!(
+            Trace::build(HeatFormat::Jsonl, &ctx, 1, 8, tokens).experts,
+            vec![16]
+        );
     }
 }

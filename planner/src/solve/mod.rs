@@ -48,6 +48,9 @@ impl Solution {
     }
 }
 
+/// Gap above which the solver spends time on the integer refinement.
+const TARGET_GAP: f64 = 1e-3;
+
 /// Gap under which a plan counts as optimal: below the bound's own tolerance margin.
 const OPTIMAL_GAP: f64 = 1e-6;
 
@@ -59,35 +62,34 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
     let greedy_placement = greedy::greedy(inst)?;
     let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
 
-    let relaxation = relaxation::solve(inst, limit.as_secs_f64() * 0.6);
-    if std::env::var("RESIDENCY_DEBUG").is_ok() { if let Some(r) = &relaxation { for (s, st) in r.stages.iter().enumerate() { eprintln!("lp {} {:.9}", inst.stages[s].name, st.seconds); } } }
-    let mut candidates = Vec::new();
-    if let Some(relaxation) = &relaxation {
-        let mut state = SearchState::new(inst, rounding::round(inst, relaxation));
-        if std::env::var("RESIDENCY_DEBUG").is_ok() { eprintln!("t lp {:.3}s rounded {:.6}", start.elapsed().as_secs_f64(), state.token_seconds()); }
+    let mut bound = (relaxation::trivial_bound(inst), "work-sum");
+    let mut best = (greedy_token_seconds, "greedy", greedy_placement.clone());
+    let consider = |name: &'static str, start_placement: Vec<usize>, best: &mut (f64, &'static str, Vec<usize>)| {
+        let mut state = SearchState::new(inst, start_placement);
         if state.repair() {
-            if std::env::var("RESIDENCY_DEBUG").is_ok() { eprintln!("t repair {:.3}s {:.6}", start.elapsed().as_secs_f64(), state.token_seconds()); }
             state.improve(deadline);
-            if std::env::var("RESIDENCY_DEBUG").is_ok() { eprintln!("t improve {:.3}s {:.6}", start.elapsed().as_secs_f64(), state.token_seconds()); }
-            candidates.push(("participation-lp rounding + local search", state.placement));
+            if state.token_seconds() < best.0 {
+                *best = (state.token_seconds(), name, state.placement);
+            }
+        }
+    };
+    let lp = relaxation::solve(inst, start + limit.mul_f64(0.5));
+    if let Some(lp) = &lp {
+        bound = (lp.lower_bound_seconds, lp.method);
+        consider("participation-lp rounding + local search", rounding::round(inst, lp), &mut best);
+    }
+    consider("greedy + local search", greedy_placement.clone(), &mut best);
+    if let Some(lp) = lp.filter(|_| best.0 > bound.0 * (1.0 + TARGET_GAP)) {
+        if let Some(mip) = relaxation::refine_integer(inst, &lp, start + limit.mul_f64(0.85)) {
+            if mip.lower_bound_seconds > bound.0 {
+                bound = (mip.lower_bound_seconds, mip.method);
+            }
+            consider("participation-mip rounding + local search", rounding::round(inst, &mip), &mut best);
         }
     }
-    if candidates.is_empty() || Instant::now() < deadline {
-        let mut state = SearchState::new(inst, greedy_placement.clone());
-        state.improve(deadline);
-        candidates.push(("greedy + local search", state.placement));
-    }
-    let (method, placement) = candidates
-        .into_iter()
-        .map(|(m, p)| (inst.evaluate(&p).token_seconds, m, p))
-        .min_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, m, p)| (m, p))
-        .expect("at least the greedy candidate");
+    let (_, method, placement) = best;
     let token_seconds = inst.evaluate(&placement).token_seconds;
-    let (bound, bound_method) = match &relaxation {
-        Some(r) => (r.lower_bound_seconds, r.method),
-        None => (relaxation::trivial_bound(inst), "work-sum"),
-    };
+    let (bound, bound_method) = bound;
     debug_assert!(bound <= token_seconds * (1.0 + 1e-6), "bound {bound} above plan {token_seconds}");
     let lower_bound_seconds = bound.min(token_seconds);
     Ok(Solution {

@@ -1,31 +1,39 @@
-//! The lower bound: a linear relaxation that respects which cards take part
-//! in a stage (DESIGN 4, Bounds). Each stage chooses a convex combination of
-//! participation patterns (which GPU groups pay their sync overhead); within
-//! a pattern objects split fractionally; capacities couple the stages. Its
-//! optimum is the Lagrangian dual of the capacities with every stage's
-//! participation solved exactly, and far above the plain LP, whose fractional
-//! `used[g,s]` pays only part of an overhead.
+//! The lower bound: a relaxation that respects which cards take part in a
+//! stage and that trunk components are whole (DESIGN 4, Bounds), solved with
+//! HiGHS.
 //!
-//! Why it is valid: any placement picks one pattern per stage (weight 1) and
-//! whole objects; identical GPUs are merged into a group whose busiest card
-//! works at least the group's average; experts are bucketed by use rate with
-//! each bucket's *smallest* rate, and every work term grows with the rate.
+//! Each stage picks a convex combination of *patterns*: which GPU groups take
+//! part (and pay their sync overhead) and where its largest trunk components
+//! sit, whole. Within a pattern the stage's experts (all of one size) enter
+//! only through how many go to each slot (`c`, which is what capacities see)
+//! and how much use rate they carry there (`m`, which is what work sees). The
+//! pairs `(c, m)` that whole or split experts can reach are the base polytope
+//! `m(Q) <= S(c(Q))` over slot sets `Q`, `S(t)` the sum of the `t` hottest
+//! rates; its facets are added as cuts while they are violated. Capacities
+//! couple the stages. With patterns weighted 0/1 and counts whole this is a
+//! small MIP whose proven dual bound tightens the LP's.
+//!
+//! Why it is a valid bound: any placement picks one pattern per stage and
+//! whole objects, which satisfies every row; identical GPUs are merged into a
+//! group whose busiest card works at least the group's average.
 
 use crate::cost::{Instance, Place};
-use good_lp::solvers::highs::highs;
-use good_lp::{variable, Expression, ProblemVariables, Solution, SolverModel, Variable};
+use highs::{Col, HighsModelStatus, Model, RowProblem, Sense};
+use std::time::Instant;
 
 /// Time unit of the LP (microseconds) and byte unit (MiB): keeps HiGHS's
 /// absolute tolerances far below the quantities that matter.
 const TIME_SCALE: f64 = 1e6;
 const BYTE_SCALE: f64 = 1.0 / 1048576.0;
-/// Relative margin taken off the LP optimum for solver tolerances.
+/// Relative margin taken off a solver objective for its tolerances.
 const TOLERANCE_MARGIN: f64 = 1e-7;
-/// More GPU groups than this: the relaxation drops sync overheads instead of
-/// enumerating 2^groups patterns (still valid, weaker).
+/// More GPU groups than this: sync overheads are dropped from the
+/// relaxation instead of enumerating 2^groups sets (still valid, weaker).
 const MAX_PATTERN_GROUPS: usize = 6;
-/// Most buckets per stage; below it every expert is its own bucket.
-const MAX_BUCKETS: usize = 256;
+/// Most patterns per stage: trunk components beyond this budget stay fractional.
+const MAX_PATTERNS: usize = 64;
+/// Most rounds of cut separation.
+const MAX_CUT_ROUNDS: usize = 200;
 
 /// Identical GPUs (same GEMV rate and sync overhead) form a group.
 #[derive(Debug, Clone)]
@@ -33,37 +41,29 @@ pub struct GpuGroup {
     pub gpus: Vec<usize>,
 }
 
-/// Objects of one stage with the same sizes and nearly the same use rate.
-#[derive(Debug, Clone)]
-pub struct Bucket {
-    /// Object ids, hottest first.
-    pub members: Vec<usize>,
-    /// The smallest use rate of the members (rounding down keeps the bound valid).
-    pub use_rate: f64,
-    pub expert: bool,
-}
-
-/// Where a bucket's share goes in the relaxation: a GPU group, a RAM node or a drive.
+/// Where a share goes in the relaxation: a GPU group, a RAM node or a drive.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Slot {
     Group(usize),
     Place(Place),
 }
 
-/// One pattern of a stage in the relaxed solution: its weight and, per
-/// bucket, the number of objects each slot takes (summing to `members * weight`).
+/// One pattern of a stage in a relaxed solution.
 #[derive(Debug, Clone)]
 pub struct PatternShare {
-    pub groups: Vec<bool>,
     pub weight: f64,
-    pub shares: Vec<Vec<(Slot, f64)>>,
+    /// Per expert slot: (slot, count, use-rate mass), both scaled by `weight`.
+    pub experts: Vec<(Slot, f64, f64)>,
+    /// Per trunk component of the stage: (object, share per slot).
+    pub trunk: Vec<(usize, Vec<(Slot, f64)>)>,
 }
 
 #[derive(Debug, Clone)]
 pub struct StageRelaxation {
     /// The stage's time in the relaxed solution (seconds).
     pub seconds: f64,
-    pub buckets: Vec<Bucket>,
+    /// The stage's experts, hottest first.
+    pub experts: Vec<usize>,
     pub patterns: Vec<PatternShare>,
 }
 
@@ -73,6 +73,8 @@ pub struct Relaxation {
     pub method: &'static str,
     pub groups: Vec<GpuGroup>,
     pub stages: Vec<StageRelaxation>,
+    /// The facets found, so the integer refinement starts from them.
+    cuts: Vec<Cut>,
 }
 
 pub fn gpu_groups(inst: &Instance) -> Vec<GpuGroup> {
@@ -90,54 +92,18 @@ pub fn gpu_groups(inst: &Instance) -> Vec<GpuGroup> {
     groups
 }
 
-/// Buckets of a stage: trunk objects alone; experts alone when few, else
-/// grouped by use rate within a relative width that keeps at most
-/// `MAX_BUCKETS` buckets.
-pub fn buckets(inst: &Instance, stage: usize) -> Vec<Bucket> {
-    let objects = &inst.stages[stage].objects;
-    let mut out: Vec<Bucket> = objects
-        .iter()
-        .filter(|&&o| !inst.objects[o].is_expert())
-        .map(|&o| Bucket { members: vec![o], use_rate: inst.objects[o].use_rate, expert: false })
-        .collect();
-    let mut experts: Vec<usize> = objects.iter().copied().filter(|&o| inst.objects[o].is_expert()).collect();
-    experts.sort_by(|&a, &b| inst.objects[b].use_rate.total_cmp(&inst.objects[a].use_rate));
-    let rate = |o: usize| inst.objects[o].use_rate;
-    let mut width = 0.0;
-    loop {
-        let mut grouped: Vec<Bucket> = Vec::new();
-        for &o in &experts {
-            match grouped.last_mut() {
-                Some(b) if rate(b.members[0]) <= rate(o) * (1.0 + width) => {
-                    b.members.push(o);
-                    b.use_rate = rate(o);
-                }
-                _ => grouped.push(Bucket { members: vec![o], use_rate: rate(o), expert: true }),
-            }
-        }
-        if grouped.len() <= MAX_BUCKETS {
-            out.extend(grouped);
-            return out;
-        }
-        width = if width == 0.0 { 1e-3 } else { width * 2.0 };
-    }
-}
-
-/// A participation pattern of one stage: which GPU groups take part, and
-/// where each of the stage's first `fixed.len()` (trunk) buckets sits whole.
+/// A participation pattern: the GPU groups taking part, and the slot of
+/// each of the stage's first `fixed.len()` trunk components.
 #[derive(Debug, Clone)]
 struct Pattern {
     groups: Vec<bool>,
     fixed: Vec<Slot>,
 }
 
-/// Most patterns per stage: trunk buckets beyond this budget stay fractional.
-const MAX_PATTERNS: usize = 64;
-
-/// Patterns of a stage with `trunk` trunk buckets (they come first in
-/// `buckets`): every participation set when `enumerate`, times every whole
-/// place of as many trunk buckets as the budget allows, keeping only the
-/// sets that contain the groups the fixed trunk uses.
+/// Patterns of a stage with `trunk` components (largest first): every
+/// participation set (or one, without sync, when `enumerate` is off), times
+/// every whole slot of as many components as the budget allows; a set must
+/// contain the groups its fixed components use.
 fn patterns(groups: usize, numa_nodes: usize, trunk: usize, enumerate: bool) -> Vec<Pattern> {
     let masks: Vec<Vec<bool>> = if enumerate {
         (0..1usize << groups).map(|mask| (0..groups).map(|j| mask >> j & 1 == 1).collect()).collect()
@@ -151,19 +117,12 @@ fn patterns(groups: usize, numa_nodes: usize, trunk: usize, enumerate: bool) -> 
     }
     let mut assignments: Vec<Vec<Slot>> = vec![Vec::new()];
     for _ in 0..fixed_count {
-        assignments = assignments
-            .into_iter()
-            .flat_map(|a| slots.iter().map(move |&slot| [a.clone(), vec![slot]].concat()))
-            .collect();
+        assignments = assignments.into_iter().flat_map(|a| slots.iter().map(move |&s| [a.clone(), vec![s]].concat())).collect();
     }
     let mut out = Vec::new();
     for fixed in assignments {
         for mask in &masks {
-            let covers = fixed.iter().all(|slot| match slot {
-                Slot::Group(j) => mask[*j],
-                Slot::Place(_) => true,
-            });
-            if covers {
+            if fixed.iter().all(|slot| !matches!(slot, Slot::Group(j) if !mask[*j])) {
                 out.push(Pattern { groups: mask.clone(), fixed: fixed.clone() });
             }
         }
@@ -171,194 +130,411 @@ fn patterns(groups: usize, numa_nodes: usize, trunk: usize, enumerate: bool) -> 
     out
 }
 
-/// Solves the relaxation; `None` when HiGHS does not reach optimality in time.
-pub fn solve(inst: &Instance, time_limit_seconds: f64) -> Option<Relaxation> {
+/// Per stage: experts hottest first with prefix sums of their rates, trunk
+/// components largest first.
+struct StageData {
+    experts: Vec<usize>,
+    prefix: Vec<f64>,
+    trunk: Vec<usize>,
+    patterns: Vec<Pattern>,
+}
+
+impl StageData {
+    /// `S(t)`: the use rate of the `t` hottest experts, `t` fractional.
+    fn top_mass(&self, t: f64) -> f64 {
+        let n = self.experts.len();
+        let t = t.clamp(0.0, n as f64);
+        let j = (t.floor() as usize).min(n.saturating_sub(1));
+        self.prefix[j] + (self.prefix[j + 1] - self.prefix[j]) * (t - j as f64)
+    }
+}
+
+/// A column and its index in the solution vector (columns are numbered in
+/// creation order; the highs crate keeps `Col`'s index private).
+#[derive(Debug, Clone, Copy)]
+struct Var {
+    col: Col,
+    index: usize,
+}
+
+/// The problem under construction, numbering its columns.
+struct Columns {
+    pb: RowProblem,
+    count: usize,
+}
+
+impl Columns {
+    fn add(&mut self, cost: f64, upper: f64, integer: bool) -> Var {
+        let col = self.pb.add_column_with_integrality(cost, 0.0..=upper, integer);
+        self.count += 1;
+        Var { col, index: self.count - 1 }
+    }
+    fn row(&mut self, lower: f64, upper: f64, terms: impl IntoIterator<Item = (Var, f64)>) {
+        self.pb.add_row(lower..=upper, terms.into_iter().map(|(v, a)| (v.col, a)));
+    }
+}
+
+/// A facet `m(Q) - slope * c(Q) - intercept * y <= 0` of one stage pattern.
+#[derive(Debug, Clone)]
+struct Cut {
+    stage: usize,
+    pattern: usize,
+    slots: Vec<usize>,
+    slope: f64,
+    intercept: f64,
+}
+
+/// Columns of one stage pattern.
+struct PatternCols {
+    y: Var,
+    t: Var,
+    /// (slot, count column, mass column) per expert slot.
+    experts: Vec<(Slot, Var, Var)>,
+    trunk: Vec<Vec<(Slot, Var)>>,
+}
+
+struct Built {
+    model: Model,
+    cols: Vec<Vec<PatternCols>>,
+}
+
+fn stage_data(inst: &Instance, groups: usize, enumerate: bool) -> Vec<StageData> {
+    (0..inst.stages.len())
+        .map(|s| {
+            let objects = &inst.stages[s].objects;
+            let mut experts: Vec<usize> = objects.iter().copied().filter(|&o| inst.objects[o].is_expert()).collect();
+            experts.sort_by(|&a, &b| inst.objects[b].use_rate.total_cmp(&inst.objects[a].use_rate));
+            let mut prefix = vec![0.0];
+            for &o in &experts {
+                prefix.push(prefix.last().unwrap() + inst.objects[o].use_rate);
+            }
+            let mut trunk: Vec<usize> = objects.iter().copied().filter(|&o| !inst.objects[o].is_expert()).collect();
+            trunk.sort_by(|&a, &b| inst.objects[b].gpu_bytes.cmp(&inst.objects[a].gpu_bytes));
+            let patterns = patterns(groups, inst.resources.numa_nodes(), trunk.len(), enumerate);
+            StageData { experts, prefix, trunk, patterns }
+        })
+        .collect()
+}
+
+/// Builds the relaxation with the given cuts; `integer` makes pattern weights
+/// binary and expert counts whole.
+fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut], enumerate: bool, integer: bool) -> Built {
     let r = &inst.resources;
-    let groups = gpu_groups(inst);
-    let enumerate = groups.len() <= MAX_PATTERN_GROUPS;
-    let sync = |j: usize| if enumerate { r.gpu_sync_seconds[groups[j].gpus[0]] } else { 0.0 };
     let f = r.felt_fraction;
-
-    let mut vars = ProblemVariables::new();
-    let mut constraints = Vec::new();
-    let mut objective = Expression::with_capacity(inst.stages.len() * 4);
-    let mut gpu_bytes: Vec<Expression> = groups.iter().map(|_| Expression::with_capacity(1024)).collect();
-    let mut ram_bytes: Vec<Expression> = (0..r.numa_nodes()).map(|_| Expression::with_capacity(1024)).collect();
-    // Per stage: its buckets, and per pattern (groups, weight var, per bucket the (slot, var) list).
-    type PatternVars = (Vec<bool>, Variable, Variable, Vec<Vec<(Slot, Variable)>>);
-    let mut stage_vars: Vec<(Vec<Bucket>, Vec<PatternVars>)> = Vec::with_capacity(inst.stages.len());
-
-    for s in 0..inst.stages.len() {
-        let stage_buckets = buckets(inst, s);
-        if stage_buckets.is_empty() {
-            stage_vars.push((stage_buckets, Vec::new()));
+    let sync = |j: usize| if enumerate { r.gpu_sync_seconds[groups[j].gpus[0]] } else { 0.0 };
+    let mut pb = Columns { pb: RowProblem::default(), count: 0 };
+    let inf = f64::INFINITY;
+    let mut gpu_bytes: Vec<Vec<(Var, f64)>> = vec![Vec::new(); groups.len()];
+    let mut ram_bytes: Vec<Vec<(Var, f64)>> = vec![Vec::new(); r.numa_nodes()];
+    let mut cols = Vec::with_capacity(data.len());
+    for stage in data {
+        let mut stage_cols = Vec::new();
+        if stage.experts.is_empty() && stage.trunk.is_empty() {
+            cols.push(stage_cols);
             continue;
         }
-        let trunk = stage_buckets.iter().take_while(|b| !b.expert).count();
-        let mut weights = Expression::with_capacity(8);
-        let mut per_pattern = Vec::new();
-        for pattern in patterns(groups.len(), r.numa_nodes(), trunk, enumerate) {
-            let y = vars.add(variable().min(0.0).max(1.0));
-            let t = vars.add(variable().min(0.0));
-            weights.add_mul(1.0, y);
-            objective.add_mul(1.0, t);
-            let mut gpu_work: Vec<Expression> = groups.iter().map(|_| Expression::with_capacity(64)).collect();
-            let mut cpu_work: Vec<Expression> = (0..r.numa_nodes()).map(|_| Expression::with_capacity(64)).collect();
-            let mut drive_work: Vec<Expression> = (0..r.drives()).map(|_| Expression::with_capacity(64)).collect();
-            // The largest whole trunk work on one card of each group.
+        let mut weights = Vec::new();
+        for pattern in &stage.patterns {
+            let y = pb.add(0.0, 1.0, integer);
+            let t = pb.add(1.0, inf, false);
+            weights.push((y, 1.0));
+            let mut gpu_work: Vec<Vec<(Var, f64)>> = vec![Vec::new(); groups.len()];
+            let mut cpu_work: Vec<Vec<(Var, f64)>> = vec![Vec::new(); r.numa_nodes()];
+            let mut drive_work: Vec<Vec<(Var, f64)>> = vec![Vec::new(); r.drives()];
             let mut whole_on_card = vec![0.0f64; groups.len()];
-            let mut bucket_vars = Vec::with_capacity(stage_buckets.len());
-            for (k, bucket) in stage_buckets.iter().enumerate() {
-                let o = &inst.objects[bucket.members[0]];
-                let p = bucket.use_rate;
-                let fixed = pattern.fixed.get(k);
-                let open = |slot: Slot| fixed.is_none_or(|&f| f == slot);
+            // Trunk: whole in its fixed slot, else split over the open slots.
+            let mut trunk_cols = Vec::new();
+            for (k, &o) in stage.trunk.iter().enumerate() {
+                let object = &inst.objects[o];
+                let fixed = pattern.fixed.get(k).copied();
                 let mut slots = Vec::new();
-                let mut count = Expression::with_capacity(8);
-                for (j, grp) in groups.iter().enumerate() {
-                    if !pattern.groups[j] || !open(Slot::Group(j)) {
-                        continue;
+                let mut share = vec![(y, -1.0)];
+                let open_groups = (0..groups.len()).filter(|&j| pattern.groups[j]).map(Slot::Group);
+                let rams = (0..r.numa_nodes()).map(|n| Slot::Place(Place::Ram(n)));
+                for slot in open_groups.chain(rams).filter(|&s| fixed.is_none_or(|f| f == s)) {
+                    let x = pb.add(0.0, inf, false);
+                    match slot {
+                        Slot::Group(j) => {
+                            let card_work = object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[groups[j].gpus[0]];
+                            if fixed.is_some() {
+                                whole_on_card[j] = whole_on_card[j].max(card_work);
+                            }
+                            gpu_work[j].push((x, TIME_SCALE * card_work / groups[j].gpus.len() as f64));
+                            gpu_bytes[j].push((x, BYTE_SCALE * object.gpu_bytes as f64));
+                        }
+                        Slot::Place(Place::Ram(n)) => {
+                            cpu_work[n].push((x, TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n]));
+                            ram_bytes[n].push((x, BYTE_SCALE * object.ram_bytes as f64));
+                        }
+                        Slot::Place(_) => unreachable!("trunk is never streamed"),
                     }
-                    let x = vars.add(variable().min(0.0));
-                    let card_work = p * o.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[grp.gpus[0]];
-                    if fixed.is_some() {
-                        whole_on_card[j] = whole_on_card[j].max(card_work);
+                    share.push((x, 1.0));
+                    slots.push((slot, x));
+                }
+                pb.row(0.0, 0.0, share);
+                trunk_cols.push(slots);
+            }
+            // Experts: a count and a mass per slot.
+            let mut expert_cols = Vec::new();
+            if let Some(&first) = stage.experts.first() {
+                let object = &inst.objects[first];
+                let n = stage.experts.len() as f64;
+                let mass = *stage.prefix.last().unwrap();
+                let (mut count_row, mut mass_row) = (vec![(y, -n)], vec![(y, -mass)]);
+                let open_groups = (0..groups.len()).filter(|&j| pattern.groups[j]).map(Slot::Group);
+                let rams = (0..r.numa_nodes()).map(|n| Slot::Place(Place::Ram(n)));
+                let disks = (0..r.drives()).map(|d| Slot::Place(Place::Disk(d)));
+                for slot in open_groups.chain(rams).chain(disks) {
+                    let c = pb.add(0.0, inf, integer);
+                    let m = pb.add(0.0, inf, false);
+                    match slot {
+                        Slot::Group(j) => {
+                            let g = groups[j].gpus[0];
+                            gpu_work[j].push((m, TIME_SCALE * object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[g] / groups[j].gpus.len() as f64));
+                            gpu_bytes[j].push((c, BYTE_SCALE * object.gpu_bytes as f64));
+                        }
+                        Slot::Place(Place::Ram(node)) => {
+                            cpu_work[node].push((m, TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[node]));
+                            ram_bytes[node].push((c, BYTE_SCALE * object.ram_bytes as f64));
+                        }
+                        Slot::Place(Place::Disk(d)) => {
+                            let b = object.disk_bytes as f64;
+                            let node = r.drive_numa[d];
+                            drive_work[d].push((m, TIME_SCALE * (r.drive_latency_seconds[d] + b / r.drive_read_bytes_per_s[d])));
+                            cpu_work[node].push((m, TIME_SCALE * b / r.cpu_gemv_bytes_per_s[node]));
+                        }
+                        Slot::Place(Place::Gpu(_)) => unreachable!("GPUs enter as groups"),
                     }
-                    gpu_work[j].add_mul(TIME_SCALE * card_work / grp.gpus.len() as f64, x);
-                    gpu_bytes[j].add_mul(BYTE_SCALE * o.gpu_bytes as f64, x);
-                    count.add_mul(1.0, x);
-                    slots.push((Slot::Group(j), x));
+                    count_row.push((c, 1.0));
+                    mass_row.push((m, 1.0));
+                    // The hottest experts bound any slot's mass: m <= p_max * c.
+                    pb.row(-inf, 0.0, [(m, 1.0), (c, -inst.objects[first].use_rate)]);
+                    expert_cols.push((slot, c, m));
                 }
-                for n in (0..r.numa_nodes()).filter(|&n| open(Slot::Place(Place::Ram(n)))) {
-                    let x = vars.add(variable().min(0.0));
-                    cpu_work[n].add_mul(TIME_SCALE * p * o.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n], x);
-                    ram_bytes[n].add_mul(BYTE_SCALE * o.ram_bytes as f64, x);
-                    count.add_mul(1.0, x);
-                    slots.push((Slot::Place(Place::Ram(n)), x));
-                }
-                if bucket.expert {
-                    for d in 0..r.drives() {
-                        let x = vars.add(variable().min(0.0));
-                        let b = o.disk_bytes as f64;
-                        let n = r.drive_numa[d];
-                        drive_work[d].add_mul(TIME_SCALE * p * (r.drive_latency_seconds[d] + b / r.drive_read_bytes_per_s[d]), x);
-                        cpu_work[n].add_mul(TIME_SCALE * p * b / r.cpu_gemv_bytes_per_s[n], x);
-                        count.add_mul(1.0, x);
-                        slots.push((Slot::Place(Place::Disk(d)), x));
-                    }
-                }
-                count.add_mul(-(bucket.members.len() as f64), y);
-                constraints.push(count.eq(0.0));
-                bucket_vars.push(slots);
+                pb.row(0.0, 0.0, count_row);
+                pb.row(0.0, 0.0, mass_row);
             }
             for (j, mut work) in gpu_work.into_iter().enumerate() {
                 if pattern.groups[j] {
-                    work.add_mul(TIME_SCALE * sync(j), y);
-                    constraints.push(work.leq(t));
+                    work.push((y, TIME_SCALE * sync(j)));
+                    work.push((t, -1.0));
+                    pb.row(-inf, 0.0, work);
                     if groups[j].gpus.len() > 1 && whole_on_card[j] > 0.0 {
-                        // A whole trunk object sits on one card of the group.
-                        let mut card = Expression::with_capacity(2);
-                        card.add_mul(TIME_SCALE * (sync(j) + whole_on_card[j]), y);
-                        constraints.push(card.leq(t));
+                        pb.row(-inf, 0.0, [(y, TIME_SCALE * (sync(j) + whole_on_card[j])), (t, -1.0)]);
                     }
                 }
             }
             for cpu in cpu_work {
-                if f > 0.0 && r.drives() > 0 {
-                    for drive in &drive_work {
-                        let mut felt = cpu.clone();
-                        felt.add_mul(f, drive.clone());
-                        constraints.push(felt.leq(t));
-                    }
+                let felt: Vec<Vec<(Var, f64)>> = if f > 0.0 && r.drives() > 0 {
+                    drive_work.iter().map(|d| d.iter().map(|&(c, a)| (c, f * a)).collect()).collect()
                 } else {
-                    constraints.push(cpu.leq(t));
+                    vec![Vec::new()]
+                };
+                for extra in felt {
+                    let mut row = cpu.clone();
+                    row.extend(extra);
+                    row.push((t, -1.0));
+                    pb.row(-inf, 0.0, row);
                 }
             }
-            for drive in drive_work {
-                constraints.push(drive.leq(t));
+            for mut drive in drive_work {
+                drive.push((t, -1.0));
+                pb.row(-inf, 0.0, drive);
             }
-            per_pattern.push((pattern.groups, y, t, bucket_vars));
+            stage_cols.push(PatternCols { y, t, experts: expert_cols, trunk: trunk_cols });
         }
-        constraints.push(weights.eq(1.0));
-        stage_vars.push((stage_buckets, per_pattern));
+        pb.row(1.0, 1.0, weights);
+        cols.push(stage_cols);
     }
-    for (j, bytes) in gpu_bytes.into_iter().enumerate() {
+    for (j, row) in gpu_bytes.into_iter().enumerate() {
         let capacity: u64 = groups[j].gpus.iter().map(|&g| r.gpu_capacity_bytes[g]).sum();
-        constraints.push(bytes.leq(BYTE_SCALE * capacity as f64));
+        pb.row(-inf, BYTE_SCALE * capacity as f64, row);
     }
-    for (n, bytes) in ram_bytes.into_iter().enumerate() {
-        constraints.push(bytes.leq(BYTE_SCALE * r.ram_capacity_bytes[n] as f64));
+    for (n, row) in ram_bytes.into_iter().enumerate() {
+        pb.row(-inf, BYTE_SCALE * r.ram_capacity_bytes[n] as f64, row);
     }
+    let mut model = pb.pb.optimise(Sense::Minimise);
+    model.make_quiet();
+    model.set_option("threads", 1);
+    for cut in cuts {
+        add_cut(&mut model, &cols, cut);
+    }
+    Built { model, cols }
+}
 
-    let mut problem = vars
-        .minimise(objective.clone())
-        .using(highs)
-        .set_time_limit(time_limit_seconds.max(0.01))
-        .set_threads(1);
-    if let Ok(v) = std::env::var("RESIDENCY_LP_SOLVER") { problem = problem.set_option("solver", v.as_str()); }
-    if let Ok(v) = std::env::var("RESIDENCY_LP_PRESOLVE") { problem = problem.set_option("presolve", v.as_str()); }
-    for c in constraints {
-        problem.add_constraint(c);
+fn add_cut(model: &mut Model, cols: &[Vec<PatternCols>], cut: &Cut) {
+    let pc = &cols[cut.stage][cut.pattern];
+    let mut row = vec![(pc.y.col, -cut.intercept)];
+    for &i in &cut.slots {
+        let (_, c, m) = pc.experts[i];
+        row.push((m.col, 1.0));
+        row.push((c.col, -cut.slope));
     }
-    let solution = problem.solve().ok()?;
-    if !matches!(solution.status(), good_lp::solvers::SolutionStatus::Optimal) {
-        return None;
+    model.add_row(..=0.0, row);
+}
+
+/// The most violated facets of the expert polytopes at a solution. Slot sets
+/// are all subsets when few, else the prefixes in order of mass density.
+fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut> {
+    let value = |v: Var| x[v.index];
+    let mut cuts = Vec::new();
+    for (s, stage) in data.iter().enumerate() {
+        for (p, pc) in cols[s].iter().enumerate() {
+            let y = value(pc.y);
+            let k = pc.experts.len();
+            if y <= 1e-9 || k < 2 {
+                continue;
+            }
+            let counts: Vec<f64> = pc.experts.iter().map(|e| value(e.1)).collect();
+            let masses: Vec<f64> = pc.experts.iter().map(|e| value(e.2)).collect();
+            let sets: Vec<Vec<usize>> = if k <= 6 {
+                (1..(1usize << k) - 1).map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect()).collect()
+            } else {
+                let mut order: Vec<usize> = (0..k).collect();
+                let density = |i: usize| masses[i] / counts[i].max(1e-12);
+                order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
+                (1..k).map(|len| order[..len].to_vec()).collect()
+            };
+            let total_mass = *stage.prefix.last().unwrap();
+            for set in sets {
+                let c: f64 = set.iter().map(|&i| counts[i]).sum();
+                let m: f64 = set.iter().map(|&i| masses[i]).sum();
+                let t = c / y;
+                if m <= y * stage.top_mass(t) + 1e-9 * total_mass.max(1e-12) * y {
+                    continue;
+                }
+                // The facet at t and a ladder of its neighbours, so the next
+                // solution cannot merely slide to the adjacent piece.
+                let n = stage.experts.len();
+                let j = (t.floor() as usize).min(n - 1);
+                let mut pieces: Vec<usize> = std::iter::once(j)
+                    .chain((0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
+                    .collect();
+                pieces.sort_unstable();
+                pieces.dedup();
+                for piece in pieces {
+                    let slope = stage.prefix[piece + 1] - stage.prefix[piece];
+                    let intercept = stage.prefix[piece] - piece as f64 * slope;
+                    cuts.push(Cut { stage: s, pattern: p, slots: set.clone(), slope, intercept });
+                }
+            }
+        }
     }
-    let lp_seconds = objective.eval_with(&solution) / TIME_SCALE;
-    let stages = stage_vars
-        .into_iter()
-        .map(|(buckets, per_pattern)| StageRelaxation {
-            seconds: per_pattern.iter().map(|(_, _, t, _)| solution.value(*t)).sum::<f64>() / TIME_SCALE,
-            buckets,
-            patterns: per_pattern
-                .into_iter()
-                .map(|(groups, y, _, bucket_vars)| PatternShare {
-                    groups,
-                    weight: solution.value(y),
-                    shares: bucket_vars
-                        .into_iter()
-                        .map(|slots| slots.into_iter().map(|(slot, x)| (slot, solution.value(x))).collect())
+    cuts
+}
+
+fn extract(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<StageRelaxation> {
+    let value = |v: Var| x[v.index];
+    data.iter()
+        .zip(cols)
+        .map(|(stage, pcs)| StageRelaxation {
+            seconds: pcs.iter().map(|pc| value(pc.t)).sum::<f64>() / TIME_SCALE,
+            experts: stage.experts.clone(),
+            patterns: pcs
+                .iter()
+                .map(|pc| PatternShare {
+                    weight: value(pc.y),
+                    experts: pc.experts.iter().map(|&(slot, c, m)| (slot, value(c), value(m))).collect(),
+                    trunk: stage
+                        .trunk
+                        .iter()
+                        .zip(&pc.trunk)
+                        .map(|(&o, slots)| (o, slots.iter().map(|&(slot, c)| (slot, value(c))).collect()))
                         .collect(),
                 })
                 .collect(),
         })
-        .collect();
-    Some(Relaxation {
-        lower_bound_seconds: lp_seconds * (1.0 - TOLERANCE_MARGIN) + r.fixed_token_seconds,
-        method: if enumerate { "participation-lp" } else { "lp-without-sync" },
-        groups,
-        stages,
-    })
+        .collect()
+}
+
+/// Solves the LP relaxation with cut rounds until none is violated or the
+/// deadline; `None` when HiGHS does not reach optimality in time.
+pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
+    let groups = gpu_groups(inst);
+    let enumerate = groups.len() <= MAX_PATTERN_GROUPS;
+    let data = stage_data(inst, groups.len(), enumerate);
+    let Built { mut model, cols } = build(inst, &groups, &data, &[], enumerate, false);
+    let mut cuts: Vec<Cut> = Vec::new();
+    let mut rounds = 0;
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+        model.set_option("time_limit", remaining.max(0.001));
+        let solved = model.try_solve().ok()?;
+        if solved.status() != HighsModelStatus::Optimal {
+            return None;
+        }
+        let x = solved.get_solution().columns().to_vec();
+        let objective = solved.objective_value();
+        let new_cuts = if rounds < MAX_CUT_ROUNDS && Instant::now() < deadline { separate(&data, &cols, &x) } else { Vec::new() };
+        if new_cuts.is_empty() {
+            return Some(Relaxation {
+                lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds,
+                method: if enumerate { "participation-lp" } else { "lp-without-sync" },
+                stages: extract(&data, &cols, &x),
+                groups,
+                cuts,
+            });
+        }
+        model = Model::from(solved);
+        for cut in &new_cuts {
+            add_cut(&mut model, &cols, cut);
+        }
+        cuts.extend(new_cuts);
+        rounds += 1;
+    }
 }
 
 /// A bound that needs no solver: in each stage the total work, each object
-/// at its cheapest place, is shared by at most all resources at once.
+/// at its cheapest place, is shared at best by all resources at once.
 pub fn trivial_bound(inst: &Instance) -> f64 {
     let r = &inst.resources;
     let resources = (r.gpus() + r.numa_nodes() + r.drives()).max(1) as f64;
-    let stage_sum: f64 = inst
-        .stages
-        .iter()
-        .map(|stage| {
-            let work: f64 = stage
-                .objects
-                .iter()
-                .map(|&o| {
-                    let mut loads = crate::cost::StageLoads::new(r);
-                    inst.places
-                        .iter()
-                        .filter(|&&q| inst.allowed(o, q))
-                        .map(|&q| {
-                            loads.apply(r, &inst.objects[o], q, 1.0);
-                            let w = loads.gpu.iter().chain(&loads.cpu).chain(&loads.drive).sum::<f64>();
-                            loads.apply(r, &inst.objects[o], q, -1.0);
-                            w
-                        })
-                        .fold(f64::INFINITY, f64::min)
-                })
-                .sum();
-            work / resources
-        })
+    let work = |o: usize, place: Place| {
+        let object = &inst.objects[o];
+        let p = object.use_rate;
+        match place {
+            Place::Gpu(g) => p * object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[g],
+            Place::Ram(n) => p * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n],
+            Place::Disk(d) => {
+                let b = object.disk_bytes as f64;
+                p * (r.drive_latency_seconds[d] + b / r.drive_read_bytes_per_s[d] + b / r.cpu_gemv_bytes_per_s[r.drive_numa[d]])
+            }
+        }
+    };
+    let total: f64 = (0..inst.objects.len())
+        .map(|o| inst.places.iter().filter(|&&q| inst.allowed(o, q)).map(|&q| work(o, q)).fold(f64::INFINITY, f64::min))
         .sum();
-    stage_sum + r.fixed_token_seconds
+    total / resources + r.fixed_token_seconds
+}
+
+/// The relaxation with pattern weights binary and expert counts whole, from
+/// the facets the LP found: a small MIP. Its proven dual bound is valid at any
+/// stop; its solution has one pattern per stage. `None` when HiGHS finds no
+/// feasible solution in time.
+pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Option<Relaxation> {
+    let enumerate = lp.method == "participation-lp";
+    let data = stage_data(inst, lp.groups.len(), enumerate);
+    let Built { mut model, cols } = build(inst, &lp.groups, &data, &lp.cuts, enumerate, true);
+    let remaining = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+    if remaining <= 0.0 {
+        return None;
+    }
+    model.set_option("time_limit", remaining);
+    model.set_option("mip_rel_gap", 1e-5);
+    let solved = model.try_solve().ok()?;
+    let status = solved.status();
+    let finished = matches!(status, HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit);
+    if !finished || solved.primal_solution_status() != highs::HighsSolutionStatus::Feasible {
+        return None;
+    }
+    let dual_bound = solved.double_info_value(c"mip_dual_bound").ok()?;
+    if std::env::var("RESIDENCY_DEBUG").is_ok() { eprintln!("mip status {status:?} dual {dual_bound} primal {} gap {}", solved.objective_value(), solved.mip_gap()); }
+    let x = solved.get_solution().columns().to_vec();
+    Some(Relaxation {
+        lower_bound_seconds: dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds,
+        method: if enumerate { "participation-mip" } else { "mip-without-sync" },
+        stages: extract(&data, &cols, &x),
+        groups: lp.groups.clone(),
+        cuts: Vec::new(),
+    })
 }

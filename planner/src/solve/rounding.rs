@@ -10,39 +10,47 @@ pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
     let r = &inst.resources;
     let mut placement = vec![usize::MAX; inst.objects.len()];
     let mut free: Vec<i128> = super::greedy::capacities(inst).into_iter().map(i128::from).collect();
-    for (s, stage) in relaxation.stages.iter().enumerate() {
+    for stage in &relaxation.stages {
         let Some(pattern) = stage.patterns.iter().max_by(|a, b| a.weight.total_cmp(&b.weight)) else { continue };
         let weight = pattern.weight.max(1e-12);
         let mut loads = StageLoads::new(r);
-        for (bucket, shares) in stage.buckets.iter().zip(&pattern.shares) {
-            let counts = largest_remainder(shares.iter().map(|(_, x)| x / weight).collect(), bucket.members.len());
-            let mut members = bucket.members.iter();
-            for ((slot, _), count) in shares.iter().zip(counts) {
-                for &o in members.by_ref().take(count) {
-                    let q = match *slot {
-                        Slot::Place(place) => inst.place_index(place),
-                        Slot::Group(j) => {
-                            // The least loaded card of the group with room, else the roomiest.
-                            let cards = &relaxation.groups[j].gpus;
-                            let index = |g: usize| inst.place_index(Place::Gpu(g));
-                            let bytes = inst.objects[o].gpu_bytes as i128;
-                            cards
-                                .iter()
-                                .copied()
-                                .filter(|&g| free[index(g)] >= bytes)
-                                .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
-                                .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
-                                .map(index)
-                                .expect("a group has at least one card")
-                        }
-                    };
-                    loads.apply(r, &inst.objects[o], inst.places[q], 1.0);
-                    free[q] -= inst.objects[o].bytes_at(inst.places[q]) as i128;
-                    placement[o] = q;
+        let mut put = |o: usize, slot: Slot, loads: &mut StageLoads, free: &mut Vec<i128>| {
+            let q = match slot {
+                Slot::Place(place) => inst.place_index(place),
+                Slot::Group(j) => {
+                    // The least loaded card of the group with room, else the roomiest.
+                    let cards = &relaxation.groups[j].gpus;
+                    let index = |g: usize| inst.place_index(Place::Gpu(g));
+                    let bytes = inst.objects[o].gpu_bytes as i128;
+                    cards
+                        .iter()
+                        .copied()
+                        .filter(|&g| free[index(g)] >= bytes)
+                        .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
+                        .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
+                        .map(index)
+                        .expect("a group has at least one card")
                 }
+            };
+            loads.apply(r, &inst.objects[o], inst.places[q], 1.0);
+            free[q] -= inst.objects[o].bytes_at(inst.places[q]) as i128;
+            placement[o] = q;
+        };
+        for (o, shares) in &pattern.trunk {
+            let (slot, _) = shares.iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("a trunk object has a slot");
+            put(*o, *slot, &mut loads, &mut free);
+        }
+        // Whole counts per slot; the densest slot takes the hottest experts.
+        let counts = largest_remainder(pattern.experts.iter().map(|e| e.1 / weight).collect(), stage.experts.len());
+        let mut order: Vec<usize> = (0..pattern.experts.len()).collect();
+        let density = |i: usize| pattern.experts[i].2 / pattern.experts[i].1.max(1e-12);
+        order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
+        let mut experts = stage.experts.iter();
+        for i in order {
+            for &o in experts.by_ref().take(counts[i]) {
+                put(o, pattern.experts[i].0, &mut loads, &mut free);
             }
         }
-        debug_assert!(inst.stages[s].objects.iter().all(|&o| placement[o] != usize::MAX));
     }
     placement
 }
