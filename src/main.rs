@@ -1,1 +1,291 @@
-fn main() {}
+//! The `residency` command line: argument parsing and printing only; every
+//! decision is made in the planner crate.
+
+mod print;
+
+use anyhow::{bail, Result};
+use clap::{Parser, Subcommand};
+use residency_planner::heat::{self, HeatContext, HeatFormat};
+use residency_planner::inputs::{InputPaths, Inputs};
+use residency_planner::model::Model;
+use residency_planner::plan::Plan;
+use residency_planner::profile::HardwareProfile;
+use residency_planner::solve::{self, SolveOptions};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "residency",
+    version,
+    about = "Where should every MoE expert, trunk component and KV prefix live?"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// The three inputs of a plan; each defaults to the embedded example.
+#[derive(clap::Args, Clone)]
+struct InputArgs {
+    /// Hardware profile (YAML, DESIGN 3.1); default: Colibri's two-card box.
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Model description (YAML, DESIGN 3.2); default: DeepSeek-V2-Lite.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Heat (file or data-set directory, DESIGN 3.3); default: the embedded
+    /// ESFT heat without --model, uniform heat with it.
+    #[arg(long)]
+    heat: Option<PathBuf>,
+    /// Heat format, when detection from magic bytes or extension is not wanted.
+    #[arg(long, value_parser = parse_heat_format)]
+    heat_format: Option<HeatFormat>,
+}
+
+impl InputArgs {
+    fn paths(&self) -> InputPaths {
+        InputPaths {
+            profile: self.profile.clone(),
+            model: self.model.clone(),
+            heat: self.heat.clone(),
+            heat_format: self.heat_format,
+        }
+    }
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Solve for a placement and write the plan.
+    Plan {
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// Plan file to write (.json, or .yaml/.yml).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Wall-clock seconds the solver may use.
+        #[arg(long, default_value_t = 2.0)]
+        time_limit: f64,
+    },
+    /// Read heat in any format: print per-layer concentration, convert it.
+    Heat {
+        /// Heat file or data-set directory.
+        input: PathBuf,
+        #[arg(long, value_parser = parse_heat_format)]
+        format: Option<HeatFormat>,
+        /// Model description, to map engine layer numbers and pad experts.
+        #[arg(long)]
+        model: Option<PathBuf>,
+        /// Write the heat here (format from --out-format or the extension).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        #[arg(long, value_parser = parse_heat_format)]
+        out_format: Option<HeatFormat>,
+    },
+    /// Check a profile, model description, heat or plan; say what is wrong.
+    Validate {
+        file: PathBuf,
+        /// profile, model, heat or plan (default: detected).
+        #[arg(long)]
+        kind: Option<String>,
+        #[command(flatten)]
+        inputs: InputArgs,
+    },
+}
+
+fn parse_heat_format(name: &str) -> Result<HeatFormat, String> {
+    HeatFormat::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = HeatFormat::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown heat format `{name}`; one of {}", names.join(", "))
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli.command) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
+            eprintln!("error: {}", chain.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Plan {
+            inputs,
+            out,
+            time_limit,
+        } => plan(&inputs, out.as_deref(), time_limit),
+        Command::Heat {
+            input,
+            format,
+            model,
+            out,
+            out_format,
+        } => heat_command(&input, format, model.as_deref(), out.as_deref(), out_format),
+        Command::Validate { file, kind, inputs } => validate(&file, kind.as_deref(), &inputs),
+    }
+}
+
+fn notes(notes: &[String]) {
+    for note in notes {
+        eprintln!("note: {note}");
+    }
+}
+
+fn plan(args: &InputArgs, out: Option<&Path>, time_limit: f64) -> Result<()> {
+    if !(time_limit.is_finite() && time_limit > 0.0) {
+        bail!("--time-limit {time_limit}: give a positive number of seconds");
+    }
+    let mut inputs = Inputs::load(&args.paths())?;
+    let inst = inputs.instance()?;
+    notes(&inputs.notes);
+    let solution = solve::solve(
+        &inst,
+        SolveOptions {
+            time_limit_seconds: time_limit,
+        },
+    )?;
+    let plan = Plan::new(&inst, &solution, inputs.refs.clone(), time_limit);
+    if let Some(out) = out {
+        plan.write(out)?;
+    }
+    print::plan_summary(&plan, &inst, out);
+    Ok(())
+}
+
+fn heat_context(model: Option<&Path>) -> Result<(Option<Model>, HeatContext)> {
+    let model = model.map(Model::from_yaml_file).transpose()?;
+    let ctx = model
+        .as_ref()
+        .map(HeatContext::for_model)
+        .unwrap_or_default();
+    Ok((model, ctx))
+}
+
+fn heat_command(
+    input: &Path,
+    format: Option<HeatFormat>,
+    model: Option<&Path>,
+    out: Option<&Path>,
+    out_format: Option<HeatFormat>,
+) -> Result<()> {
+    let (model, ctx) = heat_context(model)?;
+    let mut warnings = Vec::new();
+    let heat = heat::read_heat(input, format, &ctx, &mut warnings)?;
+    if let Some(model) = &model {
+        heat.total.use_rates(model, input, &mut warnings)?;
+    }
+    notes(&warnings);
+    print::heat_summary(input, &heat);
+    if let Some(out) = out {
+        let format = match out_format {
+            Some(f) => f,
+            None => format_from_extension(out)?,
+        };
+        let mut warnings = Vec::new();
+        heat::write_heat(&heat, out, format, &ctx, &mut warnings)?;
+        notes(&warnings);
+        println!("wrote {} ({format})", out.display());
+    }
+    Ok(())
+}
+
+fn format_from_extension(path: &Path) -> Result<HeatFormat> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    Ok(match ext {
+        "json" => HeatFormat::Json,
+        "csv" => HeatFormat::Csv,
+        "bin" | "heat" => HeatFormat::ColiHeat,
+        _ if name.ends_with("coli_usage") => HeatFormat::ColiUsage,
+        _ => bail!("{}: cannot tell the heat format from the name; give --out-format json|csv|coli-heat|coli-usage", path.display()),
+    })
+}
+
+/// What kind of input a file is, from its extension and first bytes.
+fn detect_kind(file: &Path) -> &'static str {
+    let head = std::fs::read(file)
+        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
+        .unwrap_or_default();
+    let yaml = matches!(
+        file.extension().and_then(|e| e.to_str()),
+        Some("yaml" | "yml")
+    );
+    if head.contains("\"residency-plan\"") || head.contains("format: residency-plan") {
+        "plan"
+    } else if yaml && head.lines().any(|l| l.starts_with("numa:")) {
+        "profile"
+    } else if yaml && head.lines().any(|l| l.starts_with("moe_layers:")) {
+        "model"
+    } else {
+        "heat"
+    }
+}
+
+fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
+    let kind = kind.unwrap_or_else(|| detect_kind(file));
+    match kind {
+        "profile" => {
+            let p = HardwareProfile::from_yaml_file(file)?;
+            println!(
+                "ok: {} is a valid hardware profile `{}`: {} NUMA node(s), {} GPU(s), {} drive(s)",
+                file.display(),
+                p.name,
+                p.numa.len(),
+                p.gpus.len(),
+                p.drives.len()
+            );
+        }
+        "model" => {
+            let m = Model::from_yaml_file(file)?;
+            println!(
+                "ok: {} is a valid model description `{}`: {} MoE layers, {} experts, {} trunk components",
+                file.display(),
+                m.name(),
+                m.moe.len(),
+                m.expert_count(),
+                m.trunk.len()
+            );
+        }
+        "heat" => {
+            let (model, ctx) = heat_context(args.model.as_deref())?;
+            let mut warnings = Vec::new();
+            let heat = heat::read_heat(file, args.heat_format, &ctx, &mut warnings)?;
+            if let Some(model) = &model {
+                heat.total.use_rates(model, file, &mut warnings)?;
+            }
+            notes(&warnings);
+            println!(
+                "ok: {} is valid {} heat: {} MoE layers, {} categories",
+                file.display(),
+                heat.format,
+                heat.total.counts.len(),
+                heat.categories.len()
+            );
+        }
+        "plan" => {
+            let plan = Plan::read(file)?;
+            let mut inputs = Inputs::load(&args.paths())?;
+            let inst = inputs.instance()?;
+            let placement = plan.placement(&inst, file)?;
+            let recomputed = inst.evaluate(&placement).token_seconds;
+            let reported = plan.objective.token_seconds;
+            if (recomputed - reported).abs() > 1e-9 * reported.abs() {
+                bail!(
+                    "{}: objective.token_seconds: is {reported} but the cost model gives {recomputed} for this placement with these inputs; re-plan, or pass the profile, model and heat it was made with",
+                    file.display()
+                );
+            }
+            println!(
+                "ok: {} is a feasible plan; its token_seconds {reported} matches the cost model",
+                file.display()
+            );
+        }
+        other => bail!("--kind {other}: give profile, model, heat or plan"),
+    }
+    Ok(())
+}

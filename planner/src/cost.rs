@@ -33,8 +33,12 @@ impl fmt::Display for Place {
 impl std::str::FromStr for Place {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Self, String> {
-        let (kind, id) = s.split_once(':').ok_or_else(|| format!("`{s}` is not a place like gpu:0"))?;
-        let id: usize = id.parse().map_err(|_| format!("`{s}`: `{id}` is not an id"))?;
+        let (kind, id) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}` is not a place like gpu:0"))?;
+        let id: usize = id
+            .parse()
+            .map_err(|_| format!("`{s}`: `{id}` is not an id"))?;
         match kind {
             "gpu" => Ok(Place::Gpu(id)),
             "ram" => Ok(Place::Ram(id)),
@@ -106,9 +110,13 @@ impl Resources {
         Resources {
             gpu_gemv_bytes_per_s: profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect(),
             gpu_sync_seconds: profile.gpus.iter().map(|g| g.sync_overhead.0).collect(),
-            gpu_capacity_bytes: (0..profile.gpus.len()).map(|g| profile.gpu_capacity(g)).collect(),
+            gpu_capacity_bytes: (0..profile.gpus.len())
+                .map(|g| profile.gpu_capacity(g))
+                .collect(),
             cpu_gemv_bytes_per_s: profile.numa.iter().map(|n| n.gemv_bandwidth.0).collect(),
-            ram_capacity_bytes: (0..profile.numa.len()).map(|n| profile.ram_capacity(n)).collect(),
+            ram_capacity_bytes: (0..profile.numa.len())
+                .map(|n| profile.ram_capacity(n))
+                .collect(),
             drive_numa: profile.drives.iter().map(|d| d.numa).collect(),
             drive_read_bytes_per_s: profile.drives.iter().map(|d| d.read_bandwidth.0).collect(),
             drive_latency_seconds: profile.drives.iter().map(|d| d.read_latency.0).collect(),
@@ -184,12 +192,15 @@ impl StageLoads {
                 self.gpu[g] += sign * p * o.gpu_bytes as f64 / resources.gpu_gemv_bytes_per_s[g];
                 self.gpu_objects[g] = (self.gpu_objects[g] as i64 + sign as i64) as u32;
             }
-            Place::Ram(n) => self.cpu[n] += sign * p * o.ram_bytes as f64 / resources.cpu_gemv_bytes_per_s[n],
+            Place::Ram(n) => {
+                self.cpu[n] += sign * p * o.ram_bytes as f64 / resources.cpu_gemv_bytes_per_s[n]
+            }
             Place::Disk(d) => {
                 let b = o.disk_bytes as f64;
                 self.drive[d] += sign
                     * p
-                    * (resources.drive_latency_seconds[d] + b / resources.drive_read_bytes_per_s[d]);
+                    * (resources.drive_latency_seconds[d]
+                        + b / resources.drive_read_bytes_per_s[d]);
                 let n = resources.drive_numa[d];
                 self.cpu[n] += sign * p * b / resources.cpu_gemv_bytes_per_s[n];
             }
@@ -198,7 +209,11 @@ impl StageLoads {
 
     /// GPU g's time in the stage: its work plus its sync overhead if it takes part.
     pub fn gpu_seconds(&self, resources: &Resources, g: usize) -> f64 {
-        let sync = if self.gpu_objects[g] > 0 { resources.gpu_sync_seconds[g] } else { 0.0 };
+        let sync = if self.gpu_objects[g] > 0 {
+            resources.gpu_sync_seconds[g]
+        } else {
+            0.0
+        };
         self.gpu[g] + sync
     }
 
@@ -243,9 +258,20 @@ pub struct Evaluation {
 impl Evaluation {
     /// Places whose capacity the placement exceeds, with the excess bytes.
     pub fn overfull(&self, resources: &Resources) -> Vec<(Place, u64)> {
-        let gpus = self.gpu_used_bytes.iter().enumerate().map(|(g, &u)| (Place::Gpu(g), u, resources.gpu_capacity_bytes[g]));
-        let rams = self.ram_used_bytes.iter().enumerate().map(|(n, &u)| (Place::Ram(n), u, resources.ram_capacity_bytes[n]));
-        gpus.chain(rams).filter(|(_, u, c)| u > c).map(|(p, u, c)| (p, u - c)).collect()
+        let gpus = self
+            .gpu_used_bytes
+            .iter()
+            .enumerate()
+            .map(|(g, &u)| (Place::Gpu(g), u, resources.gpu_capacity_bytes[g]));
+        let rams = self
+            .ram_used_bytes
+            .iter()
+            .enumerate()
+            .map(|(n, &u)| (Place::Ram(n), u, resources.ram_capacity_bytes[n]));
+        gpus.chain(rams)
+            .filter(|(_, u, c)| u > c)
+            .map(|(p, u, c)| (p, u - c))
+            .collect()
     }
 }
 
@@ -260,27 +286,39 @@ impl Instance {
         let moe_layers = model.moe_layer_numbers();
         for layer in 0..model.description.layers {
             dense_stage[layer] = stages.len();
-            stages.push(Stage { name: format!("L{layer}.dense"), kind: StageKind::Dense, objects: vec![] });
+            stages.push(Stage {
+                name: format!("L{layer}.dense"),
+                kind: StageKind::Dense,
+                objects: vec![],
+            });
             if moe_layers.contains(&layer) {
                 experts_stage[layer] = stages.len();
-                stages.push(Stage { name: format!("L{layer}.experts"), kind: StageKind::Experts, objects: vec![] });
+                stages.push(Stage {
+                    name: format!("L{layer}.experts"),
+                    kind: StageKind::Experts,
+                    objects: vec![],
+                });
             }
         }
         let head_stage = stages.len();
-        stages.push(Stage { name: "head".into(), kind: StageKind::Head, objects: vec![] });
+        stages.push(Stage {
+            name: "head".into(),
+            kind: StageKind::Head,
+            objects: vec![],
+        });
 
         let mut objects = Vec::new();
         let mut expert_ids = Vec::new();
         for (l, moe) in model.moe.iter().enumerate() {
             let stage = experts_stage[moe.layer];
             let mut ids = Vec::with_capacity(moe.experts);
-            for e in 0..moe.experts {
+            for (e, &use_rate) in rates[l].iter().enumerate() {
                 ids.push(objects.len());
                 stages[stage].objects.push(objects.len());
                 objects.push(Object {
                     kind: ObjectKind::Expert { moe: l, expert: e },
                     stage,
-                    use_rate: rates[l][e],
+                    use_rate,
                     gpu_bytes: moe.gpu_bytes,
                     ram_bytes: moe.ram_bytes,
                     disk_bytes: moe.disk_bytes,
@@ -298,7 +336,10 @@ impl Instance {
             trunk_ids.push(objects.len());
             stages[stage].objects.push(objects.len());
             objects.push(Object {
-                kind: ObjectKind::Trunk { name: t.name.clone(), layer: t.layer },
+                kind: ObjectKind::Trunk {
+                    name: t.name.clone(),
+                    layer: t.layer,
+                },
                 stage,
                 use_rate: 1.0,
                 gpu_bytes: t.bytes,
@@ -306,7 +347,14 @@ impl Instance {
                 disk_bytes: t.bytes,
             });
         }
-        Instance { resources, places, stages, objects, expert_ids, trunk_ids }
+        Instance {
+            resources,
+            places,
+            stages,
+            objects,
+            expert_ids,
+            trunk_ids,
+        }
     }
 
     /// Compiles from heat, checking its shape against the model.
@@ -323,7 +371,10 @@ impl Instance {
 
     /// Index of a place in `places`.
     pub fn place_index(&self, place: Place) -> usize {
-        self.places.iter().position(|&p| p == place).expect("place of this instance")
+        self.places
+            .iter()
+            .position(|&p| p == place)
+            .expect("place of this instance")
     }
 
     /// Whether object `o` may live at `place` (trunk never on disk).
@@ -368,7 +419,11 @@ impl Instance {
     /// Checks that a placement is complete, allowed and within capacities.
     pub fn check_feasible(&self, placement: &[usize]) -> std::result::Result<(), String> {
         if placement.len() != self.objects.len() {
-            return Err(format!("{} objects placed, {} expected", placement.len(), self.objects.len()));
+            return Err(format!(
+                "{} objects placed, {} expected",
+                placement.len(),
+                self.objects.len()
+            ));
         }
         for (o, &q) in placement.iter().enumerate() {
             if q >= self.places.len() || !self.allowed(o, self.places[q]) {
@@ -385,7 +440,11 @@ impl Instance {
     /// Fails unless every object can be held somewhere (DESIGN 4, Capacities).
     pub fn check_holdable(&self, file: &Path) -> Result<()> {
         let r = &self.resources;
-        let room: u64 = r.gpu_capacity_bytes.iter().chain(&r.ram_capacity_bytes).sum();
+        let room: u64 = r
+            .gpu_capacity_bytes
+            .iter()
+            .chain(&r.ram_capacity_bytes)
+            .sum();
         let must_hold: u64 = self
             .objects
             .iter()
@@ -393,7 +452,11 @@ impl Instance {
             .map(|o| o.gpu_bytes.min(o.ram_bytes))
             .sum();
         if must_hold > room {
-            let what = if r.drives() == 0 { "the model (no drive to stream from)" } else { "the trunk" };
+            let what = if r.drives() == 0 {
+                "the model (no drive to stream from)"
+            } else {
+                "the trunk"
+            };
             return Err(PlannerError::Infeasible(format!(
                 "{}: {what} needs at least {} bytes in GPU and RAM, which hold {room}: {} bytes are missing",
                 file.display(),

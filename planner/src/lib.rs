@@ -6,7 +6,9 @@
 pub mod cost;
 pub mod error;
 pub mod heat;
+pub mod inputs;
 pub mod model;
+pub mod plan;
 pub mod profile;
 pub mod solve;
 pub mod units;

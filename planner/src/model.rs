@@ -22,9 +22,9 @@ impl LayerSet {
         let mut layers = match self {
             LayerSet::List(list) => list.clone(),
             LayerSet::Range(text) => {
-                let (lo, hi) = text
-                    .split_once("..=")
-                    .ok_or_else(|| format!("`{text}` is not a range; write it as \"1..=26\" or as a list [1, 2]"))?;
+                let (lo, hi) = text.split_once("..=").ok_or_else(|| {
+                    format!("`{text}` is not a range; write it as \"1..=26\" or as a list [1, 2]")
+                })?;
                 let parse = |s: &str| {
                     s.trim()
                         .parse::<usize>()
@@ -81,7 +81,19 @@ pub struct TierFormats {
 }
 
 /// The stage a trunk component runs in (DESIGN 4, Stages).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum StageKind {
     Dense,
@@ -188,14 +200,21 @@ impl Model {
     pub fn from_yaml_str(text: &str, path: &Path) -> Result<Model> {
         let description: ModelDescription = serde_norway::from_str(text).map_err(|e| {
             let (place, problem) = split_serde_location(&e.to_string());
-            PlannerError::input(path, place, problem, "see DESIGN 3.2 for the model description fields")
+            PlannerError::input(
+                path,
+                place,
+                problem,
+                "see DESIGN 3.2 for the model description fields",
+            )
         })?;
         Self::validate(description, path)
     }
 
     /// Checks the rules of DESIGN 3.2 and expands layers and trunk.
     pub fn validate(d: ModelDescription, path: &Path) -> Result<Model> {
-        let err = |place: &str, problem: String, fix: &str| PlannerError::input(path, place, problem, fix);
+        let err = |place: &str, problem: String, fix: &str| {
+            PlannerError::input(path, place, problem, fix)
+        };
         for (field, value) in [
             ("layers", d.layers as u64),
             ("experts", d.experts as u64),
@@ -212,13 +231,21 @@ impl Model {
             .expand()
             .map_err(|m| err("moe_layers", m, "list MoE layers as \"1..=26\" or [1, 2]"))?;
         if moe_layers.is_empty() {
-            return Err(err("moe_layers", "is empty".into(), "name at least one MoE layer"));
+            return Err(err(
+                "moe_layers",
+                "is empty".into(),
+                "name at least one MoE layer",
+            ));
         }
         if let Some(&last) = moe_layers.last() {
             if last >= d.layers {
                 return Err(err(
                     "moe_layers",
-                    format!("layer {last} does not exist (the model has {} layers, 0..={})", d.layers, d.layers - 1),
+                    format!(
+                        "layer {last} does not exist (the model has {} layers, 0..={})",
+                        d.layers,
+                        d.layers - 1
+                    ),
                     "keep MoE layers below `layers`",
                 ));
             }
@@ -236,7 +263,11 @@ impl Model {
                 ));
             }
         }
-        for (tier, format) in [("gpu", &d.tiers.gpu), ("ram", &d.tiers.ram), ("disk", &d.tiers.disk)] {
+        for (tier, format) in [
+            ("gpu", &d.tiers.gpu),
+            ("ram", &d.tiers.ram),
+            ("disk", &d.tiers.disk),
+        ] {
             if !d.formats.contains_key(format) {
                 return Err(err(
                     &format!("tiers.{tier}"),
@@ -256,7 +287,11 @@ impl Model {
                     experts = o.experts.unwrap_or(experts);
                     intermediate = o.expert_intermediate.unwrap_or(intermediate);
                     if experts == 0 || intermediate == 0 {
-                        return Err(err(&format!("per_layer[{i}]"), "sets a zero size".into(), "give positive values"));
+                        return Err(err(
+                            &format!("per_layer[{i}]"),
+                            "sets a zero size".into(),
+                            "give positive values",
+                        ));
                     }
                 }
             }
@@ -283,21 +318,39 @@ impl Model {
         for (i, t) in d.trunk.iter().enumerate() {
             let place = format!("trunk[{i}] ({})", t.name);
             if t.bytes.0 == 0 {
-                return Err(err(&place, "has zero bytes".into(), "give its size, e.g. `33 MiB`"));
+                return Err(err(
+                    &place,
+                    "has zero bytes".into(),
+                    "give its size, e.g. `33 MiB`",
+                ));
             }
             let layers = match (&t.layers, t.stage) {
                 (Some(_), StageKind::Head) => {
-                    return Err(err(&place, "is a head component with `layers`".into(), "drop `layers` or use stage dense"))
+                    return Err(err(
+                        &place,
+                        "is a head component with `layers`".into(),
+                        "drop `layers` or use stage dense",
+                    ))
                 }
                 (None, StageKind::Dense | StageKind::Experts) => {
-                    return Err(err(&place, "has no `layers` but runs in a per-layer stage".into(), "give `layers`, or use stage head"))
+                    return Err(err(
+                        &place,
+                        "has no `layers` but runs in a per-layer stage".into(),
+                        "give `layers`, or use stage head",
+                    ))
                 }
                 (None, StageKind::Head) => vec![None],
                 (Some(set), stage) => {
-                    let layers = set.expand().map_err(|m| err(&place, m, "write layers as \"0..=26\" or a list"))?;
+                    let layers = set
+                        .expand()
+                        .map_err(|m| err(&place, m, "write layers as \"0..=26\" or a list"))?;
                     for &l in &layers {
                         if l >= d.layers {
-                            return Err(err(&place, format!("layer {l} does not exist"), "keep layers below `layers`"));
+                            return Err(err(
+                                &place,
+                                format!("layer {l} does not exist"),
+                                "keep layers below `layers`",
+                            ));
                         }
                         if stage == StageKind::Experts && !moe_layers.contains(&l) {
                             return Err(err(
@@ -312,12 +365,25 @@ impl Model {
             };
             for layer in layers {
                 if !seen.insert((t.name.clone(), layer)) {
-                    return Err(err(&place, "repeats a component of the same name and layer".into(), "give each component a unique name"));
+                    return Err(err(
+                        &place,
+                        "repeats a component of the same name and layer".into(),
+                        "give each component a unique name",
+                    ));
                 }
-                trunk.push(TrunkComponent { name: t.name.clone(), layer, bytes: t.bytes.0, stage: t.stage });
+                trunk.push(TrunkComponent {
+                    name: t.name.clone(),
+                    layer,
+                    bytes: t.bytes.0,
+                    stage: t.stage,
+                });
             }
         }
-        Ok(Model { description: d, moe, trunk })
+        Ok(Model {
+            description: d,
+            moe,
+            trunk,
+        })
     }
 }
 
@@ -366,13 +432,24 @@ per_layer:
             (lite().replace("top_k: 2", "top_k: 0"), "top_k"),
             (lite().replace("\"1..=3\"", "\"1..=9\""), "moe_layers"),
             (lite().replace("gpu: int4", "gpu: fp8"), "tiers.gpu"),
-            (lite().replace("layer: 2,", "layer: 0,"), "per_layer[0].layer"),
-            (lite().replace("bytes: 2 KiB, stage: head", "bytes: 2 KiB, stage: experts"), "trunk[1]"),
-            (lite().replace("hidden: 16", "hidden: 16\ncolour: red"), "line"),
+            (
+                lite().replace("layer: 2,", "layer: 0,"),
+                "per_layer[0].layer",
+            ),
+            (
+                lite().replace("bytes: 2 KiB, stage: head", "bytes: 2 KiB, stage: experts"),
+                "trunk[1]",
+            ),
+            (
+                lite().replace("hidden: 16", "hidden: 16\ncolour: red"),
+                "line",
+            ),
             (lite().replace("bytes: 1 KiB", "bytes: 1 GB/s"), "line"),
         ];
         for (text, place) in cases {
-            let e = Model::from_yaml_str(&text, Path::new("m.yaml")).unwrap_err().to_string();
+            let e = Model::from_yaml_str(&text, Path::new("m.yaml"))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("m.yaml: "), "{e}");
             assert!(e.contains(place), "{place} not in {e}");
             assert!(!e.contains('\n'), "{e}");

@@ -124,7 +124,12 @@ impl HardwareProfile {
     pub fn from_yaml_str(text: &str, path: &Path) -> Result<HardwareProfile> {
         let profile: HardwareProfile = serde_norway::from_str(text).map_err(|e| {
             let (place, problem) = split_serde_location(&e.to_string());
-            PlannerError::input(path, place, problem, "see DESIGN 3.1 for the profile fields and units")
+            PlannerError::input(
+                path,
+                place,
+                problem,
+                "see DESIGN 3.1 for the profile fields and units",
+            )
         })?;
         profile.validate(path)?;
         Ok(profile)
@@ -132,9 +137,15 @@ impl HardwareProfile {
 
     /// Checks the rules of DESIGN 3.1.
     pub fn validate(&self, path: &Path) -> Result<()> {
-        let err = |place: String, problem: String, fix: &str| Err(PlannerError::input(path, place, problem, fix));
+        let err = |place: String, problem: String, fix: &str| {
+            Err(PlannerError::input(path, place, problem, fix))
+        };
         if self.numa.is_empty() {
-            return err("numa".into(), "lists no node".into(), "describe at least one NUMA node (a desktop has one)");
+            return err(
+                "numa".into(),
+                "lists no node".into(),
+                "describe at least one NUMA node (a desktop has one)",
+            );
         }
         let dense = |ids: Vec<usize>, what: &str| -> Result<()> {
             for (i, id) in ids.into_iter().enumerate() {
@@ -155,20 +166,35 @@ impl HardwareProfile {
             if rate.0.is_finite() && rate.0 > 0.0 {
                 Ok(())
             } else {
-                err(place, "must be a positive rate".into(), "give a rate such as `25 GB/s`")
+                err(
+                    place,
+                    "must be a positive rate".into(),
+                    "give a rate such as `25 GB/s`",
+                )
             }
         };
         for (i, n) in self.numa.iter().enumerate() {
             if n.ram.0 == 0 {
-                return err(format!("numa[{i}].ram"), "is zero".into(), "give the node's memory, e.g. `256 GiB`");
+                return err(
+                    format!("numa[{i}].ram"),
+                    "is zero".into(),
+                    "give the node's memory, e.g. `256 GiB`",
+                );
             }
             if n.cores == 0 {
-                return err(format!("numa[{i}].cores"), "is zero".into(), "give the node's core count");
+                return err(
+                    format!("numa[{i}].cores"),
+                    "is zero".into(),
+                    "give the node's core count",
+                );
             }
             if n.reserved.0 + n.staging.0 >= n.ram.0 {
                 return err(
                     format!("numa[{i}]"),
-                    format!("reserved {} + staging {} leave nothing of ram {}", n.reserved, n.staging, n.ram),
+                    format!(
+                        "reserved {} + staging {} leave nothing of ram {}",
+                        n.reserved, n.staging, n.ram
+                    ),
                     "reserved + staging must be below ram",
                 );
             }
@@ -176,7 +202,11 @@ impl HardwareProfile {
         }
         for (i, g) in self.gpus.iter().enumerate() {
             if g.vram.0 == 0 {
-                return err(format!("gpus[{i}].vram"), "is zero".into(), "give the card's memory, e.g. `8 GiB`");
+                return err(
+                    format!("gpus[{i}].vram"),
+                    "is zero".into(),
+                    "give the card's memory, e.g. `8 GiB`",
+                );
             }
             if g.reserved.0 >= g.vram.0 {
                 return err(
@@ -188,21 +218,33 @@ impl HardwareProfile {
             if g.numa >= self.numa.len() {
                 return err(
                     format!("gpus[{i}].numa"),
-                    format!("names node {}, but the profile lists {} node(s)", g.numa, self.numa.len()),
+                    format!(
+                        "names node {}, but the profile lists {} node(s)",
+                        g.numa,
+                        self.numa.len()
+                    ),
                     "name a listed NUMA node id",
                 );
             }
             positive_rate(format!("gpus[{i}].gemv_bandwidth"), g.gemv_bandwidth)?;
             positive_rate(format!("gpus[{i}].upload_bandwidth"), g.upload_bandwidth)?;
             if !g.sync_overhead.0.is_finite() {
-                return err(format!("gpus[{i}].sync_overhead"), "is not finite".into(), "give a time such as `120 us`");
+                return err(
+                    format!("gpus[{i}].sync_overhead"),
+                    "is not finite".into(),
+                    "give a time such as `120 us`",
+                );
             }
         }
         for (i, d) in self.drives.iter().enumerate() {
             if d.numa >= self.numa.len() {
                 return err(
                     format!("drives[{i}].numa"),
-                    format!("names node {}, but the profile lists {} node(s)", d.numa, self.numa.len()),
+                    format!(
+                        "names node {}, but the profile lists {} node(s)",
+                        d.numa,
+                        self.numa.len()
+                    ),
                     "name a listed NUMA node id",
                 );
             }
@@ -210,7 +252,11 @@ impl HardwareProfile {
         }
         match self.felt_fraction {
             Some(f) if !(0.0..=1.0).contains(&f) || f.is_nan() => {
-                return err("felt_fraction".into(), format!("is {f}"), "give a share between 0 and 1");
+                return err(
+                    "felt_fraction".into(),
+                    format!("is {f}"),
+                    "give a share between 0 and 1",
+                );
             }
             Some(f) if !self.io_overlaps_compute && f != 1.0 => {
                 return err(
@@ -227,11 +273,20 @@ impl HardwareProfile {
             .iter()
             .enumerate()
             .map(|(i, n)| (format!("numa[{i}].host"), &n.host))
-            .chain(self.gpus.iter().enumerate().map(|(i, g)| (format!("gpus[{i}].host"), &g.host)));
+            .chain(
+                self.gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| (format!("gpus[{i}].host"), &g.host)),
+            );
         for (place, host) in hosts {
             if let Some(h) = host {
                 if !host_names.contains(&h.as_str()) {
-                    return err(place, format!("names host `{h}`, which `hosts` does not list"), "add it to `hosts`");
+                    return err(
+                        place,
+                        format!("names host `{h}`, which `hosts` does not list"),
+                        "add it to `hosts`",
+                    );
                 }
             }
         }
@@ -266,20 +321,37 @@ drives:
     #[test]
     fn rejects_bad_profiles_with_one_line() {
         let cases = [
-            (BOX.replace("numa: 0, gemv", "numa: 3, gemv"), "gpus[0].numa"),
+            (
+                BOX.replace("numa: 0, gemv", "numa: 3, gemv"),
+                "gpus[0].numa",
+            ),
             (BOX.replace("vram: 8 GiB", "vram: 8 GB/s"), "line"),
             (BOX.replace("vram: 8 GiB", "vram: 0"), "gpus[0].vram"),
-            (BOX.replace("reserved: 1 GiB", "reserved: 9 GiB"), "gpus[0].reserved"),
+            (
+                BOX.replace("reserved: 1 GiB", "reserved: 9 GiB"),
+                "gpus[0].reserved",
+            ),
             (BOX.replace("3 GB/s", "0 GB/s"), "drives[0].read_bandwidth"),
-            (BOX.replace("{ id: 0, name: nvme", "{ id: 1, name: nvme"), "drives[0].id"),
-            (BOX.replace("cores: 8", "cores: 8, colour: red"), "unknown field"),
+            (
+                BOX.replace("{ id: 0, name: nvme", "{ id: 1, name: nvme"),
+                "drives[0].id",
+            ),
+            (
+                BOX.replace("cores: 8", "cores: 8, colour: red"),
+                "unknown field",
+            ),
             (BOX.replace("100 us", "100"), "line"),
             (BOX.replace("staging: 2 GiB", "staging: 60 GiB"), "numa[0]"),
-            (format!("{BOX}io_overlaps_compute: false\nfelt_fraction: 0.5\n"), "felt_fraction"),
+            (
+                format!("{BOX}io_overlaps_compute: false\nfelt_fraction: 0.5\n"),
+                "felt_fraction",
+            ),
             (format!("{BOX}felt_fraction: .nan\n"), "felt_fraction"),
         ];
         for (text, place) in cases {
-            let e = HardwareProfile::from_yaml_str(&text, Path::new("p.yaml")).unwrap_err().to_string();
+            let e = HardwareProfile::from_yaml_str(&text, Path::new("p.yaml"))
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("p.yaml: "), "{e}");
             assert!(e.contains(place), "{place} not in {e}");
             assert!(!e.contains('\n'), "{e}");

@@ -54,17 +54,24 @@ fn split_number(text: &str) -> Result<(f64, &str), String> {
 }
 
 fn unit_factor(unit: &str, table: &[(&str, f64)]) -> Option<f64> {
-    table.iter().find(|(name, _)| *name == unit).map(|(_, f)| *f)
+    table
+        .iter()
+        .find(|(name, _)| *name == unit)
+        .map(|(_, f)| *f)
 }
 
 /// Parses a size such as `8 GiB`, `128MiB` or `4096 B`; fractions round down.
 pub fn parse_size(text: &str) -> Result<Bytes, String> {
     let (value, unit) = split_number(text)?;
     if unit.ends_with("/s") {
-        return Err(format!("`{text}` is a rate; a size is wanted here, e.g. `8 GiB`"));
+        return Err(format!(
+            "`{text}` is a rate; a size is wanted here, e.g. `8 GiB`"
+        ));
     }
     if unit_factor(unit, &TIME_UNITS).is_some() {
-        return Err(format!("`{text}` is a time; a size is wanted here, e.g. `8 GiB`"));
+        return Err(format!(
+            "`{text}` is a time; a size is wanted here, e.g. `8 GiB`"
+        ));
     }
     let factor = match unit {
         "" => 1.0,
@@ -83,7 +90,9 @@ pub fn parse_size(text: &str) -> Result<Bytes, String> {
 pub fn parse_rate(text: &str) -> Result<BytesPerSecond, String> {
     let (value, unit) = split_number(text)?;
     let Some(size_unit) = unit.strip_suffix("/s") else {
-        return Err(format!("`{text}` is not a rate; write a size unit per second, e.g. `25 GB/s`"));
+        return Err(format!(
+            "`{text}` is not a rate; write a size unit per second, e.g. `25 GB/s`"
+        ));
     };
     let factor = unit_factor(size_unit.trim(), &SIZE_UNITS).ok_or_else(|| {
         format!("`{text}` has unknown rate unit `{unit}`; use e.g. MB/s, GB/s or GiB/s")
@@ -112,11 +121,16 @@ impl Bytes {
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let b = self.0 as f64;
-        let (value, unit) = [(1099511627776.0, "TiB"), (1073741824.0, "GiB"), (1048576.0, "MiB"), (1024.0, "KiB")]
-            .into_iter()
-            .find(|(scale, _)| b >= *scale)
-            .map(|(scale, unit)| (b / scale, unit))
-            .unwrap_or((b, "B"));
+        let (value, unit) = [
+            (1099511627776.0, "TiB"),
+            (1073741824.0, "GiB"),
+            (1048576.0, "MiB"),
+            (1024.0, "KiB"),
+        ]
+        .into_iter()
+        .find(|(scale, _)| b >= *scale)
+        .map(|(scale, unit)| (b / scale, unit))
+        .unwrap_or((b, "B"));
         if unit == "B" {
             write!(f, "{} B", self.0)
         } else {
@@ -170,7 +184,10 @@ impl<'de, T> Visitor<'de> for UnitVisitor<T> {
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<T, E> {
         if v < 0 {
-            return Err(E::custom(format!("{v} is negative; expected {}", self.expecting)));
+            return Err(E::custom(format!(
+                "{v} is negative; expected {}",
+                self.expecting
+            )));
         }
         self.visit_u64(v as u64)
     }

@@ -31,7 +31,9 @@ trunk:
 "#;
 
 fn instance(extra_profile: &str, rates: [f64; 4]) -> Instance {
-    let profile = HardwareProfile::from_yaml_str(&format!("{PROFILE}{extra_profile}"), Path::new("p")).unwrap();
+    let profile =
+        HardwareProfile::from_yaml_str(&format!("{PROFILE}{extra_profile}"), Path::new("p"))
+            .unwrap();
     let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
     Instance::new(&profile, &model, &[rates.to_vec()])
 }
@@ -51,7 +53,10 @@ fn stages_and_places_follow_the_design() {
     let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
     let names: Vec<&str> = inst.stages.iter().map(|s| s.name.as_str()).collect();
     assert_eq!(names, ["L0.dense", "L1.dense", "L1.experts", "head"]);
-    assert_eq!(inst.places, vec![Place::Gpu(0), Place::Ram(0), Place::Disk(0)]);
+    assert_eq!(
+        inst.places,
+        vec![Place::Gpu(0), Place::Ram(0), Place::Disk(0)]
+    );
 }
 
 #[test]
@@ -78,11 +83,17 @@ fn overlapped_io_takes_the_max_of_resources() {
 
 #[test]
 fn without_overlap_reads_add_to_the_cpu_time() {
-    let inst = instance("io_overlaps_compute: false\nfixed_token_seconds: 1 ms\n", [1.0, 0.5, 0.3, 0.2]);
+    let inst = instance(
+        "io_overlaps_compute: false\nfixed_token_seconds: 1 ms\n",
+        [1.0, 0.5, 0.3, 0.2],
+    );
     let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]);
     // L1.experts: C + f*D = 1e-4 + 5.5e-4 = 6.5e-4; others as above; plus 1 ms fixed.
     assert!(close(ev.stage_seconds[2], 6.5e-4));
-    assert!(close(ev.token_seconds, 1.2e-4 + 2e-4 + 6.5e-4 + 1.4e-4 + 1e-3));
+    assert!(close(
+        ev.token_seconds,
+        1.2e-4 + 2e-4 + 6.5e-4 + 1.4e-4 + 1e-3
+    ));
 }
 
 #[test]
@@ -101,11 +112,20 @@ fn sync_overhead_is_paid_once_per_stage_even_for_cold_objects() {
 #[test]
 fn capacities_are_checked() {
     let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
-    assert!(inst.check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]).is_ok());
+    assert!(inst
+        .check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU])
+        .is_ok());
     // Trunk on disk is not a place it may take.
-    assert!(inst.check_feasible(&[GPU, RAM, DISK, DISK, DISK, RAM, GPU]).is_err());
+    assert!(inst
+        .check_feasible(&[GPU, RAM, DISK, DISK, DISK, RAM, GPU])
+        .is_err());
     let mut small = inst.clone();
     small.resources.gpu_capacity_bytes[0] = 6_999_999;
-    let err = small.check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]).unwrap_err();
-    assert!(err.contains("gpu:0 is over its capacity by 1 bytes"), "{err}");
+    let err = small
+        .check_feasible(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU])
+        .unwrap_err();
+    assert!(
+        err.contains("gpu:0 is over its capacity by 1 bytes"),
+        "{err}"
+    );
 }

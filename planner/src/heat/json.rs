@@ -42,8 +42,12 @@ enum Tokens {
 }
 
 pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Heat> {
-    let text = read_text(path)?;
-    let file: FileHeat = serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, FIX))?;
+    from_str(&read_text(path)?, path, ctx)
+}
+
+/// Parses our JSON heat from text; `path` names it in errors.
+pub(crate) fn from_str(text: &str, path: &Path, ctx: &HeatContext) -> Result<Heat> {
+    let file: FileHeat = serde_json::from_str(text).map_err(|e| json_err(path, None, &e, FIX))?;
     let total = table(path, "", file.tokens, file.layers, ctx)?;
     let shape: Vec<usize> = total.counts.iter().map(Vec::len).collect();
     let mut categories = BTreeMap::new();

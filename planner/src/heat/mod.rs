@@ -178,6 +178,11 @@ pub fn read_heat(
     Ok(heat)
 }
 
+/// Parses our JSON heat from text (embedded defaults); `path` names it in errors.
+pub fn read_json_str(text: &str, path: &Path, ctx: &HeatContext) -> Result<Heat> {
+    json::from_str(text, path, ctx)
+}
+
 /// Reads a per-token trace (jsonl, esft, llama4-json, mixtral-jsonl,
 /// coli-route); other formats hold only counts and are refused.
 pub fn read_trace(
@@ -258,7 +263,12 @@ fn check_kind(path: &Path, format: HeatFormat) -> Result<()> {
         ));
     }
     if !path.exists() {
-        return Err(PlannerError::input(path, "path", "does not exist", "check the path"));
+        return Err(PlannerError::input(
+            path,
+            "path",
+            "does not exist",
+            "check the path",
+        ));
     }
     Ok(())
 }
@@ -267,7 +277,12 @@ impl HeatTable {
     /// Use rates `p[l][e]` (DESIGN 3.3): `c / N[l]` when N is known, else
     /// `top_k * c / sum_e c`; a layer summing to zero gets `top_k / experts`
     /// (reported through `warnings`). Fails when the shape is not the model's.
-    pub fn use_rates(&self, model: &Model, file: &Path, warnings: &mut Vec<String>) -> Result<Vec<Vec<f64>>> {
+    pub fn use_rates(
+        &self,
+        model: &Model,
+        file: &Path,
+        warnings: &mut Vec<String>,
+    ) -> Result<Vec<Vec<f64>>> {
         let want = model.experts_per_layer();
         let got: Vec<usize> = self.counts.iter().map(Vec::len).collect();
         if want != got {
@@ -317,7 +332,11 @@ impl HeatTable {
     /// Uniform heat for a model: every expert used `top_k / experts` times a token.
     pub fn uniform(model: &Model) -> HeatTable {
         HeatTable {
-            counts: model.experts_per_layer().into_iter().map(|e| vec![1.0; e]).collect(),
+            counts: model
+                .experts_per_layer()
+                .into_iter()
+                .map(|e| vec![1.0; e])
+                .collect(),
             tokens: None,
         }
     }

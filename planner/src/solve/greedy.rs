@@ -17,19 +17,28 @@ pub(crate) fn capacities(inst: &Instance) -> Vec<u64> {
 pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
     let mut free = capacities(inst);
     let mut placement = vec![usize::MAX; inst.objects.len()];
-    let gpus: Vec<usize> = (0..inst.resources.gpus()).map(|g| inst.place_index(Place::Gpu(g))).collect();
-    let rams: Vec<usize> = (0..inst.resources.numa_nodes()).map(|n| inst.place_index(Place::Ram(n))).collect();
+    let gpus: Vec<usize> = (0..inst.resources.gpus())
+        .map(|g| inst.place_index(Place::Gpu(g)))
+        .collect();
+    let rams: Vec<usize> = (0..inst.resources.numa_nodes())
+        .map(|n| inst.place_index(Place::Ram(n)))
+        .collect();
 
     let mut trunk = inst.trunk_ids.clone();
     trunk.sort_by(|&a, &b| {
         let (oa, ob) = (&inst.objects[a], &inst.objects[b]);
-        ob.gpu_bytes.cmp(&oa.gpu_bytes).then_with(|| trunk_key(&oa.kind).cmp(&trunk_key(&ob.kind)))
+        ob.gpu_bytes
+            .cmp(&oa.gpu_bytes)
+            .then_with(|| trunk_key(&oa.kind).cmp(&trunk_key(&ob.kind)))
     });
     for o in trunk {
         let bytes = inst.objects[o].gpu_bytes;
         // The roomiest GPU (lowest id on ties), else the roomiest RAM node.
         let roomiest = |ids: &[usize], free: &[u64]| {
-            ids.iter().copied().filter(|&q| free[q] >= bytes).max_by(|&a, &b| free[a].cmp(&free[b]).then(b.cmp(&a)))
+            ids.iter()
+                .copied()
+                .filter(|&q| free[q] >= bytes)
+                .max_by(|&a, &b| free[a].cmp(&free[b]).then(b.cmp(&a)))
         };
         let q = roomiest(&gpus, &free)
             .or_else(|| roomiest(&rams, &free))
@@ -40,10 +49,16 @@ pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
 
     let mut experts: Vec<usize> = inst.expert_ids.iter().flatten().copied().collect();
     // Stable sort: ties keep (l, e) order.
-    experts.sort_by(|&a, &b| inst.objects[b].use_rate.total_cmp(&inst.objects[a].use_rate));
+    experts.sort_by(|&a, &b| {
+        inst.objects[b]
+            .use_rate
+            .total_cmp(&inst.objects[a].use_rate)
+    });
     let disk = (inst.resources.drives() > 0).then(|| inst.place_index(Place::Disk(0)));
     for o in experts {
-        let ObjectKind::Expert { expert, .. } = inst.objects[o].kind else { unreachable!() };
+        let ObjectKind::Expert { expert, .. } = inst.objects[o].kind else {
+            unreachable!()
+        };
         let home_gpu = (!gpus.is_empty()).then(|| gpus[expert % gpus.len()]);
         let q = home_gpu
             .into_iter()
@@ -73,7 +88,10 @@ fn missing(inst: &Instance, o: usize, free: &[u64]) -> PlannerError {
         .filter(|(q, _)| !matches!(q, Place::Disk(_)))
         .max_by_key(|(_, &f)| f);
     let (bytes, room) = match largest {
-        Some((q, &f)) => (object.bytes_at(*q), format!("the roomiest place, {q}, has {f} bytes free")),
+        Some((q, &f)) => (
+            object.bytes_at(*q),
+            format!("the roomiest place, {q}, has {f} bytes free"),
+        ),
         None => (object.ram_bytes, "there is no GPU or RAM node".to_string()),
     };
     PlannerError::Infeasible(format!(

@@ -19,7 +19,9 @@ pub struct SolveOptions {
 
 impl Default for SolveOptions {
     fn default() -> Self {
-        SolveOptions { time_limit_seconds: 2.0 }
+        SolveOptions {
+            time_limit_seconds: 2.0,
+        }
     }
 }
 
@@ -64,7 +66,9 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
 
     let mut bound = (relaxation::trivial_bound(inst), "work-sum");
     let mut best = (greedy_token_seconds, "greedy", greedy_placement.clone());
-    let consider = |name: &'static str, start_placement: Vec<usize>, best: &mut (f64, &'static str, Vec<usize>)| {
+    let consider = |name: &'static str,
+                    start_placement: Vec<usize>,
+                    best: &mut (f64, &'static str, Vec<usize>)| {
         let mut state = SearchState::new(inst, start_placement);
         if state.repair() {
             state.improve(deadline);
@@ -76,7 +80,11 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
     let lp = relaxation::solve(inst, start + limit.mul_f64(0.5));
     if let Some(lp) = &lp {
         bound = (lp.lower_bound_seconds, lp.method);
-        consider("participation-lp rounding + local search", rounding::round(inst, lp), &mut best);
+        consider(
+            "participation-lp rounding + local search",
+            rounding::round(inst, lp),
+            &mut best,
+        );
     }
     consider("greedy + local search", greedy_placement.clone(), &mut best);
     if let Some(lp) = lp.filter(|_| best.0 > bound.0 * (1.0 + TARGET_GAP)) {
@@ -84,13 +92,20 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
             if mip.lower_bound_seconds > bound.0 {
                 bound = (mip.lower_bound_seconds, mip.method);
             }
-            consider("participation-mip rounding + local search", rounding::round(inst, &mip), &mut best);
+            consider(
+                "participation-mip rounding + local search",
+                rounding::round(inst, &mip),
+                &mut best,
+            );
         }
     }
     let (_, method, placement) = best;
     let token_seconds = inst.evaluate(&placement).token_seconds;
     let (bound, bound_method) = bound;
-    debug_assert!(bound <= token_seconds * (1.0 + 1e-6), "bound {bound} above plan {token_seconds}");
+    debug_assert!(
+        bound <= token_seconds * (1.0 + 1e-6),
+        "bound {bound} above plan {token_seconds}"
+    );
     let lower_bound_seconds = bound.min(token_seconds);
     Ok(Solution {
         proven_optimal: token_seconds / lower_bound_seconds - 1.0 <= OPTIMAL_GAP,
@@ -109,7 +124,10 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
 pub fn describe(inst: &Instance, o: usize) -> String {
     match &inst.objects[o].kind {
         ObjectKind::Expert { moe, expert } => format!("expert {expert} of MoE layer {moe}"),
-        ObjectKind::Trunk { name, layer: Some(l) } => format!("trunk {name} of layer {l}"),
+        ObjectKind::Trunk {
+            name,
+            layer: Some(l),
+        } => format!("trunk {name} of layer {l}"),
         ObjectKind::Trunk { name, layer: None } => format!("trunk {name}"),
     }
 }

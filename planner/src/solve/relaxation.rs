@@ -82,7 +82,8 @@ pub fn gpu_groups(inst: &Instance) -> Vec<GpuGroup> {
     let mut groups: Vec<GpuGroup> = Vec::new();
     for g in 0..r.gpus() {
         let same = |h: usize| {
-            r.gpu_gemv_bytes_per_s[h] == r.gpu_gemv_bytes_per_s[g] && r.gpu_sync_seconds[h] == r.gpu_sync_seconds[g]
+            r.gpu_gemv_bytes_per_s[h] == r.gpu_gemv_bytes_per_s[g]
+                && r.gpu_sync_seconds[h] == r.gpu_sync_seconds[g]
         };
         match groups.iter_mut().find(|grp| same(grp.gpus[0])) {
             Some(grp) => grp.gpus.push(g),
@@ -106,24 +107,40 @@ struct Pattern {
 /// contain the groups its fixed components use.
 fn patterns(groups: usize, numa_nodes: usize, trunk: usize, enumerate: bool) -> Vec<Pattern> {
     let masks: Vec<Vec<bool>> = if enumerate {
-        (0..1usize << groups).map(|mask| (0..groups).map(|j| mask >> j & 1 == 1).collect()).collect()
+        (0..1usize << groups)
+            .map(|mask| (0..groups).map(|j| mask >> j & 1 == 1).collect())
+            .collect()
     } else {
         vec![vec![true; groups]]
     };
-    let slots: Vec<Slot> = (0..groups).map(Slot::Group).chain((0..numa_nodes).map(|n| Slot::Place(Place::Ram(n)))).collect();
+    let slots: Vec<Slot> = (0..groups)
+        .map(Slot::Group)
+        .chain((0..numa_nodes).map(|n| Slot::Place(Place::Ram(n))))
+        .collect();
     let mut fixed_count = 0;
-    while fixed_count < trunk && masks.len() * slots.len().pow(fixed_count as u32 + 1) <= MAX_PATTERNS {
+    while fixed_count < trunk
+        && masks.len() * slots.len().pow(fixed_count as u32 + 1) <= MAX_PATTERNS
+    {
         fixed_count += 1;
     }
     let mut assignments: Vec<Vec<Slot>> = vec![Vec::new()];
     for _ in 0..fixed_count {
-        assignments = assignments.into_iter().flat_map(|a| slots.iter().map(move |&s| [a.clone(), vec![s]].concat())).collect();
+        assignments = assignments
+            .into_iter()
+            .flat_map(|a| slots.iter().map(move |&s| [a.clone(), vec![s]].concat()))
+            .collect();
     }
     let mut out = Vec::new();
     for fixed in assignments {
         for mask in &masks {
-            if fixed.iter().all(|slot| !matches!(slot, Slot::Group(j) if !mask[*j])) {
-                out.push(Pattern { groups: mask.clone(), fixed: fixed.clone() });
+            if fixed
+                .iter()
+                .all(|slot| !matches!(slot, Slot::Group(j) if !mask[*j]))
+            {
+                out.push(Pattern {
+                    groups: mask.clone(),
+                    fixed: fixed.clone(),
+                });
             }
         }
     }
@@ -165,12 +182,18 @@ struct Columns {
 
 impl Columns {
     fn add(&mut self, cost: f64, upper: f64, integer: bool) -> Var {
-        let col = self.pb.add_column_with_integrality(cost, 0.0..=upper, integer);
+        let col = self
+            .pb
+            .add_column_with_integrality(cost, 0.0..=upper, integer);
         self.count += 1;
-        Var { col, index: self.count - 1 }
+        Var {
+            col,
+            index: self.count - 1,
+        }
     }
     fn row(&mut self, lower: f64, upper: f64, terms: impl IntoIterator<Item = (Var, f64)>) {
-        self.pb.add_row(lower..=upper, terms.into_iter().map(|(v, a)| (v.col, a)));
+        self.pb
+            .add_row(lower..=upper, terms.into_iter().map(|(v, a)| (v.col, a)));
     }
 }
 
@@ -202,27 +225,60 @@ fn stage_data(inst: &Instance, groups: usize, enumerate: bool) -> Vec<StageData>
     (0..inst.stages.len())
         .map(|s| {
             let objects = &inst.stages[s].objects;
-            let mut experts: Vec<usize> = objects.iter().copied().filter(|&o| inst.objects[o].is_expert()).collect();
-            experts.sort_by(|&a, &b| inst.objects[b].use_rate.total_cmp(&inst.objects[a].use_rate));
+            let mut experts: Vec<usize> = objects
+                .iter()
+                .copied()
+                .filter(|&o| inst.objects[o].is_expert())
+                .collect();
+            experts.sort_by(|&a, &b| {
+                inst.objects[b]
+                    .use_rate
+                    .total_cmp(&inst.objects[a].use_rate)
+            });
             let mut prefix = vec![0.0];
             for &o in &experts {
                 prefix.push(prefix.last().unwrap() + inst.objects[o].use_rate);
             }
-            let mut trunk: Vec<usize> = objects.iter().copied().filter(|&o| !inst.objects[o].is_expert()).collect();
+            let mut trunk: Vec<usize> = objects
+                .iter()
+                .copied()
+                .filter(|&o| !inst.objects[o].is_expert())
+                .collect();
             trunk.sort_by(|&a, &b| inst.objects[b].gpu_bytes.cmp(&inst.objects[a].gpu_bytes));
             let patterns = patterns(groups, inst.resources.numa_nodes(), trunk.len(), enumerate);
-            StageData { experts, prefix, trunk, patterns }
+            StageData {
+                experts,
+                prefix,
+                trunk,
+                patterns,
+            }
         })
         .collect()
 }
 
 /// Builds the relaxation with the given cuts; `integer` makes pattern weights
 /// binary and expert counts whole.
-fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut], enumerate: bool, integer: bool) -> Built {
+fn build(
+    inst: &Instance,
+    groups: &[GpuGroup],
+    data: &[StageData],
+    cuts: &[Cut],
+    enumerate: bool,
+    integer: bool,
+) -> Built {
     let r = &inst.resources;
     let f = r.felt_fraction;
-    let sync = |j: usize| if enumerate { r.gpu_sync_seconds[groups[j].gpus[0]] } else { 0.0 };
-    let mut pb = Columns { pb: RowProblem::default(), count: 0 };
+    let sync = |j: usize| {
+        if enumerate {
+            r.gpu_sync_seconds[groups[j].gpus[0]]
+        } else {
+            0.0
+        }
+    };
+    let mut pb = Columns {
+        pb: RowProblem::default(),
+        count: 0,
+    };
     let inf = f64::INFINITY;
     let mut gpu_bytes: Vec<Vec<(Var, f64)>> = vec![Vec::new(); groups.len()];
     let mut ram_bytes: Vec<Vec<(Var, f64)>> = vec![Vec::new(); r.numa_nodes()];
@@ -249,21 +305,31 @@ fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut],
                 let fixed = pattern.fixed.get(k).copied();
                 let mut slots = Vec::new();
                 let mut share = vec![(y, -1.0)];
-                let open_groups = (0..groups.len()).filter(|&j| pattern.groups[j]).map(Slot::Group);
+                let open_groups = (0..groups.len())
+                    .filter(|&j| pattern.groups[j])
+                    .map(Slot::Group);
                 let rams = (0..r.numa_nodes()).map(|n| Slot::Place(Place::Ram(n)));
-                for slot in open_groups.chain(rams).filter(|&s| fixed.is_none_or(|f| f == s)) {
+                for slot in open_groups
+                    .chain(rams)
+                    .filter(|&s| fixed.is_none_or(|f| f == s))
+                {
                     let x = pb.add(0.0, inf, false);
                     match slot {
                         Slot::Group(j) => {
-                            let card_work = object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[groups[j].gpus[0]];
+                            let card_work =
+                                object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[groups[j].gpus[0]];
                             if fixed.is_some() {
                                 whole_on_card[j] = whole_on_card[j].max(card_work);
                             }
-                            gpu_work[j].push((x, TIME_SCALE * card_work / groups[j].gpus.len() as f64));
+                            gpu_work[j]
+                                .push((x, TIME_SCALE * card_work / groups[j].gpus.len() as f64));
                             gpu_bytes[j].push((x, BYTE_SCALE * object.gpu_bytes as f64));
                         }
                         Slot::Place(Place::Ram(n)) => {
-                            cpu_work[n].push((x, TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n]));
+                            cpu_work[n].push((
+                                x,
+                                TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n],
+                            ));
                             ram_bytes[n].push((x, BYTE_SCALE * object.ram_bytes as f64));
                         }
                         Slot::Place(_) => unreachable!("trunk is never streamed"),
@@ -281,7 +347,9 @@ fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut],
                 let n = stage.experts.len() as f64;
                 let mass = *stage.prefix.last().unwrap();
                 let (mut count_row, mut mass_row) = (vec![(y, -n)], vec![(y, -mass)]);
-                let open_groups = (0..groups.len()).filter(|&j| pattern.groups[j]).map(Slot::Group);
+                let open_groups = (0..groups.len())
+                    .filter(|&j| pattern.groups[j])
+                    .map(Slot::Group);
                 let rams = (0..r.numa_nodes()).map(|n| Slot::Place(Place::Ram(n)));
                 let disks = (0..r.drives()).map(|d| Slot::Place(Place::Disk(d)));
                 for slot in open_groups.chain(rams).chain(disks) {
@@ -290,17 +358,30 @@ fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut],
                     match slot {
                         Slot::Group(j) => {
                             let g = groups[j].gpus[0];
-                            gpu_work[j].push((m, TIME_SCALE * object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[g] / groups[j].gpus.len() as f64));
+                            gpu_work[j].push((
+                                m,
+                                TIME_SCALE * object.gpu_bytes as f64
+                                    / r.gpu_gemv_bytes_per_s[g]
+                                    / groups[j].gpus.len() as f64,
+                            ));
                             gpu_bytes[j].push((c, BYTE_SCALE * object.gpu_bytes as f64));
                         }
                         Slot::Place(Place::Ram(node)) => {
-                            cpu_work[node].push((m, TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[node]));
+                            cpu_work[node].push((
+                                m,
+                                TIME_SCALE * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[node],
+                            ));
                             ram_bytes[node].push((c, BYTE_SCALE * object.ram_bytes as f64));
                         }
                         Slot::Place(Place::Disk(d)) => {
                             let b = object.disk_bytes as f64;
                             let node = r.drive_numa[d];
-                            drive_work[d].push((m, TIME_SCALE * (r.drive_latency_seconds[d] + b / r.drive_read_bytes_per_s[d])));
+                            drive_work[d].push((
+                                m,
+                                TIME_SCALE
+                                    * (r.drive_latency_seconds[d]
+                                        + b / r.drive_read_bytes_per_s[d]),
+                            ));
                             cpu_work[node].push((m, TIME_SCALE * b / r.cpu_gemv_bytes_per_s[node]));
                         }
                         Slot::Place(Place::Gpu(_)) => unreachable!("GPUs enter as groups"),
@@ -320,13 +401,20 @@ fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut],
                     work.push((t, -1.0));
                     pb.row(-inf, 0.0, work);
                     if groups[j].gpus.len() > 1 && whole_on_card[j] > 0.0 {
-                        pb.row(-inf, 0.0, [(y, TIME_SCALE * (sync(j) + whole_on_card[j])), (t, -1.0)]);
+                        pb.row(
+                            -inf,
+                            0.0,
+                            [(y, TIME_SCALE * (sync(j) + whole_on_card[j])), (t, -1.0)],
+                        );
                     }
                 }
             }
             for cpu in cpu_work {
                 let felt: Vec<Vec<(Var, f64)>> = if f > 0.0 && r.drives() > 0 {
-                    drive_work.iter().map(|d| d.iter().map(|&(c, a)| (c, f * a)).collect()).collect()
+                    drive_work
+                        .iter()
+                        .map(|d| d.iter().map(|&(c, a)| (c, f * a)).collect())
+                        .collect()
                 } else {
                     vec![Vec::new()]
                 };
@@ -341,13 +429,22 @@ fn build(inst: &Instance, groups: &[GpuGroup], data: &[StageData], cuts: &[Cut],
                 drive.push((t, -1.0));
                 pb.row(-inf, 0.0, drive);
             }
-            stage_cols.push(PatternCols { y, t, experts: expert_cols, trunk: trunk_cols });
+            stage_cols.push(PatternCols {
+                y,
+                t,
+                experts: expert_cols,
+                trunk: trunk_cols,
+            });
         }
         pb.row(1.0, 1.0, weights);
         cols.push(stage_cols);
     }
     for (j, row) in gpu_bytes.into_iter().enumerate() {
-        let capacity: u64 = groups[j].gpus.iter().map(|&g| r.gpu_capacity_bytes[g]).sum();
+        let capacity: u64 = groups[j]
+            .gpus
+            .iter()
+            .map(|&g| r.gpu_capacity_bytes[g])
+            .sum();
         pb.row(-inf, BYTE_SCALE * capacity as f64, row);
     }
     for (n, row) in ram_bytes.into_iter().enumerate() {
@@ -388,7 +485,9 @@ fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut
             let counts: Vec<f64> = pc.experts.iter().map(|e| value(e.1)).collect();
             let masses: Vec<f64> = pc.experts.iter().map(|e| value(e.2)).collect();
             let sets: Vec<Vec<usize>> = if k <= 6 {
-                (1..(1usize << k) - 1).map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect()).collect()
+                (1..(1usize << k) - 1)
+                    .map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect())
+                    .collect()
             } else {
                 let mut order: Vec<usize> = (0..k).collect();
                 let density = |i: usize| masses[i] / counts[i].max(1e-12);
@@ -408,14 +507,22 @@ fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut
                 let n = stage.experts.len();
                 let j = (t.floor() as usize).min(n - 1);
                 let mut pieces: Vec<usize> = std::iter::once(j)
-                    .chain((0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
+                    .chain(
+                        (0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]),
+                    )
                     .collect();
                 pieces.sort_unstable();
                 pieces.dedup();
                 for piece in pieces {
                     let slope = stage.prefix[piece + 1] - stage.prefix[piece];
                     let intercept = stage.prefix[piece] - piece as f64 * slope;
-                    cuts.push(Cut { stage: s, pattern: p, slots: set.clone(), slope, intercept });
+                    cuts.push(Cut {
+                        stage: s,
+                        pattern: p,
+                        slots: set.clone(),
+                        slope,
+                        intercept,
+                    });
                 }
             }
         }
@@ -434,12 +541,18 @@ fn extract(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Stag
                 .iter()
                 .map(|pc| PatternShare {
                     weight: value(pc.y),
-                    experts: pc.experts.iter().map(|&(slot, c, m)| (slot, value(c), value(m))).collect(),
+                    experts: pc
+                        .experts
+                        .iter()
+                        .map(|&(slot, c, m)| (slot, value(c), value(m)))
+                        .collect(),
                     trunk: stage
                         .trunk
                         .iter()
                         .zip(&pc.trunk)
-                        .map(|(&o, slots)| (o, slots.iter().map(|&(slot, c)| (slot, value(c))).collect()))
+                        .map(|(&o, slots)| {
+                            (o, slots.iter().map(|&(slot, c)| (slot, value(c))).collect())
+                        })
                         .collect(),
                 })
                 .collect(),
@@ -457,7 +570,9 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
     let mut cuts: Vec<Cut> = Vec::new();
     let mut rounds = 0;
     loop {
-        let remaining = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
         model.set_option("time_limit", remaining.max(0.001));
         let solved = model.try_solve().ok()?;
         if solved.status() != HighsModelStatus::Optimal {
@@ -465,11 +580,20 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
         }
         let x = solved.get_solution().columns().to_vec();
         let objective = solved.objective_value();
-        let new_cuts = if rounds < MAX_CUT_ROUNDS && Instant::now() < deadline { separate(&data, &cols, &x) } else { Vec::new() };
+        let new_cuts = if rounds < MAX_CUT_ROUNDS && Instant::now() < deadline {
+            separate(&data, &cols, &x)
+        } else {
+            Vec::new()
+        };
         if new_cuts.is_empty() {
             return Some(Relaxation {
-                lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds,
-                method: if enumerate { "participation-lp" } else { "lp-without-sync" },
+                lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
+                    + inst.resources.fixed_token_seconds,
+                method: if enumerate {
+                    "participation-lp"
+                } else {
+                    "lp-without-sync"
+                },
                 stages: extract(&data, &cols, &x),
                 groups,
                 cuts,
@@ -497,12 +621,20 @@ pub fn trivial_bound(inst: &Instance) -> f64 {
             Place::Ram(n) => p * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n],
             Place::Disk(d) => {
                 let b = object.disk_bytes as f64;
-                p * (r.drive_latency_seconds[d] + b / r.drive_read_bytes_per_s[d] + b / r.cpu_gemv_bytes_per_s[r.drive_numa[d]])
+                p * (r.drive_latency_seconds[d]
+                    + b / r.drive_read_bytes_per_s[d]
+                    + b / r.cpu_gemv_bytes_per_s[r.drive_numa[d]])
             }
         }
     };
     let total: f64 = (0..inst.objects.len())
-        .map(|o| inst.places.iter().filter(|&&q| inst.allowed(o, q)).map(|&q| work(o, q)).fold(f64::INFINITY, f64::min))
+        .map(|o| {
+            inst.places
+                .iter()
+                .filter(|&&q| inst.allowed(o, q))
+                .map(|&q| work(o, q))
+                .fold(f64::INFINITY, f64::min)
+        })
         .sum();
     total / resources + r.fixed_token_seconds
 }
@@ -515,7 +647,9 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Op
     let enumerate = lp.method == "participation-lp";
     let data = stage_data(inst, lp.groups.len(), enumerate);
     let Built { mut model, cols } = build(inst, &lp.groups, &data, &lp.cuts, enumerate, true);
-    let remaining = deadline.saturating_duration_since(Instant::now()).as_secs_f64();
+    let remaining = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs_f64();
     if remaining <= 0.0 {
         return None;
     }
@@ -523,16 +657,30 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Op
     model.set_option("mip_rel_gap", 1e-5);
     let solved = model.try_solve().ok()?;
     let status = solved.status();
-    let finished = matches!(status, HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit);
+    let finished = matches!(
+        status,
+        HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit
+    );
     if !finished || solved.primal_solution_status() != highs::HighsSolutionStatus::Feasible {
         return None;
     }
     let dual_bound = solved.double_info_value(c"mip_dual_bound").ok()?;
-    if std::env::var("RESIDENCY_DEBUG").is_ok() { eprintln!("mip status {status:?} dual {dual_bound} primal {} gap {}", solved.objective_value(), solved.mip_gap()); }
+    if std::env::var("RESIDENCY_DEBUG").is_ok() {
+        eprintln!(
+            "mip status {status:?} dual {dual_bound} primal {} gap {}",
+            solved.objective_value(),
+            solved.mip_gap()
+        );
+    }
     let x = solved.get_solution().columns().to_vec();
     Some(Relaxation {
-        lower_bound_seconds: dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds,
-        method: if enumerate { "participation-mip" } else { "mip-without-sync" },
+        lower_bound_seconds: dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
+            + inst.resources.fixed_token_seconds,
+        method: if enumerate {
+            "participation-mip"
+        } else {
+            "mip-without-sync"
+        },
         stages: extract(&data, &cols, &x),
         groups: lp.groups.clone(),
         cuts: Vec::new(),

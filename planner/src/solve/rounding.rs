@@ -9,9 +9,18 @@ use crate::cost::{Instance, Place, StageLoads};
 pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
     let r = &inst.resources;
     let mut placement = vec![usize::MAX; inst.objects.len()];
-    let mut free: Vec<i128> = super::greedy::capacities(inst).into_iter().map(i128::from).collect();
+    let mut free: Vec<i128> = super::greedy::capacities(inst)
+        .into_iter()
+        .map(i128::from)
+        .collect();
     for stage in &relaxation.stages {
-        let Some(pattern) = stage.patterns.iter().max_by(|a, b| a.weight.total_cmp(&b.weight)) else { continue };
+        let Some(pattern) = stage
+            .patterns
+            .iter()
+            .max_by(|a, b| a.weight.total_cmp(&b.weight))
+        else {
+            continue;
+        };
         let weight = pattern.weight.max(1e-12);
         let mut loads = StageLoads::new(r);
         let mut put = |o: usize, slot: Slot, loads: &mut StageLoads, free: &mut Vec<i128>| {
@@ -37,11 +46,17 @@ pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
             placement[o] = q;
         };
         for (o, shares) in &pattern.trunk {
-            let (slot, _) = shares.iter().max_by(|a, b| a.1.total_cmp(&b.1)).expect("a trunk object has a slot");
+            let (slot, _) = shares
+                .iter()
+                .max_by(|a, b| a.1.total_cmp(&b.1))
+                .expect("a trunk object has a slot");
             put(*o, *slot, &mut loads, &mut free);
         }
         // Whole counts per slot; the densest slot takes the hottest experts.
-        let counts = largest_remainder(pattern.experts.iter().map(|e| e.1 / weight).collect(), stage.experts.len());
+        let counts = largest_remainder(
+            pattern.experts.iter().map(|e| e.1 / weight).collect(),
+            stage.experts.len(),
+        );
         let mut order: Vec<usize> = (0..pattern.experts.len()).collect();
         let density = |i: usize| pattern.experts[i].2 / pattern.experts[i].1.max(1e-12);
         order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
@@ -61,12 +76,17 @@ fn largest_remainder(shares: Vec<f64>, total: usize) -> Vec<usize> {
     let mut counts: Vec<usize> = shares.iter().map(|x| x.max(0.0).floor() as usize).collect();
     let mut assigned: usize = counts.iter().sum();
     while assigned > total {
-        let i = (0..counts.len()).filter(|&i| counts[i] > 0).min_by(|&a, &b| shares[a].total_cmp(&shares[b])).unwrap();
+        let i = (0..counts.len())
+            .filter(|&i| counts[i] > 0)
+            .min_by(|&a, &b| shares[a].total_cmp(&shares[b]))
+            .unwrap();
         counts[i] -= 1;
         assigned -= 1;
     }
     let mut order: Vec<usize> = (0..shares.len()).collect();
-    order.sort_by(|&a, &b| (shares[b] - shares[b].floor()).total_cmp(&(shares[a] - shares[a].floor())));
+    order.sort_by(|&a, &b| {
+        (shares[b] - shares[b].floor()).total_cmp(&(shares[a] - shares[a].floor()))
+    });
     for &i in order.iter().cycle().take(total - assigned) {
         counts[i] += 1;
     }
@@ -83,6 +103,9 @@ mod tests {
         assert_eq!(largest_remainder(vec![2.6, 1.3, 0.1], 4), vec![3, 1, 0]);
         // Floating noise above the total is taken back from the smallest share.
         assert_eq!(largest_remainder(vec![3.0000001, 1.0000001], 4), vec![3, 1]);
-        assert_eq!(largest_remainder(vec![0.0, 0.0], 2).iter().sum::<usize>(), 2);
+        assert_eq!(
+            largest_remainder(vec![0.0, 0.0], 2).iter().sum::<usize>(),
+            2
+        );
     }
 }

@@ -24,7 +24,10 @@ pub struct SearchState<'a> {
 impl<'a> SearchState<'a> {
     pub fn new(inst: &'a Instance, placement: Vec<usize>) -> Self {
         let r = &inst.resources;
-        let mut free: Vec<i128> = super::greedy::capacities(inst).into_iter().map(i128::from).collect();
+        let mut free: Vec<i128> = super::greedy::capacities(inst)
+            .into_iter()
+            .map(i128::from)
+            .collect();
         let mut loads: Vec<StageLoads> = inst.stages.iter().map(|_| StageLoads::new(r)).collect();
         for (o, &q) in placement.iter().enumerate() {
             let object = &inst.objects[o];
@@ -32,7 +35,13 @@ impl<'a> SearchState<'a> {
             free[q] -= object.bytes_at(inst.places[q]) as i128;
         }
         let stage_seconds = loads.iter().map(|l| l.seconds(r).0).collect();
-        SearchState { inst, placement, loads, stage_seconds, free }
+        SearchState {
+            inst,
+            placement,
+            loads,
+            stage_seconds,
+            free,
+        }
     }
 
     pub fn token_seconds(&self) -> f64 {
@@ -61,7 +70,10 @@ impl<'a> SearchState<'a> {
             loads.apply(r, object, self.inst.places[self.placement[o]], -1.0);
             loads.apply(r, object, self.inst.places[q], 1.0);
         }
-        stages.iter().map(|(s, loads)| loads.seconds(r).0 - self.stage_seconds[*s]).sum()
+        stages
+            .iter()
+            .map(|(s, loads)| loads.seconds(r).0 - self.stage_seconds[*s])
+            .sum()
     }
 
     fn apply(&mut self, o: usize, q: usize) {
@@ -95,10 +107,17 @@ impl<'a> SearchState<'a> {
                 }
             }
             while self.free[q] < 0 {
-                let Some(candidate) = heap.pop() else { return false };
+                let Some(candidate) = heap.pop() else {
+                    return false;
+                };
                 // Re-evaluate: earlier moves may have changed this stage or filled the target.
-                let Some(fresh) = self.best_exit(candidate.object) else { continue };
-                if heap.peek().is_some_and(|next| fresh.cost_per_byte > next.cost_per_byte + 1e-18) {
+                let Some(fresh) = self.best_exit(candidate.object) else {
+                    continue;
+                };
+                if heap
+                    .peek()
+                    .is_some_and(|next| fresh.cost_per_byte > next.cost_per_byte + 1e-18)
+                {
                     heap.push(fresh);
                     continue;
                 }
@@ -114,7 +133,11 @@ impl<'a> SearchState<'a> {
         let freed = self.bytes(o, from).max(1) as f64;
         (0..self.inst.places.len())
             .filter(|&q| q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q))
-            .map(|q| Exit { object: o, target: q, cost_per_byte: self.delta(&[(o, q)]) / freed })
+            .map(|q| Exit {
+                object: o,
+                target: q,
+                cost_per_byte: self.delta(&[(o, q)]) / freed,
+            })
             .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
     }
 
@@ -138,7 +161,9 @@ impl<'a> SearchState<'a> {
             for &o in &self.inst.stages[s].objects {
                 let from = self.placement[o];
                 let best = (0..self.inst.places.len())
-                    .filter(|&q| q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q))
+                    .filter(|&q| {
+                        q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q)
+                    })
                     .map(|q| (self.delta(&[(o, q)]), q))
                     .min_by(|a, b| a.0.total_cmp(&b.0));
                 if let Some((d, q)) = best {
@@ -161,13 +186,17 @@ impl<'a> SearchState<'a> {
             .collect();
         for &q in &capacitated {
             let stages = self.inst.stages.len();
-            let mut gains: Vec<Option<(f64, usize)>> = (0..stages).map(|s| self.best_into(s, q)).collect();
-            let mut losses: Vec<Vec<Option<(f64, usize)>>> = (0..stages).map(|s| self.best_out_of(s, q)).collect();
+            let mut gains: Vec<Option<(f64, usize)>> =
+                (0..stages).map(|s| self.best_into(s, q)).collect();
+            let mut losses: Vec<Vec<Option<(f64, usize)>>> =
+                (0..stages).map(|s| self.best_out_of(s, q)).collect();
             loop {
                 if Instant::now() >= deadline {
                     return improved;
                 }
-                let mut order: Vec<usize> = (0..stages).filter(|&s| gains[s].is_some_and(|g| g.0 < -EPSILON_SECONDS)).collect();
+                let mut order: Vec<usize> = (0..stages)
+                    .filter(|&s| gains[s].is_some_and(|g| g.0 < -EPSILON_SECONDS))
+                    .collect();
                 order.sort_by(|&a, &b| gains[a].unwrap().0.total_cmp(&gains[b].unwrap().0));
                 let mut applied = None;
                 'gains: for s_in in order {
@@ -177,14 +206,21 @@ impl<'a> SearchState<'a> {
                     for (s_out, row) in losses.iter().enumerate() {
                         for (target, cell) in row.iter().enumerate() {
                             let Some((loss, o_out)) = *cell else { continue };
-                            if o_out == o_in || best.is_some_and(|b| loss >= b.0) || gain + loss >= -EPSILON_SECONDS {
+                            if o_out == o_in
+                                || best.is_some_and(|b| loss >= b.0)
+                                || gain + loss >= -EPSILON_SECONDS
+                            {
                                 continue;
                             }
                             // q must hold o_in once o_out leaves; target must hold o_out
                             // (with what o_in vacates, when that is the target).
                             let room_q = self.free[q] + self.bytes(o_out, q) - self.bytes(o_in, q);
                             let room_target = self.free[target] - self.bytes(o_out, target)
-                                + if target == vacated { self.bytes(o_in, vacated) } else { 0 };
+                                + if target == vacated {
+                                    self.bytes(o_in, vacated)
+                                } else {
+                                    0
+                                };
                             if room_q < 0 || room_target < 0 {
                                 continue;
                             }
@@ -229,8 +265,14 @@ impl<'a> SearchState<'a> {
     /// Per target place, the cheapest move of an object of stage `s` out of `q`.
     fn best_out_of(&self, s: usize, q: usize) -> Vec<Option<(f64, usize)>> {
         let mut best = vec![None; self.inst.places.len()];
-        for &o in self.inst.stages[s].objects.iter().filter(|&&o| self.placement[o] == q) {
-            for target in (0..self.inst.places.len()).filter(|&t| t != q && self.inst.allowed(o, self.inst.places[t])) {
+        for &o in self.inst.stages[s]
+            .objects
+            .iter()
+            .filter(|&&o| self.placement[o] == q)
+        {
+            for target in (0..self.inst.places.len())
+                .filter(|&t| t != q && self.inst.allowed(o, self.inst.places[t]))
+            {
                 let d = self.delta(&[(o, target)]);
                 if best[target].is_none_or(|(b, _): (f64, usize)| d < b) {
                     best[target] = Some((d, o));
@@ -262,6 +304,9 @@ impl PartialOrd for Exit {
 impl Ord for Exit {
     /// Reversed: the max-heap pops the cheapest exit first.
     fn cmp(&self, other: &Self) -> Ordering {
-        other.cost_per_byte.total_cmp(&self.cost_per_byte).then(other.object.cmp(&self.object))
+        other
+            .cost_per_byte
+            .total_cmp(&self.cost_per_byte)
+            .then(other.object.cmp(&self.object))
     }
 }

@@ -1,0 +1,120 @@
+//! Human-readable summaries of plans and heat for the terminal.
+
+use residency_planner::cost::Instance;
+use residency_planner::heat::{concentration, Heat};
+use residency_planner::plan::Plan;
+use residency_planner::units::{Bytes, Seconds};
+use std::path::Path;
+
+pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
+    let o = &plan.objective;
+    println!(
+        "plan: {} on {}, heat {} ({})",
+        plan.inputs.model.name,
+        plan.inputs.profile.name,
+        plan.inputs.heat.source,
+        match plan.inputs.heat.tokens {
+            Some(t) => format!("{t} tokens"),
+            None => "tokens unknown".into(),
+        }
+    );
+    println!(
+        "  {:<8} {:>24} {:>9} {:>6}",
+        "place", "used / capacity", "experts", "trunk"
+    );
+    for u in &plan.usage {
+        println!(
+            "  {:<8} {:>24} {:>9} {:>6}",
+            u.place,
+            format!("{} / {}", Bytes(u.used_bytes), Bytes(u.capacity_bytes)),
+            u.experts,
+            u.trunk
+        );
+    }
+    for (q, place) in plan
+        .places
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.starts_with("disk"))
+    {
+        let streamed = plan.experts.iter().flatten().filter(|&&x| x == q).count();
+        println!("  {:<8} {:>24} {:>9} {:>6}", place, "streamed", streamed, 0);
+    }
+    let greedy = o.greedy_token_seconds;
+    println!(
+        "predicted: {:.2} tok/s ({} per token); greedy baseline {:.2} tok/s ({}): {:+.1} %",
+        o.tok_per_s,
+        Seconds(o.token_seconds),
+        1.0 / greedy,
+        Seconds(greedy),
+        (greedy / o.token_seconds - 1.0) * 100.0
+    );
+    println!(
+        "bound: {} per token ({}), gap {:.3} %; {} in {:.2} s of {} s{}",
+        Seconds(o.lower_bound),
+        o.bound_method,
+        o.gap * 100.0,
+        plan.solver.method,
+        plan.solver.seconds,
+        plan.solver.time_limit_seconds,
+        if plan.solver.proven_optimal {
+            ", proven optimal"
+        } else {
+            ""
+        }
+    );
+    let slowest = plan
+        .stages
+        .iter()
+        .max_by(|a, b| a.seconds.total_cmp(&b.seconds));
+    if let Some(stage) = slowest {
+        println!(
+            "slowest stage: {} {} on {} ({} stages, {} objects)",
+            stage.stage,
+            Seconds(stage.seconds),
+            stage.bottleneck,
+            plan.stages.len(),
+            inst.objects.len()
+        );
+    }
+    match out {
+        Some(path) => println!("wrote {}", path.display()),
+        None => println!("(no --out: plan not written)"),
+    }
+}
+
+pub fn heat_summary(input: &Path, heat: &Heat) {
+    let tokens = heat
+        .total
+        .tokens
+        .as_ref()
+        .and_then(|t| t.iter().max().copied());
+    println!(
+        "{}: {} heat, {} MoE layers, {} categories{}",
+        input.display(),
+        heat.format,
+        heat.total.counts.len(),
+        heat.categories.len(),
+        tokens.map(|t| format!(", {t} tokens")).unwrap_or_default()
+    );
+    if !heat.categories.is_empty() {
+        let names: Vec<&str> = heat.categories.keys().map(String::as_str).collect();
+        println!("categories: {}", names.join(", "));
+    }
+    println!(
+        "  {:>5} {:>7} {:>12} {:>12} {:>13} {:>13}",
+        "layer", "experts", "top-10% share", "entropy bits", "experts for 50%", "experts for 90%"
+    );
+    for c in concentration(&heat.total) {
+        println!(
+            "  {:>5} {:>7} {:>12.3} {:>7.2}/{:<4.2} {:>13} {:>13}",
+            c.layer,
+            c.experts,
+            c.top10_share,
+            c.entropy_bits,
+            c.max_entropy_bits,
+            c.experts_for_50,
+            c.experts_for_90
+        );
+    }
+}
