@@ -5,6 +5,7 @@ mod print;
 
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
+use residency_planner::cost::Instance;
 use residency_planner::heat::{self, HeatContext, HeatFormat};
 use residency_planner::inputs::{InputPaths, Inputs};
 use residency_planner::model::Model;
@@ -13,6 +14,7 @@ use residency_planner::profile::HardwareProfile;
 use residency_planner::solve::{self, SolveOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 #[derive(Parser)]
 #[command(
@@ -82,6 +84,22 @@ enum Command {
         #[arg(long, value_parser = parse_heat_format)]
         out_format: Option<HeatFormat>,
     },
+    /// Explain a plan: marginal value of memory, expert frontiers, trunk choices.
+    Explain {
+        plan: PathBuf,
+        #[command(flatten)]
+        inputs: InputArgs,
+        /// Seconds for the local re-plans behind the marginal values.
+        #[arg(long, default_value_t = 2.0)]
+        time_limit: f64,
+    },
+    /// Compare two plans of the same inputs: moves, bytes per link, time change.
+    Diff {
+        before: PathBuf,
+        after: PathBuf,
+        #[command(flatten)]
+        inputs: InputArgs,
+    },
     /// Check a profile, model description, heat or plan; say what is wrong.
     Validate {
         file: PathBuf,
@@ -127,6 +145,16 @@ fn run(command: Command) -> Result<()> {
             out_format,
         } => heat_command(&input, format, model.as_deref(), out.as_deref(), out_format),
         Command::Validate { file, kind, inputs } => validate(&file, kind.as_deref(), &inputs),
+        Command::Explain {
+            plan,
+            inputs,
+            time_limit,
+        } => explain(&plan, &inputs, time_limit),
+        Command::Diff {
+            before,
+            after,
+            inputs,
+        } => diff(&before, &after, &inputs),
     }
 }
 
@@ -154,6 +182,34 @@ fn plan(args: &InputArgs, out: Option<&Path>, time_limit: f64) -> Result<()> {
         plan.write(out)?;
     }
     print::plan_summary(&plan, &inst, out);
+    Ok(())
+}
+
+/// Reads a plan and the placement it encodes for the given inputs.
+fn load_plan(file: &Path, args: &InputArgs) -> Result<(Plan, Instance, Vec<usize>)> {
+    let plan = Plan::read(file)?;
+    let mut inputs = Inputs::load(&args.paths())?;
+    let inst = inputs.instance()?;
+    notes(&inputs.notes);
+    let placement = plan.placement(&inst, file)?;
+    Ok((plan, inst, placement))
+}
+
+fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
+    if !(time_limit.is_finite() && time_limit > 0.0) {
+        bail!("--time-limit {time_limit}: give a positive number of seconds");
+    }
+    let (_, inst, placement) = load_plan(file, args)?;
+    let explanation =
+        residency_planner::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
+    print::explanation(file, &explanation);
+    Ok(())
+}
+
+fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
+    let (_, inst, a) = load_plan(before, args)?;
+    let (_, _, b) = load_plan(after, args)?;
+    print::plan_diff(&residency_planner::diff::diff(&inst, &a, &b));
     Ok(())
 }
 
@@ -268,10 +324,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
             );
         }
         "plan" => {
-            let plan = Plan::read(file)?;
-            let mut inputs = Inputs::load(&args.paths())?;
-            let inst = inputs.instance()?;
-            let placement = plan.placement(&inst, file)?;
+            let (plan, inst, placement) = load_plan(file, args)?;
             let recomputed = inst.evaluate(&placement).token_seconds;
             let reported = plan.objective.token_seconds;
             if (recomputed - reported).abs() > 1e-9 * reported.abs() {

@@ -1,6 +1,8 @@
 //! Human-readable summaries of plans and heat for the terminal.
 
 use residency_planner::cost::Instance;
+use residency_planner::diff::PlanDiff;
+use residency_planner::explain::{Explanation, FrontierExpert};
 use residency_planner::heat::{concentration, Heat};
 use residency_planner::plan::Plan;
 use residency_planner::units::{Bytes, Seconds};
@@ -117,4 +119,106 @@ pub fn heat_summary(input: &Path, heat: &Heat) {
             c.experts_for_90
         );
     }
+}
+
+fn ms(seconds: f64) -> String {
+    if seconds.is_finite() {
+        format!("{:.3} ms", seconds * 1e3)
+    } else {
+        "n/a".into()
+    }
+}
+
+pub fn explanation(file: &Path, e: &Explanation) {
+    println!(
+        "{}: {} per token ({:.2} tok/s)",
+        file.display(),
+        Seconds(e.token_seconds),
+        1.0 / e.token_seconds
+    );
+    println!("one more GiB at each place (local re-plan from this plan):");
+    for m in &e.marginal_gib {
+        println!(
+            "  {:<8} saves {} per token",
+            m.place.to_string(),
+            ms(m.saved_seconds)
+        );
+    }
+    println!(
+        "resident frontier per MoE layer (resident = {}); value = token time saved in the {} tier per GiB there:",
+        e.resident_tier, e.resident_tier
+    );
+    println!(
+        "  {:<12} {:<40} {:<40}",
+        "stage", "coldest resident", "hottest outside"
+    );
+    let show = |f: &Option<FrontierExpert>| match f {
+        Some(f) => format!(
+            "e{} p={:.4} on {} {}/GiB",
+            f.expert,
+            f.use_rate,
+            f.place,
+            ms(f.seconds_per_gib)
+        ),
+        None => "-".into(),
+    };
+    for l in &e.layers {
+        println!(
+            "  {:<12} {:<40} {:<40}",
+            l.stage,
+            show(&l.coldest_resident),
+            show(&l.hottest_outside)
+        );
+    }
+    println!("trunk components (change of token time if moved):");
+    for t in &e.trunk {
+        let layer = t.layer.map(|l| format!(" L{l}")).unwrap_or_default();
+        let alternatives: Vec<String> = t
+            .alternatives
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} {:+.3} ms{}",
+                    a.place,
+                    a.delta_seconds * 1e3,
+                    if a.fits { "" } else { " (no room)" }
+                )
+            })
+            .collect();
+        println!(
+            "  {}{} on {}: {}",
+            t.name,
+            layer,
+            t.place,
+            alternatives.join(", ")
+        );
+    }
+}
+
+pub fn plan_diff(d: &PlanDiff) {
+    println!(
+        "moved: {} experts, {} trunk components",
+        d.moved_experts, d.moved_trunk
+    );
+    for l in &d.links {
+        println!(
+            "  {} -> {}: {} objects, {} to carry, {:.3} s",
+            l.from,
+            l.to,
+            l.objects,
+            Bytes(l.bytes),
+            l.seconds
+        );
+    }
+    println!(
+        "token time {} -> {} ({:+.2} %); moving takes {:.3} s, paid back after {} tokens",
+        Seconds(d.token_seconds_before),
+        Seconds(d.token_seconds_after),
+        (d.token_seconds_after / d.token_seconds_before - 1.0) * 100.0,
+        d.move_seconds,
+        match d.token_seconds_before - d.token_seconds_after {
+            saved if saved > 0.0 => format!("{:.0}", (d.move_seconds / saved).ceil()),
+            _ => "never".into(),
+        }
+    );
 }

@@ -95,6 +95,7 @@ pub struct Stage {
 pub struct Resources {
     pub gpu_gemv_bytes_per_s: Vec<f64>,
     pub gpu_sync_seconds: Vec<f64>,
+    pub gpu_upload_bytes_per_s: Vec<f64>,
     pub gpu_capacity_bytes: Vec<u64>,
     pub cpu_gemv_bytes_per_s: Vec<f64>,
     pub ram_capacity_bytes: Vec<u64>,
@@ -110,6 +111,7 @@ impl Resources {
         Resources {
             gpu_gemv_bytes_per_s: profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect(),
             gpu_sync_seconds: profile.gpus.iter().map(|g| g.sync_overhead.0).collect(),
+            gpu_upload_bytes_per_s: profile.gpus.iter().map(|g| g.upload_bandwidth.0).collect(),
             gpu_capacity_bytes: (0..profile.gpus.len())
                 .map(|g| profile.gpu_capacity(g))
                 .collect(),

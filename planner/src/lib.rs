@@ -4,7 +4,9 @@
 //! writes plan files. No I/O beyond reading and writing files.
 
 pub mod cost;
+pub mod diff;
 pub mod error;
+pub mod explain;
 pub mod heat;
 pub mod inputs;
 pub mod model;

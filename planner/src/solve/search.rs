@@ -53,7 +53,7 @@ impl<'a> SearchState<'a> {
     }
 
     /// Change of `token_seconds` if the given objects moved to the given places.
-    fn delta(&self, moves: &[(usize, usize)]) -> f64 {
+    pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
         let r = &self.inst.resources;
         let mut stages: Vec<(usize, StageLoads)> = Vec::with_capacity(2);
         for &(o, q) in moves {
@@ -89,7 +89,8 @@ impl<'a> SearchState<'a> {
         self.placement[o] = q;
     }
 
-    fn fits(&self, o: usize, q: usize) -> bool {
+    /// Whether place `q` has room for object `o`.
+    pub fn fits(&self, o: usize, q: usize) -> bool {
         self.free[q] >= self.bytes(o, q)
     }
 

@@ -1,0 +1,89 @@
+//! Comparing two placements of one instance: which objects move, the bytes
+//! each link must carry (DESIGN 4.5: disk to RAM at the drive's read rate,
+//! RAM to GPU at the card's upload rate, GPU to GPU through the host), the
+//! seconds that takes, and the predicted change of token time.
+
+use crate::cost::{Instance, Place};
+use std::collections::BTreeMap;
+
+/// Bytes and objects moved from one place to another.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkMove {
+    pub from: Place,
+    pub to: Place,
+    pub objects: usize,
+    pub bytes: u64,
+    /// Seconds to carry `bytes` over the slowest hop of the link.
+    pub seconds: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlanDiff {
+    pub moved_experts: usize,
+    pub moved_trunk: usize,
+    pub links: Vec<LinkMove>,
+    pub move_seconds: f64,
+    pub token_seconds_before: f64,
+    pub token_seconds_after: f64,
+}
+
+/// Bytes per second of the slowest hop from `from` to `to`; `None` when the
+/// move carries no bytes (a weight evicted to disk is discarded).
+fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
+    let r = &inst.resources;
+    let fastest_drive = r.drive_read_bytes_per_s.iter().copied().fold(0.0, f64::max);
+    // Where the bytes come from: a drive read, or a copy already in memory.
+    let source = match from {
+        Place::Disk(d) => r.drive_read_bytes_per_s[d],
+        Place::Gpu(g) => r.gpu_upload_bytes_per_s[g],
+        Place::Ram(_) => f64::INFINITY,
+    };
+    match to {
+        Place::Disk(_) => None,
+        Place::Ram(_) => Some(if source.is_finite() {
+            source
+        } else {
+            fastest_drive.max(f64::MIN_POSITIVE)
+        }),
+        Place::Gpu(g) => Some(source.min(r.gpu_upload_bytes_per_s[g])),
+    }
+}
+
+pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
+    let mut links: BTreeMap<(Place, Place), LinkMove> = BTreeMap::new();
+    let (mut moved_experts, mut moved_trunk) = (0, 0);
+    for (o, (&a, &b)) in before.iter().zip(after).enumerate() {
+        if a == b {
+            continue;
+        }
+        let object = &inst.objects[o];
+        if object.is_expert() {
+            moved_experts += 1;
+        } else {
+            moved_trunk += 1;
+        }
+        let (from, to) = (inst.places[a], inst.places[b]);
+        let entry = links.entry((from, to)).or_insert(LinkMove {
+            from,
+            to,
+            objects: 0,
+            bytes: 0,
+            seconds: 0.0,
+        });
+        entry.objects += 1;
+        if let Some(rate) = link_rate(inst, from, to) {
+            let bytes = object.bytes_at(to);
+            entry.bytes += bytes;
+            entry.seconds += bytes as f64 / rate;
+        }
+    }
+    let links: Vec<LinkMove> = links.into_values().collect();
+    PlanDiff {
+        moved_experts,
+        moved_trunk,
+        move_seconds: links.iter().map(|l| l.seconds).sum(),
+        links,
+        token_seconds_before: inst.evaluate(before).token_seconds,
+        token_seconds_after: inst.evaluate(after).token_seconds,
+    }
+}
