@@ -6,6 +6,7 @@ mod print;
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand};
 use residency_planner::cost::Instance;
+use residency_planner::export::{self, Engine};
 use residency_planner::heat::{self, HeatContext, HeatFormat};
 use residency_planner::inputs::{InputPaths, Inputs};
 use residency_planner::model::Model;
@@ -66,8 +67,17 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
         /// Wall-clock seconds the solver may use.
-        #[arg(long, default_value_t = 2.0)]
+        #[arg(long, default_value_t = 10.0)]
         time_limit: f64,
+        /// Also write engine settings for the plan: coli-place (Colibri's
+        /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules).
+        /// Repeatable, or a comma list.
+        #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
+        export: Vec<Engine>,
+        /// Directory for --export files (default: the directory of --out,
+        /// else the current directory).
+        #[arg(long)]
+        export_dir: Option<PathBuf>,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
     Heat {
@@ -111,6 +121,13 @@ enum Command {
     },
 }
 
+fn parse_engine(name: &str) -> Result<Engine, String> {
+    Engine::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
+        format!("unknown export `{name}`; one of {}", names.join(", "))
+    })
+}
+
 fn parse_heat_format(name: &str) -> Result<HeatFormat, String> {
     HeatFormat::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = HeatFormat::ALL.iter().map(|f| f.name()).collect();
@@ -136,7 +153,15 @@ fn run(command: Command) -> Result<()> {
             inputs,
             out,
             time_limit,
-        } => plan(&inputs, out.as_deref(), time_limit),
+            export,
+            export_dir,
+        } => plan(
+            &inputs,
+            out.as_deref(),
+            time_limit,
+            &export,
+            export_dir.as_deref(),
+        ),
         Command::Heat {
             input,
             format,
@@ -164,7 +189,13 @@ fn notes(notes: &[String]) {
     }
 }
 
-fn plan(args: &InputArgs, out: Option<&Path>, time_limit: f64) -> Result<()> {
+fn plan(
+    args: &InputArgs,
+    out: Option<&Path>,
+    time_limit: f64,
+    exports: &[Engine],
+    export_dir: Option<&Path>,
+) -> Result<()> {
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
     }
@@ -182,6 +213,23 @@ fn plan(args: &InputArgs, out: Option<&Path>, time_limit: f64) -> Result<()> {
         plan.write(out)?;
     }
     print::plan_summary(&plan, &inst, out);
+    let dir = match (export_dir, out.and_then(Path::parent)) {
+        (Some(dir), _) => dir,
+        (None, Some(parent)) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    let mut done = Vec::new();
+    for &engine in exports {
+        if done.contains(&engine) {
+            continue;
+        }
+        done.push(engine);
+        let written = export::export(engine, &plan, &inst, dir)?;
+        for file in &written.files {
+            println!("wrote {} ({engine})", file.display());
+        }
+        notes(&written.warnings);
+    }
     Ok(())
 }
 

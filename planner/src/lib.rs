@@ -7,6 +7,7 @@ pub mod cost;
 pub mod diff;
 pub mod error;
 pub mod explain;
+pub mod export;
 pub mod heat;
 pub mod inputs;
 pub mod model;

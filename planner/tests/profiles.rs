@@ -130,7 +130,9 @@ fn deepseek_v2_lite_sizes() {
     assert_eq!(m.expert_count(), 1_664);
     // int4: 3*2048*1408 = 8,650,752 params; /2 = 4,325,376
     // + ceil(8,650,752/64) = 135,168 scales * 2 = 270,336 -> 4,595,712.
-    assert!(m.moe.iter().all(|l| l.gpu_bytes == 4_595_712 && l.ram_bytes == 4_595_712 && l.disk_bytes == 4_595_712));
+    assert!(m.moe.iter().all(|l| l.gpu_bytes == 4_595_712
+        && l.ram_bytes == 4_595_712
+        && l.disk_bytes == 4_595_712));
 }
 
 #[test]
@@ -196,7 +198,10 @@ fn glm_5_2_sizes() {
     let m = model("glm-5.2.yaml");
     // MoE layers 3..=77 (the .coli_usage rows): 75 x 256 = 19,200 experts.
     let layers = m.moe_layer_numbers();
-    assert_eq!((layers.first(), layers.last(), layers.len()), (Some(&3), Some(&77), 75));
+    assert_eq!(
+        (layers.first(), layers.last(), layers.len()),
+        (Some(&3), Some(&77), 75)
+    );
     assert_eq!(m.expert_count(), 19_200);
     // int4 per-row: 3*6144*2048/2 = 18,874,368 + 10,240 rows * 4 = 40,960 -> 18,915,328;
     // Colibri's log: 46.9 GB / 2478 experts = 18.93 MB.
@@ -233,9 +238,21 @@ fn real_heat_loads_against_matching_models() {
         return;
     }
     let cases: [(&str, &str, Option<HeatFormat>); 5] = [
-        ("traces/esft_deepseek_v2_lite", "deepseek-v2-lite.yaml", None),
-        ("traces/qwen3_30b_a3b_cross_lang", "qwen3-30b-a3b.yaml", None),
-        ("traces/mixtral_8x7b_speculative_moe", "mixtral-8x7b.yaml", None),
+        (
+            "traces/esft_deepseek_v2_lite",
+            "deepseek-v2-lite.yaml",
+            None,
+        ),
+        (
+            "traces/qwen3_30b_a3b_cross_lang",
+            "qwen3-30b-a3b.yaml",
+            None,
+        ),
+        (
+            "traces/mixtral_8x7b_speculative_moe",
+            "mixtral-8x7b.yaml",
+            None,
+        ),
         ("traces/llama4_maverick_mmlu", "llama4-maverick.yaml", None),
         (
             "colibri/glm52_m1ultra_fmt2_2026-08-04/colibri_usage.snapshot",

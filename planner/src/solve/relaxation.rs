@@ -157,6 +157,17 @@ struct StageData {
 }
 
 impl StageData {
+    /// The facet of `m(Q) <= S(c(Q))` on the piece between `piece` and `piece + 1` experts.
+    fn facet(&self, stage: usize, slots: Vec<Slot>, piece: usize) -> Cut {
+        let slope = self.prefix[piece + 1] - self.prefix[piece];
+        Cut {
+            stage,
+            slots,
+            slope,
+            intercept: self.prefix[piece] - piece as f64 * slope,
+        }
+    }
+
     /// `S(t)`: the use rate of the `t` hottest experts, `t` fractional.
     fn top_mass(&self, t: f64) -> f64 {
         let n = self.experts.len();
@@ -191,9 +202,18 @@ impl Columns {
             index: self.count - 1,
         }
     }
+    /// Adds a row, merging repeated columns (HiGHS refuses duplicates: a
+    /// streamed expert's mass is both drive and CPU work in a felt row).
     fn row(&mut self, lower: f64, upper: f64, terms: impl IntoIterator<Item = (Var, f64)>) {
+        let mut merged: Vec<(Var, f64)> = Vec::new();
+        for (v, a) in terms {
+            match merged.iter_mut().find(|(w, _)| w.index == v.index) {
+                Some((_, b)) => *b += a,
+                None => merged.push((v, a)),
+            }
+        }
         self.pb
-            .add_row(lower..=upper, terms.into_iter().map(|(v, a)| (v.col, a)));
+            .add_row(lower..=upper, merged.into_iter().map(|(v, a)| (v.col, a)));
     }
 }
 
@@ -201,8 +221,7 @@ impl Columns {
 #[derive(Debug, Clone)]
 struct Cut {
     stage: usize,
-    pattern: usize,
-    slots: Vec<usize>,
+    slots: Vec<Slot>,
     slope: f64,
     intercept: f64,
 }
@@ -265,7 +284,7 @@ fn build(
     cuts: &[Cut],
     enumerate: bool,
     integer: bool,
-) -> Built {
+) -> Option<Built> {
     let r = &inst.resources;
     let f = r.felt_fraction;
     let sync = |j: usize| {
@@ -450,80 +469,137 @@ fn build(
     for (n, row) in ram_bytes.into_iter().enumerate() {
         pb.row(-inf, BYTE_SCALE * r.ram_capacity_bytes[n] as f64, row);
     }
-    let mut model = pb.pb.optimise(Sense::Minimise);
+    let mut model = pb.pb.try_optimise(Sense::Minimise).ok()?;
     model.make_quiet();
     model.set_option("threads", 1);
     for cut in cuts {
         add_cut(&mut model, &cols, cut);
     }
-    Built { model, cols }
+    Some(Built { model, cols })
 }
 
+/// A cut on the stage's experts summed over its patterns: the patterns'
+/// weights sum to 1, so the aggregate lies in the same polytope.
 fn add_cut(model: &mut Model, cols: &[Vec<PatternCols>], cut: &Cut) {
-    let pc = &cols[cut.stage][cut.pattern];
-    let mut row = vec![(pc.y.col, -cut.intercept)];
-    for &i in &cut.slots {
-        let (_, c, m) = pc.experts[i];
-        row.push((m.col, 1.0));
-        row.push((c.col, -cut.slope));
+    let mut row = Vec::new();
+    for pc in &cols[cut.stage] {
+        for &(_, c, m) in pc.experts.iter().filter(|e| cut.slots.contains(&e.0)) {
+            row.push((m.col, 1.0));
+            row.push((c.col, -cut.slope));
+        }
     }
-    model.add_row(..=0.0, row);
+    model.add_row(..=cut.intercept, row);
 }
 
-/// The most violated facets of the expert polytopes at a solution. Slot sets
-/// are all subsets when few, else the prefixes in order of mass density.
+/// The expert slots of a stage over all its patterns, in the natural order:
+/// GPU groups, RAM nodes, drives.
+fn stage_slots(cols: &[PatternCols]) -> Vec<Slot> {
+    let mut slots: Vec<Slot> = Vec::new();
+    for pc in cols {
+        for &(slot, _, _) in &pc.experts {
+            if !slots.contains(&slot) {
+                slots.push(slot);
+            }
+        }
+    }
+    let rank = |s: &Slot| match s {
+        Slot::Group(j) => (0, *j),
+        Slot::Place(Place::Ram(n)) => (1, *n),
+        Slot::Place(Place::Disk(d)) => (2, *d),
+        Slot::Place(Place::Gpu(g)) => (0, *g),
+    };
+    slots.sort_by_key(rank);
+    slots
+}
+
+/// Facets to start from, so the first LP is already close: for the slot sets
+/// that bind in most solutions (each slot, all but one slot, and the prefixes
+/// of the natural order), tangents of `S` on a geometric grid.
+fn seed_cuts(data: &[StageData], cols: &[Vec<PatternCols>]) -> Vec<Cut> {
+    let mut cuts = Vec::new();
+    for (s, stage) in data.iter().enumerate() {
+        let n = stage.experts.len();
+        let slots = stage_slots(&cols[s]);
+        let k = slots.len();
+        if n < 2 || k < 2 {
+            continue;
+        }
+        let mut pieces: Vec<usize> = (0..usize::BITS)
+            .map(|i| 1usize << i)
+            .take_while(|&j| j < n)
+            .flat_map(|j| [j - 1, n - j])
+            .collect();
+        pieces.sort_unstable();
+        pieces.dedup();
+        let mut sets: Vec<Vec<usize>> = (0..k).map(|i| vec![i]).collect();
+        sets.extend((0..k).map(|i| (0..k).filter(|&j| j != i).collect()));
+        sets.extend((2..k - 1).map(|len| (0..len).collect()));
+        sets.sort();
+        sets.dedup();
+        for set in sets {
+            let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
+            for &piece in &pieces {
+                cuts.push(stage.facet(s, chosen.clone(), piece));
+            }
+        }
+    }
+    cuts
+}
+
+/// The most violated facets at a solution, on each stage's experts summed
+/// over its patterns. Slot sets are all subsets when few, else the prefixes
+/// in order of mass density. Each violated set gets its facet and a ladder of
+/// neighbouring facets, so the next solution cannot merely slide along `S`.
 fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut> {
     let value = |v: Var| x[v.index];
     let mut cuts = Vec::new();
     for (s, stage) in data.iter().enumerate() {
-        for (p, pc) in cols[s].iter().enumerate() {
-            let y = value(pc.y);
-            let k = pc.experts.len();
-            if y <= 1e-9 || k < 2 {
+        let slots = stage_slots(&cols[s]);
+        let k = slots.len();
+        let n = stage.experts.len();
+        if k < 2 || n < 2 {
+            continue;
+        }
+        let mut counts = vec![0.0; k];
+        let mut masses = vec![0.0; k];
+        for pc in &cols[s] {
+            for &(slot, c, m) in &pc.experts {
+                let i = slots
+                    .iter()
+                    .position(|&t| t == slot)
+                    .expect("a slot of the stage");
+                counts[i] += value(c);
+                masses[i] += value(m);
+            }
+        }
+        let sets: Vec<Vec<usize>> = if k <= 6 {
+            (1..(1usize << k) - 1)
+                .map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect())
+                .collect()
+        } else {
+            let mut order: Vec<usize> = (0..k).collect();
+            let density = |i: usize| masses[i] / counts[i].max(1e-12);
+            order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
+            (1..k).map(|len| order[..len].to_vec()).collect()
+        };
+        let total_mass = *stage.prefix.last().unwrap();
+        for set in sets {
+            let c: f64 = set.iter().map(|&i| counts[i]).sum();
+            let m: f64 = set.iter().map(|&i| masses[i]).sum();
+            // Above HiGHS's feasibility tolerance (1e-7 per row), or the
+            // same cut would be found again.
+            if m <= stage.top_mass(c) + 1e-6 * total_mass.max(1.0) {
                 continue;
             }
-            let counts: Vec<f64> = pc.experts.iter().map(|e| value(e.1)).collect();
-            let masses: Vec<f64> = pc.experts.iter().map(|e| value(e.2)).collect();
-            let sets: Vec<Vec<usize>> = if k <= 6 {
-                (1..(1usize << k) - 1)
-                    .map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect())
-                    .collect()
-            } else {
-                let mut order: Vec<usize> = (0..k).collect();
-                let density = |i: usize| masses[i] / counts[i].max(1e-12);
-                order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
-                (1..k).map(|len| order[..len].to_vec()).collect()
-            };
-            let total_mass = *stage.prefix.last().unwrap();
-            for set in sets {
-                let c: f64 = set.iter().map(|&i| counts[i]).sum();
-                let m: f64 = set.iter().map(|&i| masses[i]).sum();
-                let t = c / y;
-                if m <= y * stage.top_mass(t) + 1e-9 * total_mass.max(1e-12) * y {
-                    continue;
-                }
-                // The facet at t and a ladder of its neighbours, so the next
-                // solution cannot merely slide to the adjacent piece.
-                let n = stage.experts.len();
-                let j = (t.floor() as usize).min(n - 1);
-                let mut pieces: Vec<usize> = std::iter::once(j)
-                    .chain(
-                        (0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]),
-                    )
-                    .collect();
-                pieces.sort_unstable();
-                pieces.dedup();
-                for piece in pieces {
-                    let slope = stage.prefix[piece + 1] - stage.prefix[piece];
-                    let intercept = stage.prefix[piece] - piece as f64 * slope;
-                    cuts.push(Cut {
-                        stage: s,
-                        pattern: p,
-                        slots: set.clone(),
-                        slope,
-                        intercept,
-                    });
-                }
+            let j = (c.floor() as usize).min(n - 1);
+            let mut pieces: Vec<usize> = std::iter::once(j)
+                .chain((0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
+                .collect();
+            pieces.sort_unstable();
+            pieces.dedup();
+            let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
+            for piece in pieces {
+                cuts.push(stage.facet(s, chosen.clone(), piece));
             }
         }
     }
@@ -566,46 +642,50 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
     let groups = gpu_groups(inst);
     let enumerate = groups.len() <= MAX_PATTERN_GROUPS;
     let data = stage_data(inst, groups.len(), enumerate);
-    let Built { mut model, cols } = build(inst, &groups, &data, &[], enumerate, false);
-    let mut cuts: Vec<Cut> = Vec::new();
-    let mut rounds = 0;
-    loop {
+    let Built { mut model, cols } = build(inst, &groups, &data, &[], enumerate, false)?;
+    let mut cuts = seed_cuts(&data, &cols);
+    for cut in &cuts {
+        add_cut(&mut model, &cols, cut);
+    }
+    let mut best: Option<(f64, Vec<f64>)> = None;
+    for _ in 0..=MAX_CUT_ROUNDS {
         let remaining = deadline
             .saturating_duration_since(Instant::now())
             .as_secs_f64();
-        model.set_option("time_limit", remaining.max(0.001));
-        let solved = model.try_solve().ok()?;
-        if solved.status() != HighsModelStatus::Optimal {
-            return None;
+        if remaining <= 0.0 {
+            break;
         }
+        model.set_option("time_limit", remaining);
+        let Ok(solved) = model.try_solve() else { break };
+        if solved.status() != HighsModelStatus::Optimal {
+            break;
+        }
+        // Every round's optimum is a valid bound: it relaxes the full polytope.
         let x = solved.get_solution().columns().to_vec();
-        let objective = solved.objective_value();
-        let new_cuts = if rounds < MAX_CUT_ROUNDS && Instant::now() < deadline {
-            separate(&data, &cols, &x)
-        } else {
-            Vec::new()
-        };
+        let new_cuts = separate(&data, &cols, &x);
+        best = Some((solved.objective_value(), x));
         if new_cuts.is_empty() {
-            return Some(Relaxation {
-                lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
-                    + inst.resources.fixed_token_seconds,
-                method: if enumerate {
-                    "participation-lp"
-                } else {
-                    "lp-without-sync"
-                },
-                stages: extract(&data, &cols, &x),
-                groups,
-                cuts,
-            });
+            break;
         }
         model = Model::from(solved);
         for cut in &new_cuts {
             add_cut(&mut model, &cols, cut);
         }
         cuts.extend(new_cuts);
-        rounds += 1;
     }
+    let (objective, x) = best?;
+    Some(Relaxation {
+        lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
+            + inst.resources.fixed_token_seconds,
+        method: if enumerate {
+            "participation-lp"
+        } else {
+            "lp-without-sync"
+        },
+        stages: extract(&data, &cols, &x),
+        groups,
+        cuts,
+    })
 }
 
 /// A bound that needs no solver: in each stage the total work, each object
@@ -646,7 +726,7 @@ pub fn trivial_bound(inst: &Instance) -> f64 {
 pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Option<Relaxation> {
     let enumerate = lp.method == "participation-lp";
     let data = stage_data(inst, lp.groups.len(), enumerate);
-    let Built { mut model, cols } = build(inst, &lp.groups, &data, &lp.cuts, enumerate, true);
+    let Built { mut model, cols } = build(inst, &lp.groups, &data, &lp.cuts, enumerate, true)?;
     let remaining = deadline
         .saturating_duration_since(Instant::now())
         .as_secs_f64();
@@ -665,13 +745,6 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Op
         return None;
     }
     let dual_bound = solved.double_info_value(c"mip_dual_bound").ok()?;
-    if std::env::var("RESIDENCY_DEBUG").is_ok() {
-        eprintln!(
-            "mip status {status:?} dual {dual_bound} primal {} gap {}",
-            solved.objective_value(),
-            solved.mip_gap()
-        );
-    }
     let x = solved.get_solution().columns().to_vec();
     Some(Relaxation {
         lower_bound_seconds: dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
