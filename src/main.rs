@@ -3,7 +3,7 @@
 
 mod print;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use residency_planner::cost::Instance;
 use residency_planner::export::{self, Engine};
@@ -119,6 +119,12 @@ enum Command {
         #[command(flatten)]
         inputs: InputArgs,
     },
+    /// Write the JSON Schemas of the profile, model description and plan files.
+    Schema {
+        /// Directory to write the `*.schema.json` files into.
+        #[arg(long, default_value = "schemas")]
+        out: PathBuf,
+    },
 }
 
 fn parse_engine(name: &str) -> Result<Engine, String> {
@@ -180,7 +186,23 @@ fn run(command: Command) -> Result<()> {
             after,
             inputs,
         } => diff(&before, &after, &inputs),
+        Command::Schema { out } => write_schemas(&out),
     }
+}
+
+fn write_schemas(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| {
+        format!(
+            "{}: cannot create the directory; give --out a writable directory",
+            dir.display()
+        )
+    })?;
+    for (name, text) in residency_planner::schema::schemas() {
+        let path = dir.join(name);
+        residency_planner::error::write_atomic(&path, text.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
 }
 
 fn notes(notes: &[String]) {

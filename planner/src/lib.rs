@@ -13,6 +13,7 @@ pub mod inputs;
 pub mod model;
 pub mod plan;
 pub mod profile;
+pub mod schema;
 pub mod solve;
 pub mod units;
 

@@ -53,7 +53,7 @@ impl LayerSet {
 #[serde(untagged)]
 pub enum FormatSize {
     Packed { bits: u32, group: u64 },
-    Bytes(#[schemars(with = "serde_json::Value")] Bytes),
+    Bytes(Bytes),
 }
 
 impl FormatSize {
@@ -107,7 +107,6 @@ pub struct TrunkEntry {
     pub name: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub layers: Option<LayerSet>,
-    #[schemars(with = "serde_json::Value")]
     pub bytes: Bytes,
     pub stage: StageKind,
 }
@@ -140,7 +139,6 @@ pub struct ModelDescription {
     #[serde(default)]
     pub trunk: Vec<TrunkEntry>,
     #[serde(default)]
-    #[schemars(with = "Option<serde_json::Value>")]
     pub kv_bytes_per_token: Option<Bytes>,
     #[serde(default)]
     pub per_layer: Vec<LayerOverride>,

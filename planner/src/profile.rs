@@ -11,16 +11,12 @@ use std::path::Path;
 #[serde(deny_unknown_fields)]
 pub struct NumaNode {
     pub id: usize,
-    #[schemars(with = "serde_json::Value")]
     pub ram: Bytes,
     #[serde(default)]
-    #[schemars(with = "serde_json::Value")]
     pub reserved: Bytes,
     #[serde(default)]
-    #[schemars(with = "serde_json::Value")]
     pub staging: Bytes,
     pub cores: u32,
-    #[schemars(with = "String")]
     pub gemv_bandwidth: BytesPerSecond,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -31,17 +27,12 @@ pub struct NumaNode {
 pub struct Gpu {
     pub id: usize,
     pub name: String,
-    #[schemars(with = "serde_json::Value")]
     pub vram: Bytes,
     #[serde(default)]
-    #[schemars(with = "serde_json::Value")]
     pub reserved: Bytes,
     pub numa: usize,
-    #[schemars(with = "String")]
     pub gemv_bandwidth: BytesPerSecond,
-    #[schemars(with = "String")]
     pub upload_bandwidth: BytesPerSecond,
-    #[schemars(with = "String")]
     pub sync_overhead: Seconds,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
@@ -53,9 +44,7 @@ pub struct Drive {
     pub id: usize,
     pub name: String,
     pub numa: usize,
-    #[schemars(with = "String")]
     pub read_bandwidth: BytesPerSecond,
-    #[schemars(with = "String")]
     pub read_latency: Seconds,
 }
 
@@ -63,9 +52,7 @@ pub struct Drive {
 #[serde(deny_unknown_fields)]
 pub struct Host {
     pub name: String,
-    #[schemars(with = "String")]
     pub network_bandwidth: BytesPerSecond,
-    #[schemars(with = "String")]
     pub network_latency: Seconds,
 }
 
@@ -90,7 +77,6 @@ pub struct HardwareProfile {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub felt_fraction: Option<f64>,
     #[serde(default)]
-    #[schemars(with = "Option<String>")]
     pub fixed_token_seconds: Seconds,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<Host>,

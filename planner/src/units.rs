@@ -6,6 +6,7 @@
 
 use serde::de::{self, Deserializer, Visitor};
 use serde::{Deserialize, Serialize, Serializer};
+use std::borrow::Cow;
 use std::fmt;
 
 /// A size in bytes.
@@ -244,6 +245,83 @@ impl Serialize for BytesPerSecond {
 impl Serialize for Seconds {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&format!("{} s", self.0))
+    }
+}
+
+// JSON Schemas of the text forms (DESIGN 3.0), for the generated files in
+// `schemas/`. The patterns follow the parsers above: an unsigned decimal number
+// (optionally with an `e` exponent), optional spaces, then the unit.
+const NUMBER_PATTERN: &str = r"\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)(e[+-]?[0-9]+)?\s*";
+const SIZE_UNIT_PATTERN: &str = "(B|KB|MB|GB|TB|KiB|MiB|GiB|TiB)";
+
+fn size_pattern() -> String {
+    format!("^{NUMBER_PATTERN}{SIZE_UNIT_PATTERN}?\\s*$")
+}
+
+fn rate_pattern() -> String {
+    format!("^{NUMBER_PATTERN}{SIZE_UNIT_PATTERN}\\s*/s\\s*$")
+}
+
+fn time_pattern() -> String {
+    format!("^{NUMBER_PATTERN}(s|ms|us|ns)\\s*$")
+}
+
+impl schemars::JsonSchema for Bytes {
+    fn schema_name() -> Cow<'static, str> {
+        "Bytes".into()
+    }
+    fn schema_id() -> Cow<'static, str> {
+        concat!(module_path!(), "::Bytes").into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A size in bytes: a whole number of bytes, or a string `<number><unit>` \
+                (a space between is allowed) with B, KB, MB, GB, TB (powers of 1000) or \
+                KiB, MiB, GiB, TiB (powers of 1024), e.g. `8 GiB` = 8589934592 bytes; \
+                fractional sizes round down to whole bytes.",
+            "anyOf": [
+                { "type": "integer", "minimum": 0 },
+                { "type": "string", "pattern": size_pattern() }
+            ],
+            "examples": [4096, "128 MiB", "8 GiB", "3 GB"]
+        })
+    }
+}
+
+impl schemars::JsonSchema for BytesPerSecond {
+    fn schema_name() -> Cow<'static, str> {
+        "BytesPerSecond".into()
+    }
+    fn schema_id() -> Cow<'static, str> {
+        concat!(module_path!(), "::BytesPerSecond").into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A rate in bytes per second: a string `<number> <size unit>/s` with \
+                B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), \
+                e.g. `25 GB/s`; a bare number is rejected.",
+            "type": "string",
+            "pattern": rate_pattern(),
+            "examples": ["25 GB/s", "12 GiB/s", "350 GB/s"]
+        })
+    }
+}
+
+impl schemars::JsonSchema for Seconds {
+    fn schema_name() -> Cow<'static, str> {
+        "Seconds".into()
+    }
+    fn schema_id() -> Cow<'static, str> {
+        concat!(module_path!(), "::Seconds").into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "description": "A duration: a string `<number> <unit>` with s, ms, us or ns, \
+                e.g. `120 us`; a bare number is rejected.",
+            "type": "string",
+            "pattern": time_pattern(),
+            "examples": ["120 us", "2 ms", "0 s"]
+        })
     }
 }
 

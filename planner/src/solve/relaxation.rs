@@ -734,7 +734,7 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Op
         return None;
     }
     model.set_option("time_limit", remaining);
-    model.set_option("mip_rel_gap", 1e-5);
+    model.set_option("mip_rel_gap", 1e-4);
     let solved = model.try_solve().ok()?;
     let status = solved.status();
     let finished = matches!(

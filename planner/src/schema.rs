@@ -1,0 +1,30 @@
+//! JSON Schemas of the input and output files, generated from the Rust types
+//! (DESIGN 2: `schemas/`, with a test that fails when the committed files
+//! drift from the types). `residency schema` writes them.
+
+use crate::model::ModelDescription;
+use crate::plan::Plan;
+use crate::profile::HardwareProfile;
+
+/// File name and content (pretty JSON and a trailing newline) of each schema:
+/// the hardware profile (DESIGN 3.1), the model description (3.2) and the
+/// plan file (5).
+pub fn schemas() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "hardware-profile.schema.json",
+            render(schemars::schema_for!(HardwareProfile)),
+        ),
+        (
+            "model-description.schema.json",
+            render(schemars::schema_for!(ModelDescription)),
+        ),
+        ("plan.schema.json", render(schemars::schema_for!(Plan))),
+    ]
+}
+
+fn render(schema: schemars::Schema) -> String {
+    let mut text = serde_json::to_string_pretty(&schema).expect("a schema is plain JSON");
+    text.push('\n');
+    text
+}
