@@ -1,6 +1,7 @@
 //! The `residency` command line: argument parsing and printing only; every
 //! decision is made in the planner crate.
 
+mod plot;
 mod print;
 
 use anyhow::{bail, Context, Result};
@@ -93,6 +94,9 @@ enum Command {
         out: Option<PathBuf>,
         #[arg(long, value_parser = parse_heat_format)]
         out_format: Option<HeatFormat>,
+        /// Also draw the per-layer concentration to this file (.svg or .png).
+        #[arg(long)]
+        plot: Option<PathBuf>,
     },
     /// Explain a plan: marginal value of memory, expert frontiers, trunk choices.
     Explain {
@@ -174,7 +178,15 @@ fn run(command: Command) -> Result<()> {
             model,
             out,
             out_format,
-        } => heat_command(&input, format, model.as_deref(), out.as_deref(), out_format),
+            plot,
+        } => heat_command(
+            &input,
+            format,
+            model.as_deref(),
+            out.as_deref(),
+            out_format,
+            plot.as_deref(),
+        ),
         Command::Validate { file, kind, inputs } => validate(&file, kind.as_deref(), &inputs),
         Command::Explain {
             plan,
@@ -298,7 +310,11 @@ fn heat_command(
     model: Option<&Path>,
     out: Option<&Path>,
     out_format: Option<HeatFormat>,
+    plot_file: Option<&Path>,
 ) -> Result<()> {
+    if let Some(file) = plot_file {
+        plot::PlotFormat::from_path(file)?;
+    }
     let (model, ctx) = heat_context(model)?;
     let mut warnings = Vec::new();
     let heat = heat::read_heat(input, format, &ctx, &mut warnings)?;
@@ -307,6 +323,20 @@ fn heat_command(
     }
     notes(&warnings);
     print::heat_summary(input, &heat);
+    if let Some(file) = plot_file {
+        let model_name = model
+            .as_ref()
+            .map(|m| m.name().to_string())
+            .or_else(|| heat.model.clone())
+            .unwrap_or_else(|| "model not named".into());
+        let input_name = input.file_name().unwrap_or(input.as_os_str());
+        let title = format!(
+            "Routing concentration: {} ({model_name})",
+            input_name.to_string_lossy()
+        );
+        plot::concentration_plot(file, &title, &heat::concentration(&heat.total))?;
+        println!("wrote {}", file.display());
+    }
     if let Some(out) = out {
         let format = match out_format {
             Some(f) => f,

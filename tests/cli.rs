@@ -1,0 +1,359 @@
+//! End-to-end tests of the `residency` command: the main job on embedded
+//! defaults, plan files that validate, and every bad-input case giving one
+//! line that names the file, a non-zero exit and no output file.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_residency");
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+fn run(args: &[&str]) -> Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(ROOT)
+        .output()
+        .expect("the binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn profile(name: &str) -> String {
+    format!("{ROOT}/profiles/hardware/{name}.yaml")
+}
+
+fn model(name: &str) -> String {
+    format!("{ROOT}/profiles/models/{name}.yaml")
+}
+
+#[test]
+fn plan_on_embedded_defaults_prints_a_summary() {
+    let o = run(&["plan", "--time-limit", "2"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    for needle in [
+        "DeepSeek-V2-Lite",
+        "gpu:0",
+        "gpu:1",
+        "ram:0",
+        "predicted:",
+        "tok/s",
+        "greedy baseline",
+        "gap",
+    ] {
+        assert!(out.contains(needle), "`{needle}` missing from:\n{out}");
+    }
+}
+
+#[test]
+fn plan_files_validate_and_match_the_cost_model() {
+    let dir = tempfile::tempdir().unwrap();
+    for name in ["plan.json", "plan.yaml"] {
+        let path = dir.path().join(name);
+        let o = run(&["plan", "--time-limit", "2", "--out", path.to_str().unwrap()]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let v = run(&["validate", path.to_str().unwrap()]);
+        assert!(v.status.success(), "{}", stderr(&v));
+        assert!(stdout(&v).contains("matches the cost model"));
+    }
+    // The JSON plan has the fields of DESIGN 5, and no place is over capacity.
+    let text = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
+    let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(plan["format"], "residency-plan");
+    assert_eq!(
+        plan["places"],
+        serde_json::json!(["gpu:0", "gpu:1", "ram:0", "disk:0"])
+    );
+    assert_eq!(plan["experts"].as_array().unwrap().len(), 26);
+    for usage in plan["usage"].as_array().unwrap() {
+        assert!(
+            usage["used_bytes"].as_u64() <= usage["capacity_bytes"].as_u64(),
+            "{usage}"
+        );
+    }
+    let o = &plan["objective"];
+    let (t, lb) = (
+        o["token_seconds"].as_f64().unwrap(),
+        o["lower_bound"].as_f64().unwrap(),
+    );
+    assert!(lb <= t && (o["gap"].as_f64().unwrap() - (t / lb - 1.0)).abs() < 1e-12);
+    assert!((o["tok_per_s"].as_f64().unwrap() * t - 1.0).abs() < 1e-12);
+    // A stage's time is the largest of its resources' times (f = 0 here).
+    for stage in plan["stages"].as_array().unwrap() {
+        let max = stage["resources"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_f64().unwrap())
+            .fold(0.0, f64::max);
+        assert!(
+            (stage["seconds"].as_f64().unwrap() - max).abs() <= 1e-15,
+            "{stage}"
+        );
+    }
+}
+
+#[test]
+fn explain_and_diff_read_plans() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = dir.path().join("a.json");
+    let b = dir.path().join("b.json");
+    assert!(
+        run(&["plan", "--time-limit", "2", "--out", a.to_str().unwrap()])
+            .status
+            .success()
+    );
+    // A plan of the same inputs with less time, then moved against the first.
+    let mut plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&a).unwrap()).unwrap();
+    let ram = 2;
+    let moved = plan["experts"][0][0].as_u64().unwrap() as usize;
+    assert_ne!(moved, ram, "expert (0, 0) is hot enough to sit on a GPU");
+    plan["experts"][0][0] = serde_json::json!(ram);
+    std::fs::write(&b, serde_json::to_string(&plan).unwrap()).unwrap();
+    let e = run(&["explain", a.to_str().unwrap(), "--time-limit", "1"]);
+    assert!(e.status.success(), "{}", stderr(&e));
+    for needle in [
+        "one more GiB",
+        "coldest resident",
+        "hottest outside",
+        "lm_head on",
+    ] {
+        assert!(stdout(&e).contains(needle), "{needle}");
+    }
+    // b's objective no longer matches its placement, but diff only needs placements.
+    let d = run(&["diff", a.to_str().unwrap(), b.to_str().unwrap()]);
+    assert!(d.status.success(), "{}", stderr(&d));
+    let out = stdout(&d);
+    assert!(
+        out.contains("moved: 1 experts, 0 trunk components"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("gpu:{moved} -> ram:0: 1 objects")),
+        "{out}"
+    );
+}
+
+/// Runs a command that must fail on a bad input: one line on stderr that
+/// names `file` and contains `place`, exit code 1, no panic, and `out` not created.
+fn assert_bad_input(args: &[&str], file: &Path, place: &str, out: &Path) {
+    let o = run(args);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("note:")).collect();
+    assert_eq!(lines.len(), 1, "{args:?}: not one line:\n{err}");
+    assert!(lines[0].starts_with("error: "), "{err}");
+    assert!(
+        lines[0].contains(&file.display().to_string()),
+        "{args:?}: file not named: {err}"
+    );
+    assert!(
+        lines[0].contains(place),
+        "{args:?}: `{place}` not in: {err}"
+    );
+    assert!(
+        !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
+        "{err}"
+    );
+    assert!(!out.exists(), "{args:?} left {}", out.display());
+}
+
+#[test]
+fn bad_profiles_give_one_line_and_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let good = std::fs::read_to_string(profile("threadripper-3945wx-rtx3070-quadro4000")).unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        (
+            good.replace("    cores: 12", "    cores: 12\n    colour: red"),
+            "unknown field `colour`",
+        ),
+        (good.replacen("vram: 8 GiB", "vram: 8 GB/s", 1), "rate"),
+        (good.replacen("ram: 64 GiB", "ram: 0", 1), "numa[0]"),
+        (
+            good.replacen(
+                "numa: 0\n    gemv_bandwidth: 314",
+                "numa: 5\n    gemv_bandwidth: 314",
+                1,
+            ),
+            "gpus[0].numa",
+        ),
+        (
+            good.replace("felt_fraction: 0.0", "felt_fraction: .nan"),
+            "felt_fraction",
+        ),
+        (
+            good.replacen("read_latency: 80 us", "read_latency: 80", 1),
+            "time",
+        ),
+        (
+            good.replacen("gemv_bandwidth: 16.8 GB/s", "gemv_bandwidth: -16.8 GB/s", 1),
+            "negative",
+        ),
+    ];
+    for (i, (text, place)) in cases.into_iter().enumerate() {
+        assert_ne!(text, good, "case {i} changed nothing");
+        let file = dir.path().join(format!("bad{i}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        let args = [
+            "plan",
+            "--profile",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ];
+        assert_bad_input(&args, &file, place, &out);
+        assert_bad_input(
+            &["validate", file.to_str().unwrap(), "--kind", "profile"],
+            &file,
+            place,
+            &out,
+        );
+    }
+}
+
+#[test]
+fn bad_models_and_heat_give_one_line_and_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let good = std::fs::read_to_string(model("deepseek-v2-lite")).unwrap();
+    for (i, (text, place)) in [
+        (
+            good.replace("moe_layers: \"1..=26\"", "moe_layers: \"1..=30\""),
+            "moe_layers",
+        ),
+        (good.replace("top_k: 6", "top_k: 0"), "top_k"),
+        (
+            good.replace("tiers: { gpu: int4", "tiers: { gpu: fp8"),
+            "tiers.gpu",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let file = dir.path().join(format!("model{i}.yaml"));
+        std::fs::write(&file, text).unwrap();
+        assert_bad_input(
+            &[
+                "plan",
+                "--model",
+                file.to_str().unwrap(),
+                "--out",
+                out.to_str().unwrap(),
+            ],
+            &file,
+            place,
+            &out,
+        );
+    }
+
+    // Heat with 2 layers of 2 experts for a model with 26 of 64: the error
+    // names both shapes.
+    let json = dir.path().join("heat.json");
+    std::fs::write(&json, r#"{"tokens": 10, "layers": [[1, 2], [3, 4]]}"#).unwrap();
+    let m = model("deepseek-v2-lite");
+    let args = [
+        "plan",
+        "--model",
+        &m,
+        "--heat",
+        json.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_bad_input(&args, &json, "26", &out);
+
+    // A Colibri HEAT_FILE cut short, and one with a wrong magic number.
+    let mut bytes = Vec::new();
+    for v in [0x5154_4831u32, 26, 64] {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    bytes.extend_from_slice(&[1, 0, 0, 0, 2, 0]);
+    let truncated = dir.path().join("truncated.heat");
+    std::fs::write(&truncated, &bytes).unwrap();
+    let args = [
+        "plan",
+        "--model",
+        &m,
+        "--heat",
+        truncated.to_str().unwrap(),
+        "--heat-format",
+        "coli-heat",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_bad_input(&args, &truncated, "byte", &out);
+    bytes[0] = 0;
+    let magic = dir.path().join("magic.heat");
+    std::fs::write(&magic, &bytes).unwrap();
+    let args = [
+        "plan",
+        "--model",
+        &m,
+        "--heat",
+        magic.to_str().unwrap(),
+        "--heat-format",
+        "coli-heat",
+        "--out",
+        out.to_str().unwrap(),
+    ];
+    assert_bad_input(&args, &magic, "magic", &out);
+}
+
+#[test]
+fn a_model_nothing_can_hold_says_how_many_bytes_are_missing() {
+    // No drive and 1 GiB of RAM for DeepSeek-V2-Lite (7.6 GB of int4 experts).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let file = dir.path().join("small.yaml");
+    std::fs::write(
+        &file,
+        "name: small\nnuma:\n  - { id: 0, ram: 2 GiB, reserved: 1 GiB, cores: 4, gemv_bandwidth: 10 GB/s }\n",
+    )
+    .unwrap();
+    let o = run(&[
+        "plan",
+        "--profile",
+        file.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("bytes are missing"), "{err}");
+    assert!(!out.exists());
+}
+
+#[test]
+fn a_tampered_plan_fails_validation() {
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("plan.json");
+    assert!(
+        run(&["plan", "--time-limit", "1", "--out", path.to_str().unwrap()])
+            .status
+            .success()
+    );
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut plan: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let t = plan["objective"]["token_seconds"].as_f64().unwrap();
+    plan["objective"]["token_seconds"] = serde_json::json!(t * 0.9);
+    std::fs::write(&path, serde_json::to_string(&plan).unwrap()).unwrap();
+    let o = run(&["validate", path.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("objective.token_seconds"),
+        "{}",
+        stderr(&o)
+    );
+    let bad_limit = run(&["plan", "--time-limit", "0"]);
+    assert_eq!(bad_limit.status.code(), Some(1));
+    assert!(stderr(&bad_limit).contains("--time-limit"));
+}
