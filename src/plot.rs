@@ -72,17 +72,17 @@ const SERIES: [Series; 4] = [
         value: |c| c.top10_share,
     },
     Series {
-        label: "experts needed for 50 % of selections (of all)",
+        label: "share of experts needed for 50 % of selections",
         color: RGBColor(255, 127, 14),
         value: |c| fraction(c.experts_for_50, c.experts),
     },
     Series {
-        label: "experts needed for 90 % of selections (of all)",
+        label: "share of experts needed for 90 % of selections",
         color: RGBColor(44, 160, 44),
         value: |c| fraction(c.experts_for_90, c.experts),
     },
     Series {
-        label: "entropy / max entropy (1 = uniform)",
+        label: "entropy / max entropy\n(1 = uniform routing)",
         color: RGBColor(214, 39, 40),
         value: |c| {
             if c.max_entropy_bits > 0.0 {
@@ -136,6 +136,9 @@ pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration])
         PlotFormat::Png => {
             let tmp = temp_path(path);
             let result = (|| {
+                // Creating the file first turns a bad directory into a plain
+                // I/O error before any drawing is done.
+                std::fs::File::create(&tmp).map_err(|e| write_failed(path, e))?;
                 let root = BitMapBackend::new(&tmp, (WIDTH, HEIGHT)).into_drawing_area();
                 draw(&root, title, rows).map_err(|e| render_failed(path, e))?;
                 root.present().map_err(|e| write_failed(path, e))?;
@@ -204,7 +207,8 @@ fn draw<DB: DrawingBackend>(
     chart
         .configure_mesh()
         .x_desc("MoE layer (ordinal, 0 = first MoE layer)")
-        .y_desc("fraction")
+        .y_desc("fraction (0 to 1)")
+        .max_light_lines(1)
         .x_labels(rows.len().clamp(2, 16))
         .y_labels(11)
         .label_style(("sans-serif", 16))
@@ -244,17 +248,27 @@ fn draw<DB: DrawingBackend>(
     Ok(())
 }
 
-/// Splits `text` into lines of at most `width` characters at spaces.
+/// Splits `text` into lines at its newlines and then at spaces, each of at
+/// most `width` characters (unless one word is longer).
 fn wrap(text: &str, width: usize) -> Vec<String> {
     let mut lines: Vec<String> = Vec::new();
-    for word in text.split(' ') {
-        match lines.last_mut() {
-            Some(line) if line.len() + 1 + word.len() <= width => {
-                line.push(' ');
-                line.push_str(word);
-            }
-            _ => lines.push(word.to_string()),
+    for paragraph in text.split('\n') {
+        let mut current: Option<String> = None;
+        for word in paragraph.split(' ') {
+            current = Some(match current {
+                Some(mut line) if line.len() + 1 + word.len() <= width => {
+                    line.push(' ');
+                    line.push_str(word);
+                    line
+                }
+                Some(line) => {
+                    lines.push(line);
+                    word.to_string()
+                }
+                None => word.to_string(),
+            });
         }
+        lines.extend(current);
     }
     lines
 }
@@ -281,5 +295,6 @@ mod tests {
     fn legend_lines_wrap_at_spaces() {
         assert_eq!(wrap("one two three", 7), ["one two", "three"]);
         assert_eq!(wrap("short", 32), ["short"]);
+        assert_eq!(wrap("a b\nc d", 32), ["a b", "c d"]);
     }
 }

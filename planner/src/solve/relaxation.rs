@@ -32,6 +32,8 @@ const TOLERANCE_MARGIN: f64 = 1e-7;
 const MAX_PATTERN_GROUPS: usize = 6;
 /// Most patterns per stage: trunk components beyond this budget stay fractional.
 const MAX_PATTERNS: usize = 64;
+/// Neighbouring facets added beside a violated one: 1, 2, 4, ... pieces away.
+const LADDER: u32 = 4;
 /// Most rounds of cut separation.
 const MAX_CUT_ROUNDS: usize = 200;
 
@@ -158,13 +160,72 @@ struct StageData {
 
 impl StageData {
     /// The facet of `m(Q) <= S(c(Q))` on the piece between `piece` and `piece + 1` experts.
-    fn facet(&self, stage: usize, slots: Vec<Slot>, piece: usize) -> Cut {
+    fn facet(&self, stage: usize, pattern: Option<usize>, slots: Vec<Slot>, piece: usize) -> Cut {
         let slope = self.prefix[piece + 1] - self.prefix[piece];
         Cut {
             stage,
+            pattern,
             slots,
             slope,
             intercept: self.prefix[piece] - piece as f64 * slope,
+        }
+    }
+
+    /// The most violated facet of one (counts, masses) point of weight `y`,
+    /// with a ladder of its neighbours so the next solution cannot merely
+    /// slide along `S`. Slot sets are all subsets when few, else the prefixes
+    /// in order of mass density.
+    #[allow(clippy::too_many_arguments)]
+    fn separate(
+        &self,
+        stage: usize,
+        pattern: Option<usize>,
+        slots: &[Slot],
+        counts: &[f64],
+        masses: &[f64],
+        y: f64,
+        cuts: &mut Vec<Cut>,
+    ) {
+        let k = slots.len();
+        let n = self.experts.len();
+        let sets: Vec<Vec<usize>> = if k <= 6 {
+            (1..(1usize << k) - 1)
+                .map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect())
+                .collect()
+        } else {
+            let mut order: Vec<usize> = (0..k).collect();
+            let density = |i: usize| masses[i] / counts[i].max(1e-12);
+            order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
+            (1..k).map(|len| order[..len].to_vec()).collect()
+        };
+        let total_mass = *self.prefix.last().unwrap();
+        let violation = |set: &Vec<usize>| {
+            let c: f64 = set.iter().map(|&i| counts[i]).sum();
+            let m: f64 = set.iter().map(|&i| masses[i]).sum();
+            (m - y * self.top_mass(c / y), c)
+        };
+        let Some((worst, c)) = sets
+            .iter()
+            .map(|set| (set, violation(set)))
+            .max_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
+            .map(|(set, (v, c))| ((set, v), c))
+        else {
+            return;
+        };
+        // Above HiGHS's feasibility tolerance (1e-7 per row), or the same
+        // cut would be found again.
+        if worst.1 <= 1e-6 * total_mass.max(1.0) {
+            return;
+        }
+        let j = ((c / y).floor() as usize).min(n - 1);
+        let mut pieces: Vec<usize> = std::iter::once(j)
+            .chain((0..LADDER).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
+            .collect();
+        pieces.sort_unstable();
+        pieces.dedup();
+        let chosen: Vec<Slot> = worst.0.iter().map(|&i| slots[i]).collect();
+        for piece in pieces {
+            cuts.push(self.facet(stage, pattern, chosen.clone(), piece));
         }
     }
 
@@ -221,6 +282,8 @@ impl Columns {
 #[derive(Debug, Clone)]
 struct Cut {
     stage: usize,
+    /// One pattern's experts, or (None) the stage's summed over its patterns.
+    pattern: Option<usize>,
     slots: Vec<Slot>,
     slope: f64,
     intercept: f64,
@@ -481,14 +544,27 @@ fn build(
 /// A cut on the stage's experts summed over its patterns: the patterns'
 /// weights sum to 1, so the aggregate lies in the same polytope.
 fn add_cut(model: &mut Model, cols: &[Vec<PatternCols>], cut: &Cut) {
+    let patterns: Vec<&PatternCols> = match cut.pattern {
+        Some(p) => vec![&cols[cut.stage][p]],
+        None => cols[cut.stage].iter().collect(),
+    };
     let mut row = Vec::new();
-    for pc in &cols[cut.stage] {
+    for pc in &patterns {
         for &(_, c, m) in pc.experts.iter().filter(|e| cut.slots.contains(&e.0)) {
             row.push((m.col, 1.0));
             row.push((c.col, -cut.slope));
         }
     }
-    model.add_row(..=cut.intercept, row);
+    match cut.pattern {
+        // Scaled by the pattern's weight (the perspective of the facet).
+        Some(_) => {
+            row.push((patterns[0].y.col, -cut.intercept));
+            model.add_row(..=0.0, row);
+        }
+        None => {
+            model.add_row(..=cut.intercept, row);
+        }
+    }
 }
 
 /// The expert slots of a stage over all its patterns, in the natural order:
@@ -539,67 +615,50 @@ fn seed_cuts(data: &[StageData], cols: &[Vec<PatternCols>]) -> Vec<Cut> {
         for set in sets {
             let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
             for &piece in &pieces {
-                cuts.push(stage.facet(s, chosen.clone(), piece));
+                cuts.push(stage.facet(s, None, chosen.clone(), piece));
             }
         }
     }
     cuts
 }
 
-/// The most violated facets at a solution, on each stage's experts summed
-/// over its patterns. Slot sets are all subsets when few, else the prefixes
-/// in order of mass density. Each violated set gets its facet and a ladder of
-/// neighbouring facets, so the next solution cannot merely slide along `S`.
+/// Smallest pattern weight whose own polytope is separated.
+const PATTERN_SEPARATION_WEIGHT: f64 = 0.02;
+
+/// The most violated facets at a solution: on each stage's experts summed
+/// over its patterns, and on each pattern of noticeable weight (the sum alone
+/// lets two patterns trade dense and sparse shares).
 fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut> {
     let value = |v: Var| x[v.index];
     let mut cuts = Vec::new();
     for (s, stage) in data.iter().enumerate() {
         let slots = stage_slots(&cols[s]);
-        let k = slots.len();
-        let n = stage.experts.len();
-        if k < 2 || n < 2 {
+        if slots.len() < 2 || stage.experts.len() < 2 {
             continue;
         }
-        let mut counts = vec![0.0; k];
-        let mut masses = vec![0.0; k];
-        for pc in &cols[s] {
-            for &(slot, c, m) in &pc.experts {
-                let i = slots
-                    .iter()
-                    .position(|&t| t == slot)
-                    .expect("a slot of the stage");
-                counts[i] += value(c);
-                masses[i] += value(m);
+        let shares = |pcs: &[&PatternCols]| {
+            let mut counts = vec![0.0; slots.len()];
+            let mut masses = vec![0.0; slots.len()];
+            for pc in pcs {
+                for &(slot, c, m) in &pc.experts {
+                    let i = slots
+                        .iter()
+                        .position(|&t| t == slot)
+                        .expect("a slot of the stage");
+                    counts[i] += value(c);
+                    masses[i] += value(m);
+                }
             }
-        }
-        let sets: Vec<Vec<usize>> = if k <= 6 {
-            (1..(1usize << k) - 1)
-                .map(|mask| (0..k).filter(|i| mask >> i & 1 == 1).collect())
-                .collect()
-        } else {
-            let mut order: Vec<usize> = (0..k).collect();
-            let density = |i: usize| masses[i] / counts[i].max(1e-12);
-            order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
-            (1..k).map(|len| order[..len].to_vec()).collect()
+            (counts, masses)
         };
-        let total_mass = *stage.prefix.last().unwrap();
-        for set in sets {
-            let c: f64 = set.iter().map(|&i| counts[i]).sum();
-            let m: f64 = set.iter().map(|&i| masses[i]).sum();
-            // Above HiGHS's feasibility tolerance (1e-7 per row), or the
-            // same cut would be found again.
-            if m <= stage.top_mass(c) + 1e-6 * total_mass.max(1.0) {
-                continue;
-            }
-            let j = (c.floor() as usize).min(n - 1);
-            let mut pieces: Vec<usize> = std::iter::once(j)
-                .chain((0..12).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
-                .collect();
-            pieces.sort_unstable();
-            pieces.dedup();
-            let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
-            for piece in pieces {
-                cuts.push(stage.facet(s, chosen.clone(), piece));
+        let all: Vec<&PatternCols> = cols[s].iter().collect();
+        let (counts, masses) = shares(&all);
+        stage.separate(s, None, &slots, &counts, &masses, 1.0, &mut cuts);
+        for (p, pc) in cols[s].iter().enumerate() {
+            let y = value(pc.y);
+            if y >= PATTERN_SEPARATION_WEIGHT && cols[s].len() > 1 {
+                let (counts, masses) = shares(&[pc]);
+                stage.separate(s, Some(p), &slots, &counts, &masses, y, &mut cuts);
             }
         }
     }
