@@ -188,23 +188,14 @@ impl StageLoads {
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) object `o` at `place`.
     pub fn apply(&mut self, resources: &Resources, o: &Object, place: Place, sign: f64) {
-        let p = o.use_rate;
-        match place {
-            Place::Gpu(g) => {
-                self.gpu[g] += sign * p * o.gpu_bytes as f64 / resources.gpu_gemv_bytes_per_s[g];
-                self.gpu_objects[g] = (self.gpu_objects[g] as i64 + sign as i64) as u32;
-            }
-            Place::Ram(n) => {
-                self.cpu[n] += sign * p * o.ram_bytes as f64 / resources.cpu_gemv_bytes_per_s[n]
-            }
-            Place::Disk(d) => {
-                let b = o.disk_bytes as f64;
-                self.drive[d] += sign
-                    * p
-                    * (resources.drive_latency_seconds[d]
-                        + b / resources.drive_read_bytes_per_s[d]);
-                let n = resources.drive_numa[d];
-                self.cpu[n] += sign * p * b / resources.cpu_gemv_bytes_per_s[n];
+        for (resource, work) in resources.work(o, place) {
+            match resource {
+                Resource::Gpu(g) => {
+                    self.gpu[g] += sign * work;
+                    self.gpu_objects[g] = (self.gpu_objects[g] as i64 + sign as i64) as u32;
+                }
+                Resource::Cpu(n) => self.cpu[n] += sign * work,
+                Resource::Drive(d) => self.drive[d] += sign * work,
             }
         }
     }
@@ -221,27 +212,128 @@ impl StageLoads {
 
     /// `T[s]` of DESIGN 4 and the resource that sets it.
     pub fn seconds(&self, resources: &Resources) -> (f64, Place) {
-        let max_drive = self.drive.iter().copied().fold(0.0, f64::max);
+        self.seconds_with(resources, &[])
+    }
+
+    /// `T[s]` as if `changes` (resource, work added, objects added) were
+    /// applied: what a move would do, without copying the loads.
+    pub fn seconds_with(&self, resources: &Resources, changes: &[Change]) -> (f64, Place) {
+        let changed = |resource: Resource, base: f64| {
+            base + changes
+                .iter()
+                .filter(|c| c.resource == resource)
+                .map(|c| c.work)
+                .sum::<f64>()
+        };
+        let drive = |d: usize| changed(Resource::Drive(d), self.drive[d]);
+        let max_drive = (0..self.drive.len()).map(drive).fold(0.0, f64::max);
         let f = resources.felt_fraction;
         let mut best = (0.0, Place::Ram(0));
         for g in 0..self.gpu.len() {
-            let t = self.gpu_seconds(resources, g);
+            let objects = self.gpu_objects[g] as i64
+                + changes
+                    .iter()
+                    .filter(|c| c.resource == Resource::Gpu(g))
+                    .map(|c| c.objects)
+                    .sum::<i64>();
+            let sync = if objects > 0 {
+                resources.gpu_sync_seconds[g]
+            } else {
+                0.0
+            };
+            let t = changed(Resource::Gpu(g), self.gpu[g]) + sync;
             if t > best.0 {
                 best = (t, Place::Gpu(g));
             }
         }
-        for (n, c) in self.cpu.iter().enumerate() {
-            let t = c + f * max_drive;
+        for n in 0..self.cpu.len() {
+            let t = changed(Resource::Cpu(n), self.cpu[n]) + f * max_drive;
             if t > best.0 {
                 best = (t, Place::Ram(n));
             }
         }
-        for (d, &t) in self.drive.iter().enumerate() {
+        for d in 0..self.drive.len() {
+            let t = drive(d);
             if t > best.0 {
                 best = (t, Place::Disk(d));
             }
         }
         best
+    }
+}
+
+/// A resource whose time counts in a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resource {
+    Gpu(usize),
+    Cpu(usize),
+    Drive(usize),
+}
+
+/// A change of one resource's work and object count in a stage.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Change {
+    pub resource: Resource,
+    pub work: f64,
+    pub objects: i64,
+}
+
+impl Resources {
+    /// The work (seconds per token) object `o` puts on each resource when at
+    /// `place` (DESIGN 4): a streamed expert loads its drive and the cores
+    /// of the drive's node; the second entry is zero work otherwise.
+    pub fn work(&self, o: &Object, place: Place) -> [(Resource, f64); 2] {
+        let p = o.use_rate;
+        match place {
+            Place::Gpu(g) => [
+                (
+                    Resource::Gpu(g),
+                    p * o.gpu_bytes as f64 / self.gpu_gemv_bytes_per_s[g],
+                ),
+                (Resource::Cpu(0), 0.0),
+            ],
+            Place::Ram(n) => [
+                (
+                    Resource::Cpu(n),
+                    p * o.ram_bytes as f64 / self.cpu_gemv_bytes_per_s[n],
+                ),
+                (Resource::Cpu(n), 0.0),
+            ],
+            Place::Disk(d) => {
+                let b = o.disk_bytes as f64;
+                let n = self.drive_numa[d];
+                [
+                    (
+                        Resource::Drive(d),
+                        p * (self.drive_latency_seconds[d] + b / self.drive_read_bytes_per_s[d]),
+                    ),
+                    (Resource::Cpu(n), p * b / self.cpu_gemv_bytes_per_s[n]),
+                ]
+            }
+        }
+    }
+
+    /// The changes of moving `o` from `from` to `to`.
+    pub fn move_changes(&self, o: &Object, from: Place, to: Place) -> [Change; 4] {
+        let change = |place: Place, sign: f64, i: usize| {
+            let (resource, work) = self.work(o, place)[i];
+            let objects = if i == 0 && matches!(resource, Resource::Gpu(_)) {
+                sign as i64
+            } else {
+                0
+            };
+            Change {
+                resource,
+                work: sign * work,
+                objects,
+            }
+        };
+        [
+            change(from, -1.0, 0),
+            change(from, -1.0, 1),
+            change(to, 1.0, 0),
+            change(to, 1.0, 1),
+        ]
     }
 }
 

@@ -78,6 +78,9 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
         }
     };
     let lp = relaxation::solve(inst, start + limit.mul_f64(0.5));
+    // How long rounding and polishing take, so the integer refinement leaves
+    // time for them within the limit.
+    let polish_start = Instant::now();
     if let Some(lp) = &lp {
         bound = (lp.lower_bound_seconds, lp.method);
         consider(
@@ -86,9 +89,13 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
             &mut best,
         );
     }
+    let polish = polish_start.elapsed();
     consider("greedy + local search", greedy_placement.clone(), &mut best);
-    if let Some(lp) = lp.filter(|_| best.0 > bound.0 * (1.0 + TARGET_GAP)) {
-        if let Some(mip) = relaxation::refine_integer(inst, &lp, start + limit.mul_f64(0.85)) {
+    let mip_deadline = (start + limit.mul_f64(0.85)).min(deadline - polish.mul_f64(1.5).min(limit));
+    let worth_it =
+        best.0 > bound.0 * (1.0 + TARGET_GAP) && mip_deadline > Instant::now() + limit / 10;
+    if let Some(lp) = lp.filter(|_| worth_it) {
+        if let Some(mip) = relaxation::refine_integer(inst, &lp, mip_deadline) {
             if mip.lower_bound_seconds > bound.0 {
                 bound = (mip.lower_bound_seconds, mip.method);
             }

@@ -32,8 +32,6 @@ const TOLERANCE_MARGIN: f64 = 1e-7;
 const MAX_PATTERN_GROUPS: usize = 6;
 /// Most patterns per stage: trunk components beyond this budget stay fractional.
 const MAX_PATTERNS: usize = 64;
-/// Neighbouring facets added beside a violated one: 1, 2, 4, ... pieces away.
-const LADDER: u32 = 4;
 /// Most rounds of cut separation.
 const MAX_CUT_ROUNDS: usize = 200;
 
@@ -171,21 +169,23 @@ impl StageData {
         }
     }
 
-    /// The most violated facet of one (counts, masses) point of weight `y`,
-    /// with a ladder of its neighbours so the next solution cannot merely
-    /// slide along `S`. Slot sets are all subsets when few, else the prefixes
-    /// in order of mass density.
+    /// Violated facets of one (counts, masses) point of weight `y`: of every
+    /// violated slot set, or of the most violated one only, each with a
+    /// ladder of `ladder` neighbours on either side so the next solution
+    /// cannot merely slide along `S`. Slot sets are all subsets when few,
+    /// else the prefixes in order of mass density.
     #[allow(clippy::too_many_arguments)]
     fn separate(
         &self,
         stage: usize,
         pattern: Option<usize>,
         slots: &[Slot],
-        counts: &[f64],
-        masses: &[f64],
-        y: f64,
+        point: (&[f64], &[f64], f64),
+        every_violated: bool,
+        ladder: u32,
         cuts: &mut Vec<Cut>,
     ) {
+        let (counts, masses, y) = point;
         let k = slots.len();
         let n = self.experts.len();
         let sets: Vec<Vec<usize>> = if k <= 6 {
@@ -198,34 +198,35 @@ impl StageData {
             order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
             (1..k).map(|len| order[..len].to_vec()).collect()
         };
-        let total_mass = *self.prefix.last().unwrap();
-        let violation = |set: &Vec<usize>| {
-            let c: f64 = set.iter().map(|&i| counts[i]).sum();
-            let m: f64 = set.iter().map(|&i| masses[i]).sum();
-            (m - y * self.top_mass(c / y), c)
-        };
-        let Some((worst, c)) = sets
-            .iter()
-            .map(|set| (set, violation(set)))
-            .max_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
-            .map(|(set, (v, c))| ((set, v), c))
-        else {
-            return;
-        };
         // Above HiGHS's feasibility tolerance (1e-7 per row), or the same
         // cut would be found again.
-        if worst.1 <= 1e-6 * total_mass.max(1.0) {
-            return;
-        }
-        let j = ((c / y).floor() as usize).min(n - 1);
-        let mut pieces: Vec<usize> = std::iter::once(j)
-            .chain((0..LADDER).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]))
+        let tolerance = 1e-6 * self.prefix.last().unwrap().max(1.0);
+        let mut violated: Vec<(f64, f64, &Vec<usize>)> = sets
+            .iter()
+            .map(|set| {
+                let c: f64 = set.iter().map(|&i| counts[i]).sum();
+                let m: f64 = set.iter().map(|&i| masses[i]).sum();
+                (m - y * self.top_mass(c / y), c, set)
+            })
+            .filter(|v| v.0 > tolerance)
             .collect();
-        pieces.sort_unstable();
-        pieces.dedup();
-        let chosen: Vec<Slot> = worst.0.iter().map(|&i| slots[i]).collect();
-        for piece in pieces {
-            cuts.push(self.facet(stage, pattern, chosen.clone(), piece));
+        if !every_violated {
+            violated.sort_by(|a, b| b.0.total_cmp(&a.0));
+            violated.truncate(1);
+        }
+        for (_, c, set) in violated {
+            let j = ((c / y).floor() as usize).min(n - 1);
+            let mut pieces: Vec<usize> = std::iter::once(j)
+                .chain(
+                    (0..ladder).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]),
+                )
+                .collect();
+            pieces.sort_unstable();
+            pieces.dedup();
+            let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
+            for piece in pieces {
+                cuts.push(self.facet(stage, pattern, chosen.clone(), piece));
+            }
         }
     }
 
@@ -653,12 +654,28 @@ fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut
         };
         let all: Vec<&PatternCols> = cols[s].iter().collect();
         let (counts, masses) = shares(&all);
-        stage.separate(s, None, &slots, &counts, &masses, 1.0, &mut cuts);
+        stage.separate(
+            s,
+            None,
+            &slots,
+            (&counts, &masses, 1.0),
+            true,
+            12,
+            &mut cuts,
+        );
         for (p, pc) in cols[s].iter().enumerate() {
             let y = value(pc.y);
             if y >= PATTERN_SEPARATION_WEIGHT && cols[s].len() > 1 {
                 let (counts, masses) = shares(&[pc]);
-                stage.separate(s, Some(p), &slots, &counts, &masses, y, &mut cuts);
+                stage.separate(
+                    s,
+                    Some(p),
+                    &slots,
+                    (&counts, &masses, y),
+                    false,
+                    4,
+                    &mut cuts,
+                );
             }
         }
     }

@@ -52,28 +52,38 @@ impl<'a> SearchState<'a> {
         self.inst.objects[o].bytes_at(self.inst.places[q]) as i128
     }
 
-    /// Change of `token_seconds` if the given objects moved to the given places.
+    /// Change of `token_seconds` if the given objects (at most two) moved to
+    /// the given places; evaluated without copying any stage's loads.
     pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
+        debug_assert!(moves.len() <= 2);
         let r = &self.inst.resources;
-        let mut stages: Vec<(usize, StageLoads)> = Vec::with_capacity(2);
-        for &(o, q) in moves {
+        let change = |&(o, q): &(usize, usize)| {
             let object = &self.inst.objects[o];
-            let s = object.stage;
-            let index = match stages.iter().position(|(t, _)| *t == s) {
-                Some(i) => i,
-                None => {
-                    stages.push((s, self.loads[s].clone()));
-                    stages.len() - 1
-                }
-            };
-            let loads = &mut stages[index].1;
-            loads.apply(r, object, self.inst.places[self.placement[o]], -1.0);
-            loads.apply(r, object, self.inst.places[q], 1.0);
+            (
+                object.stage,
+                r.move_changes(
+                    object,
+                    self.inst.places[self.placement[o]],
+                    self.inst.places[q],
+                ),
+            )
+        };
+        match moves {
+            [a, b] if self.inst.objects[a.0].stage == self.inst.objects[b.0].stage => {
+                let ((s, first), (_, second)) = (change(a), change(b));
+                let mut both = [first[0]; 8];
+                both[..4].copy_from_slice(&first);
+                both[4..].copy_from_slice(&second);
+                self.loads[s].seconds_with(r, &both).0 - self.stage_seconds[s]
+            }
+            _ => moves
+                .iter()
+                .map(|m| {
+                    let (s, changes) = change(m);
+                    self.loads[s].seconds_with(r, &changes).0 - self.stage_seconds[s]
+                })
+                .sum(),
         }
-        stages
-            .iter()
-            .map(|(s, loads)| loads.seconds(r).0 - self.stage_seconds[*s])
-            .sum()
     }
 
     fn apply(&mut self, o: usize, q: usize) {
