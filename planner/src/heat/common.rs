@@ -12,6 +12,16 @@ use std::path::Path;
 const QUOTE_MAX: usize = 40;
 
 /// Quotes a piece of input for an error message: clipped, one line.
+/// The paths in a directory, sorted.
+pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| PlannerError::io(dir, e))?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .collect();
+    paths.sort();
+    Ok(paths)
+}
+
 pub(crate) fn quote(text: &str) -> String {
     let mut clipped: String = text.chars().take(QUOTE_MAX).collect();
     if text.chars().count() > QUOTE_MAX {

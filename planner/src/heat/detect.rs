@@ -139,12 +139,7 @@ fn sniff_text(first: &str, text: &str, name: &str) -> Option<HeatFormat> {
 
 /// A data-set directory: the formats its files (or its subfolders' files) belong to.
 fn detect_dir(path: &Path) -> Result<HeatFormat> {
-    let entries = |dir: &Path| -> Result<Vec<std::path::PathBuf>> {
-        Ok(std::fs::read_dir(dir)
-            .map_err(|e| PlannerError::io(dir, e))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .collect())
-    };
+    let entries = super::common::dir_entries;
     let kind_of_file = |p: &Path| -> Option<HeatFormat> {
         let name = p.file_name()?.to_string_lossy().into_owned();
         if name.starts_with("expert_weights_") && name.ends_with(".txt") {

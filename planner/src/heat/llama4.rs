@@ -31,11 +31,8 @@ fn name(p: &Path) -> String {
 
 /// `*.json` files of a folder, by numeric stem (others after, by name).
 fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .map_err(|e| PlannerError::io(dir, e))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"))
-        .collect();
+    let mut files = super::common::dir_entries(dir)?;
+    files.retain(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"));
     let key = |p: &PathBuf| {
         let stem = p
             .file_stem()

@@ -55,12 +55,8 @@ fn files(path: &Path) -> Result<Vec<PathBuf>> {
         }
         return Ok(vec![path.to_path_buf()]);
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| PlannerError::io(path, e))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| name(p).ends_with(ROUTING))
-        .collect();
-    files.sort();
+    let mut files = super::common::dir_entries(path)?;
+    files.retain(|p| name(p).ends_with(ROUTING));
     if files.is_empty() {
         return Err(PlannerError::input(
             path,

@@ -106,12 +106,8 @@ fn files(path: &Path) -> Result<Vec<PathBuf>> {
         }
         return Ok(vec![path.to_path_buf()]);
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| PlannerError::io(path, e))?
-        .filter_map(|entry| entry.ok().map(|e| e.path()))
-        .filter(|p| file_name(p).ends_with(ACTIVATION))
-        .collect();
-    files.sort();
+    let mut files = super::common::dir_entries(path)?;
+    files.retain(|p| file_name(p).ends_with(ACTIVATION));
     if files.is_empty() {
         return Err(PlannerError::input(
             path,
