@@ -32,6 +32,8 @@ const TOLERANCE_MARGIN: f64 = 1e-7;
 const MAX_PATTERN_GROUPS: usize = 6;
 /// Most patterns per stage: trunk components beyond this budget stay fractional.
 const MAX_PATTERNS: usize = 64;
+/// Neighbouring facets added on either side of a violated one.
+const LADDER: u32 = 12;
 /// Most rounds of cut separation.
 const MAX_CUT_ROUNDS: usize = 200;
 
@@ -158,34 +160,28 @@ struct StageData {
 
 impl StageData {
     /// The facet of `m(Q) <= S(c(Q))` on the piece between `piece` and `piece + 1` experts.
-    fn facet(&self, stage: usize, pattern: Option<usize>, slots: Vec<Slot>, piece: usize) -> Cut {
+    fn facet(&self, stage: usize, slots: Vec<Slot>, piece: usize) -> Cut {
         let slope = self.prefix[piece + 1] - self.prefix[piece];
         Cut {
             stage,
-            pattern,
             slots,
             slope,
             intercept: self.prefix[piece] - piece as f64 * slope,
         }
     }
 
-    /// Violated facets of one (counts, masses) point of weight `y`: of every
-    /// violated slot set, or of the most violated one only, each with a
-    /// ladder of `ladder` neighbours on either side so the next solution
-    /// cannot merely slide along `S`. Slot sets are all subsets when few,
-    /// else the prefixes in order of mass density.
-    #[allow(clippy::too_many_arguments)]
+    /// Facets violated by a stage's (counts, masses) per slot, each with a
+    /// ladder of neighbours on either side (1, 2, 4, ... pieces away) so the
+    /// next solution cannot merely slide along `S`. Slot sets are all subsets
+    /// when few, else the prefixes in order of mass density.
     fn separate(
         &self,
         stage: usize,
-        pattern: Option<usize>,
         slots: &[Slot],
-        point: (&[f64], &[f64], f64),
-        every_violated: bool,
-        ladder: u32,
+        counts: &[f64],
+        masses: &[f64],
         cuts: &mut Vec<Cut>,
     ) {
-        let (counts, masses, y) = point;
         let k = slots.len();
         let n = self.experts.len();
         let sets: Vec<Vec<usize>> = if k <= 6 {
@@ -201,31 +197,23 @@ impl StageData {
         // Above HiGHS's feasibility tolerance (1e-7 per row), or the same
         // cut would be found again.
         let tolerance = 1e-6 * self.prefix.last().unwrap().max(1.0);
-        let mut violated: Vec<(f64, f64, &Vec<usize>)> = sets
-            .iter()
-            .map(|set| {
-                let c: f64 = set.iter().map(|&i| counts[i]).sum();
-                let m: f64 = set.iter().map(|&i| masses[i]).sum();
-                (m - y * self.top_mass(c / y), c, set)
-            })
-            .filter(|v| v.0 > tolerance)
-            .collect();
-        if !every_violated {
-            violated.sort_by(|a, b| b.0.total_cmp(&a.0));
-            violated.truncate(1);
-        }
-        for (_, c, set) in violated {
-            let j = ((c / y).floor() as usize).min(n - 1);
+        for set in sets {
+            let c: f64 = set.iter().map(|&i| counts[i]).sum();
+            let m: f64 = set.iter().map(|&i| masses[i]).sum();
+            if m - self.top_mass(c) <= tolerance {
+                continue;
+            }
+            let j = (c.floor() as usize).min(n - 1);
             let mut pieces: Vec<usize> = std::iter::once(j)
                 .chain(
-                    (0..ladder).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]),
+                    (0..LADDER).flat_map(|i| [j.saturating_sub(1 << i), (j + (1 << i)).min(n - 1)]),
                 )
                 .collect();
             pieces.sort_unstable();
             pieces.dedup();
             let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
             for piece in pieces {
-                cuts.push(self.facet(stage, pattern, chosen.clone(), piece));
+                cuts.push(self.facet(stage, chosen.clone(), piece));
             }
         }
     }
@@ -279,12 +267,11 @@ impl Columns {
     }
 }
 
-/// A facet `m(Q) - slope * c(Q) - intercept * y <= 0` of one stage pattern.
+/// A facet `m(Q) - slope * c(Q) <= intercept` of a stage's experts summed
+/// over its patterns.
 #[derive(Debug, Clone)]
 struct Cut {
     stage: usize,
-    /// One pattern's experts, or (None) the stage's summed over its patterns.
-    pattern: Option<usize>,
     slots: Vec<Slot>,
     slope: f64,
     intercept: f64,
@@ -543,29 +530,16 @@ fn build(
 }
 
 /// A cut on the stage's experts summed over its patterns: the patterns'
-/// weights sum to 1, so the aggregate lies in the same polytope.
+/// weights sum to 1, so the sum lies in the same polytope as each pattern's.
 fn add_cut(model: &mut Model, cols: &[Vec<PatternCols>], cut: &Cut) {
-    let patterns: Vec<&PatternCols> = match cut.pattern {
-        Some(p) => vec![&cols[cut.stage][p]],
-        None => cols[cut.stage].iter().collect(),
-    };
     let mut row = Vec::new();
-    for pc in &patterns {
+    for pc in &cols[cut.stage] {
         for &(_, c, m) in pc.experts.iter().filter(|e| cut.slots.contains(&e.0)) {
             row.push((m.col, 1.0));
             row.push((c.col, -cut.slope));
         }
     }
-    match cut.pattern {
-        // Scaled by the pattern's weight (the perspective of the facet).
-        Some(_) => {
-            row.push((patterns[0].y.col, -cut.intercept));
-            model.add_row(..=0.0, row);
-        }
-        None => {
-            model.add_row(..=cut.intercept, row);
-        }
-    }
+    model.add_row(..=cut.intercept, row);
 }
 
 /// The expert slots of a stage over all its patterns, in the natural order:
@@ -616,68 +590,35 @@ fn seed_cuts(data: &[StageData], cols: &[Vec<PatternCols>]) -> Vec<Cut> {
         for set in sets {
             let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
             for &piece in &pieces {
-                cuts.push(stage.facet(s, None, chosen.clone(), piece));
+                cuts.push(stage.facet(s, chosen.clone(), piece));
             }
         }
     }
     cuts
 }
 
-/// Smallest pattern weight whose own polytope is separated.
-const PATTERN_SEPARATION_WEIGHT: f64 = 0.02;
-
-/// The most violated facets at a solution: on each stage's experts summed
-/// over its patterns, and on each pattern of noticeable weight (the sum alone
-/// lets two patterns trade dense and sparse shares).
+/// Violated facets at a solution, on each stage's experts summed over its
+/// patterns.
 fn separate(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Cut> {
-    let value = |v: Var| x[v.index];
     let mut cuts = Vec::new();
     for (s, stage) in data.iter().enumerate() {
         let slots = stage_slots(&cols[s]);
         if slots.len() < 2 || stage.experts.len() < 2 {
             continue;
         }
-        let shares = |pcs: &[&PatternCols]| {
-            let mut counts = vec![0.0; slots.len()];
-            let mut masses = vec![0.0; slots.len()];
-            for pc in pcs {
-                for &(slot, c, m) in &pc.experts {
-                    let i = slots
-                        .iter()
-                        .position(|&t| t == slot)
-                        .expect("a slot of the stage");
-                    counts[i] += value(c);
-                    masses[i] += value(m);
-                }
-            }
-            (counts, masses)
-        };
-        let all: Vec<&PatternCols> = cols[s].iter().collect();
-        let (counts, masses) = shares(&all);
-        stage.separate(
-            s,
-            None,
-            &slots,
-            (&counts, &masses, 1.0),
-            true,
-            12,
-            &mut cuts,
-        );
-        for (p, pc) in cols[s].iter().enumerate() {
-            let y = value(pc.y);
-            if y >= PATTERN_SEPARATION_WEIGHT && cols[s].len() > 1 {
-                let (counts, masses) = shares(&[pc]);
-                stage.separate(
-                    s,
-                    Some(p),
-                    &slots,
-                    (&counts, &masses, y),
-                    false,
-                    4,
-                    &mut cuts,
-                );
+        let mut counts = vec![0.0; slots.len()];
+        let mut masses = vec![0.0; slots.len()];
+        for pc in &cols[s] {
+            for &(slot, c, m) in &pc.experts {
+                let i = slots
+                    .iter()
+                    .position(|&t| t == slot)
+                    .expect("a slot of the stage");
+                counts[i] += x[c.index];
+                masses[i] += x[m.index];
             }
         }
+        stage.separate(s, &slots, &counts, &masses, &mut cuts);
     }
     cuts
 }
