@@ -97,6 +97,12 @@ fn plan(sync_us: [f64; 2]) -> Outcome {
         .flatten()
         .filter(|&&o| place(o) == place(lm_head))
         .count();
+    eprintln!(
+        "sync {sync_us:?} us: plan {:.3} ms/token, greedy (spread both) {:.3} ms/token, gap {:.3} %; experts stages on two cards {spread_stages}, on one card {one_card_stages}",
+        solution.token_seconds * 1e3,
+        solution.greedy_token_seconds * 1e3,
+        solution.gap() * 100.0,
+    );
     Outcome {
         spread_stages,
         one_card_stages,
