@@ -62,6 +62,13 @@ fn unit_factor(unit: &str, table: &[(&str, f64)]) -> Option<f64> {
 }
 
 /// Parses a size such as `8 GiB`, `128MiB` or `4096 B`; fractions round down.
+///
+/// ```
+/// use residency_planner::units::{parse_size, Bytes};
+/// assert_eq!(parse_size("8 GiB"), Ok(Bytes(8 * 1024 * 1024 * 1024)));
+/// assert_eq!(parse_size("1.5 KB"), Ok(Bytes(1500)));
+/// assert!(parse_size("8 GB/s").is_err());
+/// ```
 pub fn parse_size(text: &str) -> Result<Bytes, String> {
     let (value, unit) = split_number(text)?;
     if unit.ends_with("/s") {
