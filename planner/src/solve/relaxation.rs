@@ -34,6 +34,11 @@ const MAX_PATTERN_GROUPS: usize = 6;
 const MAX_PATTERNS: usize = 64;
 /// Neighbouring facets added on either side of a violated one.
 const LADDER: u32 = 12;
+/// Cut rounds stop after this many rounds in a row that raise the bound by
+/// less than `STALL_IMPROVEMENT` (relative): degenerate LPs can go on
+/// finding violated facets that no longer move the optimum.
+const STALL_ROUNDS: usize = 4;
+const STALL_IMPROVEMENT: f64 = 1e-7;
 /// Most rounds of cut separation.
 const MAX_CUT_ROUNDS: usize = 200;
 
@@ -563,16 +568,15 @@ fn stage_slots(cols: &[PatternCols]) -> Vec<Slot> {
     slots
 }
 
-/// Facets to start from, so the first LP is already close: for the slot sets
-/// that bind in most solutions (each slot, all but one slot, and the prefixes
-/// of the natural order), tangents of `S` on a geometric grid.
+/// Facets to start from, so the first LP is already close: for each single
+/// slot, tangents of `S` on a geometric grid (wider seeds made the first
+/// solve several times slower for no better bound; separation adds the rest).
 fn seed_cuts(data: &[StageData], cols: &[Vec<PatternCols>]) -> Vec<Cut> {
     let mut cuts = Vec::new();
     for (s, stage) in data.iter().enumerate() {
         let n = stage.experts.len();
         let slots = stage_slots(&cols[s]);
-        let k = slots.len();
-        if n < 2 || k < 2 {
+        if n < 2 || slots.len() < 2 {
             continue;
         }
         let mut pieces: Vec<usize> = (0..usize::BITS)
@@ -582,15 +586,9 @@ fn seed_cuts(data: &[StageData], cols: &[Vec<PatternCols>]) -> Vec<Cut> {
             .collect();
         pieces.sort_unstable();
         pieces.dedup();
-        let mut sets: Vec<Vec<usize>> = (0..k).map(|i| vec![i]).collect();
-        sets.extend((0..k).map(|i| (0..k).filter(|&j| j != i).collect()));
-        sets.extend((2..k - 1).map(|len| (0..len).collect()));
-        sets.sort();
-        sets.dedup();
-        for set in sets {
-            let chosen: Vec<Slot> = set.iter().map(|&i| slots[i]).collect();
+        for &slot in &slots {
             for &piece in &pieces {
-                cuts.push(stage.facet(s, chosen.clone(), piece));
+                cuts.push(stage.facet(s, vec![slot], piece));
             }
         }
     }
@@ -665,6 +663,7 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
         add_cut(&mut model, &cols, cut);
     }
     let mut best: Option<(f64, Vec<f64>)> = None;
+    let mut stalled = 0;
     for _ in 0..=MAX_CUT_ROUNDS {
         let remaining = deadline
             .saturating_duration_since(Instant::now())
@@ -680,8 +679,13 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
         // Every round's optimum is a valid bound: it relaxes the full polytope.
         let x = solved.get_solution().columns().to_vec();
         let new_cuts = separate(&data, &cols, &x);
-        best = Some((solved.objective_value(), x));
-        if new_cuts.is_empty() {
+        let objective = solved.objective_value();
+        let improved = best
+            .as_ref()
+            .is_none_or(|(b, _)| objective > b * (1.0 + STALL_IMPROVEMENT));
+        stalled = if improved { 0 } else { stalled + 1 };
+        best = Some((objective, x));
+        if new_cuts.is_empty() || stalled >= STALL_ROUNDS {
             break;
         }
         model = Model::from(solved);
