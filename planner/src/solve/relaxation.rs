@@ -9,13 +9,17 @@
 //! and how much use rate they carry there (`m`, which is what work sees). The
 //! pairs `(c, m)` that whole or split experts can reach are the base polytope
 //! `m(Q) <= S(c(Q))` over slot sets `Q`, `S(t)` the sum of the `t` hottest
-//! rates; its facets are added as cuts while they are violated. Capacities
-//! couple the stages. With patterns weighted 0/1 and counts whole this is a
-//! small MIP whose proven dual bound tightens the LP's.
+//! rates. Its facets are imposed on each stage's experts summed over its
+//! patterns (each pattern's point is weighted, the weights sum to 1, so the
+//! sum lies in the same polytope): a few seeded, the rest added as cuts
+//! while violated. Capacities couple the stages. With patterns weighted 0/1
+//! and counts whole this is a small MIP whose proven dual bound tightens the
+//! LP's.
 //!
 //! Why it is a valid bound: any placement picks one pattern per stage and
 //! whole objects, which satisfies every row; identical GPUs are merged into a
-//! group whose busiest card works at least the group's average.
+//! group whose busiest card works at least the group's average; each cut
+//! round relaxes the full polytope, so its optimum is a bound too.
 
 use crate::cost::{Instance, Place};
 use highs::{Col, HighsModelStatus, Model, RowProblem, Sense};
