@@ -95,7 +95,7 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
     let worth_it =
         best.0 > bound.0 * (1.0 + TARGET_GAP) && mip_deadline > Instant::now() + limit / 10;
     if let Some(lp) = lp.filter(|_| worth_it) {
-        if let Some(mip) = relaxation::refine_integer(inst, &lp, mip_deadline) {
+        for mip in relaxation::refine_integer(inst, &lp, mip_deadline) {
             if mip.lower_bound_seconds > bound.0 {
                 bound = (mip.lower_bound_seconds, mip.method);
             }

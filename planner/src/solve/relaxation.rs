@@ -748,39 +748,61 @@ pub fn trivial_bound(inst: &Instance) -> f64 {
 /// the facets the LP found: a small MIP. Its proven dual bound is valid at any
 /// stop; its solution has one pattern per stage. `None` when HiGHS finds no
 /// feasible solution in time.
-pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Option<Relaxation> {
+pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Vec<Relaxation> {
     let enumerate = lp.method == "participation-lp";
     let data = stage_data(inst, lp.groups.len(), enumerate);
-    let Built { mut model, cols } = build(inst, &lp.groups, &data, &lp.cuts, enumerate, true)?;
-    let remaining = deadline
-        .saturating_duration_since(Instant::now())
-        .as_secs_f64();
-    if remaining <= 0.0 {
-        return None;
+    let mut cuts = lp.cuts.clone();
+    let mut rounds: Vec<Relaxation> = Vec::new();
+    // Whole counts land where the LP needed no facet: separate the integer
+    // solution too and solve again while time remains. Every round's dual
+    // bound is valid (each round carries the best so far), and every round's
+    // solution is worth rounding.
+    loop {
+        let remaining = deadline
+            .saturating_duration_since(Instant::now())
+            .as_secs_f64();
+        if remaining <= 0.0 {
+            break;
+        }
+        let Some(Built { mut model, cols }) =
+            build(inst, &lp.groups, &data, &cuts, enumerate, true)
+        else {
+            break;
+        };
+        model.set_option("time_limit", remaining);
+        model.set_option("mip_rel_gap", 1e-4);
+        let Ok(solved) = model.try_solve() else { break };
+        let finished = matches!(
+            solved.status(),
+            HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit
+        );
+        if !finished || solved.primal_solution_status() != highs::HighsSolutionStatus::Feasible {
+            break;
+        }
+        let Ok(dual_bound) = solved.double_info_value(c"mip_dual_bound") else {
+            break;
+        };
+        let x = solved.get_solution().columns().to_vec();
+        let bound =
+            dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds;
+        rounds.push(Relaxation {
+            lower_bound_seconds: rounds
+                .last()
+                .map_or(bound, |r| r.lower_bound_seconds.max(bound)),
+            method: if enumerate {
+                "participation-mip"
+            } else {
+                "mip-without-sync"
+            },
+            stages: extract(&data, &cols, &x),
+            groups: lp.groups.clone(),
+            cuts: Vec::new(),
+        });
+        let new_cuts = separate(&data, &cols, &x);
+        if new_cuts.is_empty() || solved.status() != HighsModelStatus::Optimal {
+            break;
+        }
+        cuts.extend(new_cuts);
     }
-    model.set_option("time_limit", remaining);
-    model.set_option("mip_rel_gap", 1e-4);
-    let solved = model.try_solve().ok()?;
-    let status = solved.status();
-    let finished = matches!(
-        status,
-        HighsModelStatus::Optimal | HighsModelStatus::ReachedTimeLimit
-    );
-    if !finished || solved.primal_solution_status() != highs::HighsSolutionStatus::Feasible {
-        return None;
-    }
-    let dual_bound = solved.double_info_value(c"mip_dual_bound").ok()?;
-    let x = solved.get_solution().columns().to_vec();
-    Some(Relaxation {
-        lower_bound_seconds: dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
-            + inst.resources.fixed_token_seconds,
-        method: if enumerate {
-            "participation-mip"
-        } else {
-            "mip-without-sync"
-        },
-        stages: extract(&data, &cols, &x),
-        groups: lp.groups.clone(),
-        cuts: Vec::new(),
-    })
+    rounds
 }

@@ -155,11 +155,54 @@ impl<'a> SearchState<'a> {
     /// Improves the placement until no move helps or the deadline passes.
     pub fn improve(&mut self, deadline: Instant) {
         loop {
-            let moved = self.single_moves(deadline) | self.trades(deadline);
+            let moved = self.single_moves(deadline) | self.swaps(deadline) | self.trades(deadline);
             if !moved || Instant::now() >= deadline {
                 return;
             }
         }
+    }
+
+    /// Exchanges within a stage: for each ordered pair of places, the
+    /// hottest expert of one with the coldest of the other. Neither move may
+    /// help alone (the stage waits for its slowest resource) while both do.
+    fn swaps(&mut self, deadline: Instant) -> bool {
+        let places = self.inst.places.len();
+        let mut improved = false;
+        for s in 0..self.inst.stages.len() {
+            if s % 16 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            for from in 0..places {
+                for to in (0..places).filter(|&to| to != from) {
+                    if let Some((hot, cold)) = self.swap_candidate(s, from, to) {
+                        self.apply(hot, to);
+                        self.apply(cold, from);
+                        improved = true;
+                    }
+                }
+            }
+        }
+        improved
+    }
+
+    /// The hottest expert of stage `s` at `from` and the coldest at `to`,
+    /// when exchanging them fits and lowers the token time.
+    fn swap_candidate(&self, s: usize, from: usize, to: usize) -> Option<(usize, usize)> {
+        let rate = |o: usize| self.inst.objects[o].use_rate;
+        let experts_at = |q: usize| {
+            self.inst.stages[s]
+                .objects
+                .iter()
+                .copied()
+                .filter(move |&o| self.placement[o] == q && self.inst.objects[o].is_expert())
+        };
+        let hot = experts_at(from).max_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+        let cold = experts_at(to).min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+        let room = |q: usize, enters: usize, leaves: usize| {
+            self.free[q] + self.bytes(leaves, q) - self.bytes(enters, q) >= 0
+        };
+        let fits = rate(hot) > rate(cold) && room(to, hot, cold) && room(from, cold, hot);
+        (fits && self.delta(&[(hot, to), (cold, from)]) < -EPSILON_SECONDS).then_some((hot, cold))
     }
 
     /// Every object to every place with room, first improvement.
