@@ -68,10 +68,11 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
     let mut best = (greedy_token_seconds, "greedy", greedy_placement.clone());
     let consider = |name: &'static str,
                     start_placement: Vec<usize>,
+                    until: Instant,
                     best: &mut (f64, &'static str, Vec<usize>)| {
         let mut state = SearchState::new(inst, start_placement);
         if state.repair() {
-            state.improve(deadline);
+            state.improve(until);
             if state.token_seconds() < best.0 {
                 *best = (state.token_seconds(), name, state.placement);
             }
@@ -83,14 +84,22 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
     let polish_start = Instant::now();
     if let Some(lp) = &lp {
         bound = (lp.lower_bound_seconds, lp.method);
+        // Leave the greedy start a share of the limit: on large instances
+        // under a short limit it can end better than the rounding.
         consider(
             "participation-lp rounding + local search",
             rounding::round(inst, lp),
+            start + limit.mul_f64(0.8),
             &mut best,
         );
     }
     let polish = polish_start.elapsed();
-    consider("greedy + local search", greedy_placement.clone(), &mut best);
+    consider(
+        "greedy + local search",
+        greedy_placement.clone(),
+        deadline,
+        &mut best,
+    );
     let mip_deadline = (start + limit.mul_f64(0.85)).min(deadline - polish.mul_f64(1.5).min(limit));
     let worth_it =
         best.0 > bound.0 * (1.0 + TARGET_GAP) && mip_deadline > Instant::now() + limit / 10;
@@ -102,6 +111,7 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
             consider(
                 "participation-mip rounding + local search",
                 rounding::round(inst, &mip),
+                deadline,
                 &mut best,
             );
         }
