@@ -463,6 +463,14 @@ impl Instance {
         Ok(Instance::new(profile, model, &rates))
     }
 
+    /// The trunk components in model order: object id, name, transformer layer.
+    pub fn trunk(&self) -> impl Iterator<Item = (usize, &str, Option<usize>)> + '_ {
+        self.trunk_ids.iter().map(|&o| match &self.objects[o].kind {
+            ObjectKind::Trunk { name, layer } => (o, name.as_str(), *layer),
+            ObjectKind::Expert { .. } => unreachable!("trunk ids name trunk components"),
+        })
+    }
+
     /// Index of a place in `places`.
     pub fn place_index(&self, place: Place) -> usize {
         self.places

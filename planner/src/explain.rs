@@ -122,25 +122,19 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
         .collect();
 
     let trunk = inst
-        .trunk_ids
-        .iter()
-        .map(|&o| {
-            let ObjectKind::Trunk { name, layer } = &inst.objects[o].kind else {
-                unreachable!("trunk ids name trunk")
-            };
-            TrunkReason {
-                name: name.clone(),
-                layer: *layer,
-                place: inst.places[placement[o]],
-                alternatives: (0..inst.places.len())
-                    .filter(|&q| q != placement[o] && inst.allowed(o, inst.places[q]))
-                    .map(|q| Alternative {
-                        place: inst.places[q],
-                        delta_seconds: state.delta(&[(o, q)]),
-                        fits: state.fits(o, q),
-                    })
-                    .collect(),
-            }
+        .trunk()
+        .map(|(o, name, layer)| TrunkReason {
+            name: name.to_string(),
+            layer,
+            place: inst.places[placement[o]],
+            alternatives: (0..inst.places.len())
+                .filter(|&q| q != placement[o] && inst.allowed(o, inst.places[q]))
+                .map(|q| Alternative {
+                    place: inst.places[q],
+                    delta_seconds: state.delta(&[(o, q)]),
+                    fits: state.fits(o, q),
+                })
+                .collect(),
         })
         .collect();
 

@@ -27,7 +27,7 @@
 //! GPU `g` of the profile is CUDA ordinal `g` in both engines (reorder
 //! `CUDA_VISIBLE_DEVICES` if the machine numbers its cards otherwise).
 
-use crate::cost::{Instance, ObjectKind, Place};
+use crate::cost::{Instance, Place};
 use crate::error::{write_atomic, PlannerError, Result};
 use crate::heat::{write_heat, Heat, HeatContext, HeatFormat, HeatTable};
 use crate::model::StageKind;
@@ -115,13 +115,10 @@ type TrunkGroup = (String, Vec<(Option<usize>, usize)>);
 /// Trunk objects grouped by name, in model order.
 fn trunk_groups(inst: &Instance) -> Vec<TrunkGroup> {
     let mut groups: Vec<TrunkGroup> = Vec::new();
-    for &o in &inst.trunk_ids {
-        let ObjectKind::Trunk { name, layer } = &inst.objects[o].kind else {
-            continue;
-        };
+    for (o, name, layer) in inst.trunk() {
         match groups.iter_mut().find(|(n, _)| n == name) {
-            Some((_, members)) => members.push((*layer, o)),
-            None => groups.push((name.clone(), vec![(*layer, o)])),
+            Some((_, members)) => members.push((layer, o)),
+            None => groups.push((name.to_string(), vec![(layer, o)])),
         }
     }
     groups
@@ -920,21 +917,18 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     // Trunk.
     let mut trunk_gpu = vec![0u64; gpus];
     let mut unknown: Vec<String> = Vec::new();
-    for &o in &inst.trunk_ids {
-        let ObjectKind::Trunk { name, layer } = &inst.objects[o].kind else {
-            continue;
-        };
+    for (o, name, layer) in inst.trunk() {
         let buffer = Buffer::of(place(o));
         match (Tensors::for_trunk(name), layer) {
             (Some(Tensors::Output), _) => {
                 rules.entry((Tensors::Output, buffer)).or_default();
             }
             (Some(t), Some(layer)) => {
-                rules.entry((t, buffer)).or_default().insert(*layer);
+                rules.entry((t, buffer)).or_default().insert(layer);
             }
             _ => {
-                if !unknown.contains(name) {
-                    unknown.push(name.clone());
+                if !unknown.iter().any(|u| u == name) {
+                    unknown.push(name.to_string());
                 }
                 continue;
             }
@@ -1319,10 +1313,7 @@ trunk:
     /// Checks that COLI_PLACE puts every trunk component where the plan does.
     fn assert_round_trip(inst: &Instance, placement: &[usize], value: &str) {
         let parsed = parse_coli_place(value);
-        for &o in &inst.trunk_ids {
-            let ObjectKind::Trunk { name, layer } = &inst.objects[o].kind else {
-                unreachable!()
-            };
+        for (o, name, layer) in inst.trunk() {
             let coli = if name == "lm_head" { "lmhead" } else { name };
             let want = match inst.places[placement[o]] {
                 Place::Gpu(g) => ColiTarget::Dev(g),

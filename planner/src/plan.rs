@@ -168,18 +168,12 @@ impl Plan {
             .map(|ids| ids.iter().map(|&o| solution.placement[o]).collect())
             .collect();
         let trunk = inst
-            .trunk_ids
-            .iter()
-            .map(|&o| {
-                let ObjectKind::Trunk { name, layer } = &inst.objects[o].kind else {
-                    unreachable!("trunk ids name trunk")
-                };
-                TrunkPlacement {
-                    name: name.clone(),
-                    layer: *layer,
-                    bytes: inst.objects[o].gpu_bytes,
-                    place: places[solution.placement[o]].clone(),
-                }
+            .trunk()
+            .map(|(o, name, layer)| TrunkPlacement {
+                name: name.to_string(),
+                layer,
+                bytes: inst.objects[o].gpu_bytes,
+                place: places[solution.placement[o]].clone(),
             })
             .collect();
         let usage = inst
