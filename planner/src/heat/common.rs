@@ -12,6 +12,20 @@ use std::path::Path;
 const QUOTE_MAX: usize = 40;
 
 /// Quotes a piece of input for an error message: clipped, one line.
+/// Fails with one line unless `path` exists.
+pub(crate) fn must_exist(path: &Path) -> Result<()> {
+    if path.exists() {
+        Ok(())
+    } else {
+        Err(PlannerError::input(
+            path,
+            "path",
+            "does not exist",
+            "check the path",
+        ))
+    }
+}
+
 /// The paths in a directory, sorted.
 pub(crate) fn dir_entries(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
     let mut paths: Vec<std::path::PathBuf> = std::fs::read_dir(dir)

@@ -17,14 +17,7 @@ const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, 
 
 /// The format of a heat file or data-set directory.
 pub fn detect_format(path: &Path) -> Result<HeatFormat> {
-    if !path.exists() {
-        return Err(PlannerError::input(
-            path,
-            "path",
-            "does not exist",
-            "check the path",
-        ));
-    }
+    super::common::must_exist(path)?;
     if path.is_dir() {
         return detect_dir(path);
     }

@@ -262,14 +262,7 @@ fn check_kind(path: &Path, format: HeatFormat) -> Result<()> {
             "name the file itself",
         ));
     }
-    if !path.exists() {
-        return Err(PlannerError::input(
-            path,
-            "path",
-            "does not exist",
-            "check the path",
-        ));
-    }
+    common::must_exist(path)?;
     Ok(())
 }
 
