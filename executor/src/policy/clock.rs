@@ -1,0 +1,33 @@
+//! TODO(helper): Clock.
+
+use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
+
+pub(crate) struct Clock {
+    capacity_bytes: u64,
+}
+
+impl Clock {
+    pub fn new(setup: &PolicySetup) -> Self {
+        Clock {
+            capacity_bytes: setup.capacity_bytes,
+        }
+    }
+}
+
+impl Policy for Clock {
+    fn access(&mut self, _request: &Request, _evicted: &mut Vec<ObjectIndex>) -> Outcome {
+        todo!()
+    }
+
+    fn contains(&self, _object: ObjectIndex) -> bool {
+        todo!()
+    }
+
+    fn used_bytes(&self) -> u64 {
+        todo!()
+    }
+
+    fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+}

@@ -1,0 +1,1 @@
+//! TODO(helper): decayed counters shared by lfu, lfru, frequency and cost.

@@ -1,0 +1,133 @@
+//! An intrusive doubly linked list over dense object indices: the recency
+//! (or insertion) order behind LRU, FIFO, SLRU, ARC, S3-FIFO and W-TinyLFU.
+//! O(1) insert, remove and move with no allocation after creation.
+
+use super::ObjectIndex;
+
+const NIL: u32 = u32::MAX;
+
+/// Objects in order from front (most recent) to back (next victim).
+#[derive(Debug, Clone)]
+pub(crate) struct RecencyList {
+    /// `prev[o]`, `next[o]` of member `o`; index `objects` is the sentinel
+    /// (its `next` is the front, its `prev` the back).
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    member: Vec<bool>,
+    len: usize,
+}
+
+impl RecencyList {
+    pub fn new(objects: usize) -> Self {
+        let sentinel = objects as u32;
+        RecencyList {
+            prev: (0..=objects)
+                .map(|i| if i == objects { sentinel } else { NIL })
+                .collect(),
+            next: (0..=objects)
+                .map(|i| if i == objects { sentinel } else { NIL })
+                .collect(),
+            member: vec![false; objects],
+            len: 0,
+        }
+    }
+
+    fn sentinel(&self) -> u32 {
+        self.member.len() as u32
+    }
+
+    pub fn contains(&self, o: ObjectIndex) -> bool {
+        self.member[o as usize]
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Inserts a non-member at the front.
+    pub fn push_front(&mut self, o: ObjectIndex) {
+        let s = self.sentinel();
+        self.link_after(s, o);
+    }
+
+    /// Inserts a non-member at the back.
+    pub fn push_back(&mut self, o: ObjectIndex) {
+        let s = self.sentinel();
+        let last = self.prev[s as usize];
+        self.link_after(last, o);
+    }
+
+    fn link_after(&mut self, at: u32, o: ObjectIndex) {
+        debug_assert!(!self.member[o as usize]);
+        let after = self.next[at as usize];
+        self.prev[o as usize] = at;
+        self.next[o as usize] = after;
+        self.next[at as usize] = o;
+        self.prev[after as usize] = o;
+        self.member[o as usize] = true;
+        self.len += 1;
+    }
+
+    /// Removes a member.
+    pub fn remove(&mut self, o: ObjectIndex) {
+        debug_assert!(self.member[o as usize]);
+        let (p, n) = (self.prev[o as usize], self.next[o as usize]);
+        self.next[p as usize] = n;
+        self.prev[n as usize] = p;
+        self.member[o as usize] = false;
+        self.len -= 1;
+    }
+
+    /// Moves a member to the front.
+    pub fn move_to_front(&mut self, o: ObjectIndex) {
+        self.remove(o);
+        self.push_front(o);
+    }
+
+    /// The back (least recent) member.
+    pub fn back(&self) -> Option<ObjectIndex> {
+        let last = self.prev[self.sentinel() as usize];
+        (last != self.sentinel()).then_some(last)
+    }
+
+    /// Removes and returns the back member.
+    pub fn pop_back(&mut self) -> Option<ObjectIndex> {
+        let last = self.back()?;
+        self.remove(last);
+        Some(last)
+    }
+
+    /// The member in front of `o` (towards the front), if any.
+    pub fn before(&self, o: ObjectIndex) -> Option<ObjectIndex> {
+        let p = self.prev[o as usize];
+        (p != self.sentinel()).then_some(p)
+    }
+
+    /// Members from back to front.
+    pub fn iter_from_back(&self) -> impl Iterator<Item = ObjectIndex> + '_ {
+        std::iter::successors(self.back(), move |&o| self.before(o))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn order_follows_pushes_moves_and_removals() {
+        let mut l = RecencyList::new(5);
+        l.push_front(0);
+        l.push_front(1);
+        l.push_front(2); // front 2 1 0 back
+        l.move_to_front(0); // 0 2 1
+        l.push_back(4); // 0 2 1 4
+        l.remove(2); // 0 1 4
+        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![4, 1, 0]);
+        assert_eq!(l.len(), 3);
+        assert_eq!(l.pop_back(), Some(4));
+        assert_eq!(l.pop_back(), Some(1));
+        assert_eq!(l.pop_back(), Some(0));
+        assert_eq!(l.pop_back(), None);
+        assert!(!l.contains(0));
+    }
+}

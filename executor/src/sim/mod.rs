@@ -1,0 +1,1 @@
+//! The replay simulator (DESIGN 6).
