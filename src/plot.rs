@@ -1,8 +1,11 @@
-//! `residency heat IN --plot FILE`: the per-layer concentration that
-//! `residency heat` prints, drawn as a line chart, SVG or PNG by the file's
-//! extension. Plotting lives here, in the CLI crate, so the planner crate
-//! stays free of it; the numbers come from
-//! `residency_planner::heat::concentration`.
+//! Line charts for the CLI, SVG or PNG by the file's extension: the
+//! per-layer routing concentration of `residency heat IN --plot FILE`
+//! ([`concentration_plot`]) and the miss-ratio curves of `residency simulate
+//! --plot FILE` ([`simulation_plot`]). Both are built as [`Panel`]s of
+//! [`Line`]s and drawn by the one [`write_chart`], which owns the layout,
+//! the font and the file writing. Plotting lives here, in the CLI crate, so
+//! the planner and executor crates stay free of it; the numbers come from
+//! them (`residency_planner::heat::concentration`, the simulator's runs).
 //!
 //! Text is rendered with an embedded font, since machines without system
 //! fonts (CI) must draw it too: Noto Sans Regular from the `ttf-noto-sans`
@@ -17,14 +20,33 @@ use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
 use residency_planner::heat::LayerConcentration;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-/// Size of the picture in pixels (PNG) or user units (SVG).
+/// Size of the picture in pixels (PNG) or user units (SVG) for one panel;
+/// each further panel adds `HEIGHT`, so no chart is squeezed.
 pub const WIDTH: u32 = 1200;
 pub const HEIGHT: u32 = 700;
 /// Width of the legend panel on the right.
 const LEGEND_WIDTH: u32 = 330;
+/// Characters per legend line at the legend's font size.
+const LEGEND_CHARS: usize = 32;
+
+/// Line colours, taken in turn by line index (matplotlib's "tab10", so the
+/// concentration chart keeps the colours it always had).
+const PALETTE: [RGBColor; 10] = [
+    RGBColor(31, 119, 180),
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(214, 39, 40),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(127, 127, 127),
+    RGBColor(188, 189, 34),
+    RGBColor(23, 190, 207),
+];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PlotFormat {
@@ -50,11 +72,101 @@ impl PlotFormat {
     }
 }
 
-/// One line of the chart: its legend text, colour and value per layer.
-struct Series {
-    label: &'static str,
-    color: RGBColor,
-    value: fn(&LayerConcentration) -> f64,
+/// One line of a chart: its legend text (`\n` breaks it; long texts wrap
+/// at spaces) and its `(x, y)` points, joined in the order given.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Line {
+    pub label: String,
+    pub points: Vec<(f64, f64)>,
+}
+
+/// One chart of the picture, with its own axes and legend.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Panel {
+    /// Heads the panel's legend (the legend sits beside the chart, so its
+    /// heading names what the chart shows without taking plot height).
+    pub title: String,
+    pub x_desc: String,
+    pub y_desc: String,
+    pub lines: Vec<Line>,
+    /// `None`: from 0 to 5 % above the highest point.
+    pub y_range: Option<Range<f64>>,
+}
+
+/// Draws the concentration of `rows` into `path` (format from its
+/// extension); `title` names the input and the model.
+pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration]) -> Result<()> {
+    // Checked here as well as in `write_chart` so that a bad name is
+    // reported before the more specific "no layers" message.
+    PlotFormat::from_path(path)?;
+    if rows.is_empty() {
+        bail!(
+            "{}: the heat has no MoE layers, so there is nothing to plot; give heat with at least one layer",
+            path.display()
+        );
+    }
+    let line = |label: &str, value: fn(&LayerConcentration) -> f64| Line {
+        label: label.to_string(),
+        points: rows.iter().map(|c| (c.layer as f64, value(c))).collect(),
+    };
+    let panel = Panel {
+        title: "per MoE layer:".into(),
+        x_desc: "MoE layer (ordinal, 0 = first MoE layer)".into(),
+        y_desc: "fraction (0 to 1)".into(),
+        lines: vec![
+            line(
+                "share of selections taken by the top 10 % of experts",
+                |c| c.top10_share,
+            ),
+            line("share of experts needed for 50 % of selections", |c| {
+                fraction(c.experts_for_50, c.experts)
+            }),
+            line("share of experts needed for 90 % of selections", |c| {
+                fraction(c.experts_for_90, c.experts)
+            }),
+            line("entropy / max entropy\n(1 = uniform routing)", |c| {
+                if c.max_entropy_bits > 0.0 {
+                    c.entropy_bits / c.max_entropy_bits
+                } else {
+                    0.0
+                }
+            }),
+        ],
+        y_range: Some(0.0..1.0),
+    };
+    write_chart(path, title, &[panel])
+}
+
+/// Draws the simulator's results into `path` (format from its extension):
+/// miss ratio against cache budget, one line per policy and allocation,
+/// and, when `capacities` has lines, below it the per-layer cache the
+/// dynamic allocation chose (x: MoE layer, y: MiB), one line per budget.
+// The binary does not call this until `simulate` is wired into `main.rs`;
+// the tests do. Remove the allow once it is.
+#[allow(dead_code)]
+pub fn simulation_plot(
+    path: &Path,
+    title: &str,
+    miss_ratio: Vec<Line>,
+    capacities: Vec<Line>,
+) -> Result<()> {
+    let mut panels = vec![Panel {
+        title: "miss ratio by budget".into(),
+        x_desc: "cache budget (GiB)".into(),
+        y_desc: "miss ratio (0 to 1)".into(),
+        lines: miss_ratio,
+        y_range: Some(0.0..1.0),
+    }];
+    if !capacities.is_empty() {
+        panels.push(Panel {
+            title: "per-layer cache of the dynamic allocation".into(),
+            x_desc: "MoE layer (ordinal, 0 = first MoE layer)".into(),
+            y_desc: "cache (MiB)".into(),
+            lines: capacities,
+            y_range: None,
+        });
+    }
+    write_chart(path, title, &panels)
 }
 
 fn fraction(part: usize, whole: usize) -> f64 {
@@ -64,35 +176,6 @@ fn fraction(part: usize, whole: usize) -> f64 {
         part as f64 / whole as f64
     }
 }
-
-const SERIES: [Series; 4] = [
-    Series {
-        label: "share of selections taken by the top 10 % of experts",
-        color: RGBColor(31, 119, 180),
-        value: |c| c.top10_share,
-    },
-    Series {
-        label: "share of experts needed for 50 % of selections",
-        color: RGBColor(255, 127, 14),
-        value: |c| fraction(c.experts_for_50, c.experts),
-    },
-    Series {
-        label: "share of experts needed for 90 % of selections",
-        color: RGBColor(44, 160, 44),
-        value: |c| fraction(c.experts_for_90, c.experts),
-    },
-    Series {
-        label: "entropy / max entropy\n(1 = uniform routing)",
-        color: RGBColor(214, 39, 40),
-        value: |c| {
-            if c.max_entropy_bits > 0.0 {
-                c.entropy_bits / c.max_entropy_bits
-            } else {
-                0.0
-            }
-        },
-    },
-];
 
 /// Registers the embedded font as plotters' `sans-serif` once.
 fn register_font() -> Result<()> {
@@ -107,23 +190,29 @@ fn register_font() -> Result<()> {
     Ok(())
 }
 
-/// Draws the concentration of `rows` into `path` (format from its
-/// extension); `title` names the input and the model.
-pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration]) -> Result<()> {
+/// Draws `panels` one above the other under `title` into `path`, SVG or
+/// PNG by its extension; the file appears whole or not at all.
+fn write_chart(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
     let format = PlotFormat::from_path(path)?;
-    if rows.is_empty() {
+    // Everything that can be refused is checked before a file is touched.
+    let ranges = panels
+        .iter()
+        .map(|p| ranges(p).ok_or_else(|| nothing_to_plot(path, p)))
+        .collect::<Result<Vec<_>>>()?;
+    if panels.is_empty() {
         bail!(
-            "{}: the heat has no MoE layers, so there is nothing to plot; give heat with at least one layer",
+            "{}: no charts to draw (a bug in the caller)",
             path.display()
         );
     }
     register_font()?;
+    let size = (WIDTH, HEIGHT * panels.len() as u32);
     match format {
         PlotFormat::Svg => {
             let mut svg = String::new();
             {
-                let root = SVGBackend::with_string(&mut svg, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, title, rows).map_err(|e| render_failed(path, e))?;
+                let root = SVGBackend::with_string(&mut svg, size).into_drawing_area();
+                draw(&root, title, panels, &ranges).map_err(|e| render_failed(path, e))?;
                 root.present().map_err(|e| render_failed(path, e))?;
             }
             residency_planner::error::write_atomic(path, svg.as_bytes()).map_err(|e| {
@@ -139,8 +228,8 @@ pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration])
                 // Creating the file first turns a bad directory into a plain
                 // I/O error before any drawing is done.
                 std::fs::File::create(&tmp).map_err(|e| write_failed(path, e))?;
-                let root = BitMapBackend::new(&tmp, (WIDTH, HEIGHT)).into_drawing_area();
-                draw(&root, title, rows).map_err(|e| render_failed(path, e))?;
+                let root = BitMapBackend::new(&tmp, size).into_drawing_area();
+                draw(&root, title, panels, &ranges).map_err(|e| render_failed(path, e))?;
                 root.present().map_err(|e| write_failed(path, e))?;
                 drop(root);
                 std::fs::rename(&tmp, path).map_err(|e| write_failed(path, e))
@@ -151,6 +240,35 @@ pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration])
             result
         }
     }
+}
+
+/// The axes' ranges of `panel`: x spans the points (at least 1 wide, so a
+/// single x still gets an axis), y is the panel's `y_range` or 0 to 5 %
+/// above the highest point. `None` when the panel has no finite point or
+/// an empty `y_range`.
+fn ranges(panel: &Panel) -> Option<(Range<f64>, Range<f64>)> {
+    let points = || panel.lines.iter().flat_map(|l| finite(&l.points));
+    let first = points().map(|p| p.0).reduce(f64::min)?;
+    let last = points().map(|p| p.0).reduce(f64::max)?;
+    let x = first..last.max(first + 1.0);
+    let y = match &panel.y_range {
+        Some(r) if r.start < r.end => r.clone(),
+        Some(_) => return None,
+        None => {
+            let top = points().map(|p| p.1).fold(0.0, f64::max) * 1.05;
+            0.0..if top > 0.0 { top } else { 1.0 }
+        }
+    };
+    Some((x, y))
+}
+
+/// The points with both coordinates finite: a NaN or infinity has no place
+/// on an axis and would make plotters' ranges meaningless.
+fn finite(points: &[(f64, f64)]) -> impl Iterator<Item = (f64, f64)> + '_ {
+    points
+        .iter()
+        .copied()
+        .filter(|(x, y)| x.is_finite() && y.is_finite())
 }
 
 /// A temporary name beside `path`, keeping the extension the encoder reads.
@@ -179,68 +297,109 @@ fn write_failed(path: &Path, detail: impl std::fmt::Display) -> anyhow::Error {
 
 fn render_failed(path: &Path, detail: impl std::fmt::Display) -> anyhow::Error {
     anyhow!(
-        "{}: cannot draw the plot ({detail}); this is a bug, please report it with the heat file",
+        "{}: cannot draw the plot ({detail}); this is a bug, please report it with the command and its input files",
         path.display()
     )
+}
+
+fn nothing_to_plot(path: &Path, panel: &Panel) -> anyhow::Error {
+    let title = panel.title.trim_end_matches(':');
+    match &panel.y_range {
+        Some(r) if r.start >= r.end => anyhow!(
+            "{}: the chart `{title}` has the empty y range {}..{} (a bug in the caller)",
+            path.display(),
+            r.start,
+            r.end
+        ),
+        _ => anyhow!(
+            "{}: the chart `{title}` has no points, so there is nothing to plot; give the command input that yields results",
+            path.display()
+        ),
+    }
 }
 
 type DrawResult<DB> =
     std::result::Result<(), DrawingAreaErrorKind<<DB as DrawingBackend>::ErrorType>>;
 
+/// Draws the title and one chart per panel, top to bottom; `ranges[i]`
+/// are panel `i`'s axes (from [`ranges`]).
 fn draw<DB: DrawingBackend>(
     root: &DrawingArea<DB, Shift>,
     title: &str,
-    rows: &[LayerConcentration],
+    panels: &[Panel],
+    ranges: &[(Range<f64>, Range<f64>)],
 ) -> DrawResult<DB> {
     root.fill(&WHITE)?;
     let root = root.titled(title, ("sans-serif", 26).into_font().color(&BLACK))?;
-    let (chart_area, legend_area) = root.split_horizontally(WIDTH - LEGEND_WIDTH);
+    let areas = root.split_evenly((panels.len(), 1));
+    for ((panel, (x, y)), area) in panels.iter().zip(ranges).zip(&areas) {
+        draw_panel(area, panel, x.clone(), y.clone())?;
+    }
+    Ok(())
+}
 
-    let last = rows.iter().map(|c| c.layer).max().unwrap_or(0) as i32;
-    let first = rows.iter().map(|c| c.layer).min().unwrap_or(0) as i32;
-    let x_range = first..last.max(first + 1);
+fn draw_panel<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    panel: &Panel,
+    x_range: Range<f64>,
+    y_range: Range<f64>,
+) -> DrawResult<DB> {
+    let (chart_area, legend_area) = area.split_horizontally(WIDTH - LEGEND_WIDTH);
+    // One label per x value up to 16, as many as the longest line has.
+    let x_labels = panel
+        .lines
+        .iter()
+        .map(|l| l.points.len())
+        .max()
+        .unwrap_or(0)
+        .clamp(2, 16);
+    let (y_low, y_high) = (y_range.start, y_range.end);
     let mut chart = ChartBuilder::on(&chart_area)
         .margin(16)
         .x_label_area_size(52)
         .y_label_area_size(70)
-        .build_cartesian_2d(x_range, 0f64..1f64)?;
+        .build_cartesian_2d(x_range, y_range)?;
     chart
         .configure_mesh()
-        .x_desc("MoE layer (ordinal, 0 = first MoE layer)")
-        .y_desc("fraction (0 to 1)")
+        .x_desc(panel.x_desc.as_str())
+        .y_desc(panel.y_desc.as_str())
         .max_light_lines(1)
-        .x_labels(rows.len().clamp(2, 16))
+        .x_labels(x_labels)
         .y_labels(11)
         .label_style(("sans-serif", 16))
         .axis_desc_style(("sans-serif", 18))
         .draw()?;
 
-    for series in &SERIES {
-        let style = series.color.stroke_width(2);
-        let points: Vec<(i32, f64)> = rows
-            .iter()
-            .map(|c| (c.layer as i32, (series.value)(c).clamp(0.0, 1.0)))
+    for (i, line) in panel.lines.iter().enumerate() {
+        let color = PALETTE[i % PALETTE.len()];
+        // Clamped so that a value just outside a fixed range (rounding)
+        // stays on the chart's edge instead of leaving it.
+        let points: Vec<(f64, f64)> = finite(&line.points)
+            .map(|(x, y)| (x, y.clamp(y_low, y_high)))
             .collect();
-        chart.draw_series(LineSeries::new(points.iter().copied(), style))?;
-        chart.draw_series(
-            points
-                .iter()
-                .map(|&p| Circle::new(p, 3, series.color.filled())),
-        )?;
+        chart.draw_series(LineSeries::new(
+            points.iter().copied(),
+            color.stroke_width(2),
+        ))?;
+        chart.draw_series(points.iter().map(|&p| Circle::new(p, 3, color.filled())))?;
     }
 
     // The legend, in its own panel so it never hides a line.
     let text = ("sans-serif", 16).into_font().color(&BLACK);
-    let mut y = 60;
-    legend_area.draw(&Text::new("per MoE layer:", (10, y - 30), text.clone()))?;
-    for series in &SERIES {
+    let mut y = 30;
+    for heading in wrap(&panel.title, LEGEND_CHARS) {
+        legend_area.draw(&Text::new(heading, (10, y), text.clone()))?;
+        y += 20;
+    }
+    y += 10;
+    for (i, line) in panel.lines.iter().enumerate() {
         legend_area.draw(&PathElement::new(
             vec![(10, y + 8), (40, y + 8)],
-            series.color.stroke_width(3),
+            PALETTE[i % PALETTE.len()].stroke_width(3),
         ))?;
         let mut line_y = y;
-        for line in wrap(series.label, 32) {
-            legend_area.draw(&Text::new(line, (48, line_y), text.clone()))?;
+        for text_line in wrap(&line.label, LEGEND_CHARS) {
+            legend_area.draw(&Text::new(text_line, (48, line_y), text.clone()))?;
             line_y += 20;
         }
         y = line_y + 16;
@@ -277,6 +436,37 @@ fn wrap(text: &str, width: usize) -> Vec<String> {
 mod tests {
     use super::*;
 
+    fn line(label: &str, points: &[(f64, f64)]) -> Line {
+        Line {
+            label: label.into(),
+            points: points.to_vec(),
+        }
+    }
+
+    fn miss_ratio() -> Vec<Line> {
+        vec![
+            line("lru (global)", &[(0.5, 0.8), (1.0, 0.6), (2.0, 0.3)]),
+            line("lfu (dynamic)", &[(0.5, 0.7), (1.0, 0.5), (2.0, 0.2)]),
+        ]
+    }
+
+    fn capacities() -> Vec<Line> {
+        vec![
+            line("0.50 GiB", &[(0.0, 100.0), (1.0, 300.0), (2.0, 112.0)]),
+            line("1.00 GiB", &[(0.0, 200.0), (1.0, 600.0), (2.0, 224.0)]),
+        ]
+    }
+
+    /// Names in `dir` (to see that no partial or temporary file is left).
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut names: Vec<String> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    }
+
     #[test]
     fn format_from_extension() {
         assert_eq!(
@@ -296,5 +486,117 @@ mod tests {
         assert_eq!(wrap("one two three", 7), ["one two", "three"]);
         assert_eq!(wrap("short", 32), ["short"]);
         assert_eq!(wrap("a b\nc d", 32), ["a b", "c d"]);
+    }
+
+    #[test]
+    fn ranges_span_the_points() {
+        let panel = |lines, y_range| Panel {
+            title: "t".into(),
+            x_desc: "x".into(),
+            y_desc: "y".into(),
+            lines,
+            y_range,
+        };
+        // Default y: 0 to 5 % above the top; x from the lowest to highest.
+        let (x, y) = ranges(&panel(capacities(), None)).unwrap();
+        assert_eq!(x, 0.0..2.0);
+        assert_eq!(y.start, 0.0);
+        assert!((y.end - 630.0).abs() < 1e-9, "{y:?}");
+        // A fixed range is kept; a single x still gets a 1-wide axis;
+        // non-finite points are left out.
+        let one = vec![line("a", &[(3.0, 0.5), (f64::NAN, 9.0)])];
+        assert_eq!(
+            ranges(&panel(one, Some(0.0..1.0))),
+            Some((3.0..4.0, 0.0..1.0))
+        );
+        // All zero: the y axis still has a height.
+        let zero = vec![line("a", &[(0.0, 0.0), (1.0, 0.0)])];
+        assert_eq!(ranges(&panel(zero, None)).unwrap().1, 0.0..1.0);
+        // Nothing to draw.
+        assert_eq!(ranges(&panel(vec![line("a", &[])], None)), None);
+        assert_eq!(ranges(&panel(Vec::new(), None)), None);
+    }
+
+    #[test]
+    fn simulation_plot_writes_svg_with_both_panels() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.svg");
+        simulation_plot(&path, "simulate: trace.bin", miss_ratio(), capacities()).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("<svg"), "not an SVG");
+        assert!(
+            svg.contains(&format!("height=\"{}\"", 2 * HEIGHT)),
+            "height"
+        );
+        // Panel titles head their legends, wrapped like the line labels.
+        let titles = [
+            "miss ratio by budget",
+            "per-layer cache of the dynamic allocation",
+        ]
+        .into_iter()
+        .flat_map(|t| wrap(t, LEGEND_CHARS));
+        let others = [
+            "simulate: trace.bin",
+            "cache budget (GiB)",
+            "cache (MiB)",
+            "lru (global)",
+            "1.00 GiB",
+        ];
+        // Each text is the whole content of one text element.
+        for text in titles.chain(others.map(String::from)) {
+            assert!(
+                svg.lines().any(|l| l.trim() == text),
+                "the SVG lacks `{text}`"
+            );
+        }
+        assert_eq!(listing(dir.path()), ["sim.svg"]);
+    }
+
+    #[test]
+    fn simulation_plot_without_capacities_has_one_panel() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.svg");
+        simulation_plot(&path, "simulate", miss_ratio(), Vec::new()).unwrap();
+        let svg = std::fs::read_to_string(&path).unwrap();
+        assert!(svg.contains("miss ratio by budget"));
+        assert!(!svg.contains("dynamic allocation"));
+        assert!(svg.contains(&format!("height=\"{HEIGHT}\"")), "height");
+    }
+
+    #[test]
+    fn simulation_plot_writes_png() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.png");
+        simulation_plot(&path, "simulate", miss_ratio(), capacities()).unwrap();
+        let png = std::fs::read(&path).unwrap();
+        assert!(
+            png.starts_with(b"\x89PNG\r\n\x1a\n"),
+            "not a PNG: {:?}",
+            &png[..8.min(png.len())]
+        );
+        assert_eq!(listing(dir.path()), ["sim.png"]);
+    }
+
+    #[test]
+    fn bad_extension_fails_on_one_line_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.pdf");
+        let err = simulation_plot(&path, "simulate", miss_ratio(), capacities()).unwrap_err();
+        let message = format!("{err:#}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+        assert!(message.contains("sim.pdf"), "{message}");
+        assert!(message.contains(".svg or .png"), "{message}");
+        assert!(listing(dir.path()).is_empty());
+    }
+
+    #[test]
+    fn nothing_to_plot_fails_and_writes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("sim.svg");
+        let err = simulation_plot(&path, "simulate", Vec::new(), Vec::new()).unwrap_err();
+        let message = format!("{err:#}");
+        assert_eq!(message.lines().count(), 1, "{message}");
+        assert!(message.contains("miss ratio by budget"), "{message}");
+        assert!(listing(dir.path()).is_empty());
     }
 }

@@ -14,6 +14,7 @@ mod arc;
 mod belady;
 mod clock;
 mod counts;
+mod heap;
 mod lfru;
 mod lfu;
 mod lru;
@@ -171,6 +172,9 @@ pub struct Knowledge {
     /// Static residents: the plan of `plan`, the pins of `pinned-lru`. Their
     /// bytes never exceed the capacity (the caller chooses them so).
     pub pinned: Vec<ObjectIndex>,
+    /// Size of every object, known before it is requested (the pins of
+    /// `plan` and `pinned-lru` are charged from the start); empty when unknown.
+    pub sizes_bytes: Vec<u64>,
 }
 
 /// Tunables; the defaults are the constants DESIGN 6 names.
@@ -235,6 +239,17 @@ pub fn build(kind: PolicyKind, setup: &PolicySetup) -> Result<Box<dyn Policy>, P
         "pinned objects inside 0..objects",
         k.pinned.iter().all(|&o| (o as usize) < n),
     )?;
+    if matches!(kind, PolicyKind::PinnedLru | PolicyKind::Plan) {
+        need("a size per object", k.sizes_bytes.len() == n)?;
+        let (_, pinned_bytes) = static_plan::pinned_set(setup);
+        need(
+            "pinned objects whose bytes fit the capacity",
+            pinned_bytes <= setup.capacity_bytes,
+        )?;
+    }
+    if kind == PolicyKind::Cost {
+        need("a positive horizon_ticks", setup.params.horizon_ticks > 0.0)?;
+    }
     Ok(match kind {
         PolicyKind::Lru => Box::new(lru::Lru::new(setup, true)),
         PolicyKind::Fifo => Box::new(lru::Lru::new(setup, false)),

@@ -1,33 +1,271 @@
-//! TODO(helper): S3Fifo.
+//! S3-FIFO (Yang et al., SOSP '23), as libCacheSim `S3FIFO.c` (the current
+//! version, not `S3FIFOv0.c`) with its defaults `small-size-ratio=0.10,
+//! ghost-size-ratio=0.90, move-to-main-threshold=2`:
+//! - small FIFO `floor(capacity / 10)` bytes, main FIFO the rest, ghost FIFO
+//!   of object ids weighing `floor(0.9 * capacity)` bytes (by their sizes);
+//! - a hit adds 1 to the object's frequency, capped at 3;
+//! - a miss found in the ghost leaves it and enters main; any other enters
+//!   small, except that until the first eviction a full small sends it to
+//!   main;
+//! - eviction works on main if main is over its share or small is empty,
+//!   else on small; small moves its tail to main while the tail's frequency
+//!   is `>= 2` (frequency reset to 0) and evicts the first other one into the
+//!   ghost; main reinserts its tail at the head with frequency - 1 while it
+//!   is `>= 1` and evicts the first at 0;
+//! - an object larger than small is never inserted, and one exactly as
+//!   large only from the ghost (libCacheSim `S3FIFO_can_insert` and
+//!   `S3FIFO_insert`). So a cache that holds fewer than about ten objects
+//!   caches little or nothing.
+//!
+//! Deviation: libCacheSim evicts for an object as large as small before it
+//! refuses it; here it is refused first (`Bypassed` evicts nothing).
 
+use super::recency::RecencyList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
+/// Hits counted per object (libCacheSim's 2-bit clock in main).
+const MAX_FREQ: u8 = 3;
+/// A small object with this many hits moves to main instead of leaving.
+const MOVE_TO_MAIN_FREQ: u8 = 2;
+
+/// A FIFO over dense objects that sums its bytes.
+struct Fifo {
+    order: RecencyList,
+    used_bytes: u64,
+    capacity_bytes: u64,
+}
+
+impl Fifo {
+    fn new(objects: usize, capacity_bytes: u64) -> Self {
+        Fifo {
+            order: RecencyList::new(objects),
+            used_bytes: 0,
+            capacity_bytes,
+        }
+    }
+
+    fn push(&mut self, o: ObjectIndex, size: u64) {
+        self.order.push_front(o);
+        self.used_bytes += size;
+    }
+
+    fn remove(&mut self, o: ObjectIndex, size: u64) {
+        self.order.remove(o);
+        self.used_bytes -= size;
+    }
+}
+
 pub(crate) struct S3Fifo {
+    small: Fifo,
+    main: Fifo,
+    /// Ids only; their bytes count against the ghost's own capacity.
+    ghost: Fifo,
+    freq: Vec<u8>,
+    /// Size at insertion, of residents and ghosts alike.
+    size_bytes: Vec<u64>,
+    has_evicted: bool,
     capacity_bytes: u64,
 }
 
 impl S3Fifo {
     pub fn new(setup: &PolicySetup) -> Self {
+        let n = setup.objects;
+        let capacity = setup.capacity_bytes;
+        // floor(0.1 c) and floor(0.9 c), as libCacheSim's doubles give them.
+        let small_bytes = capacity / 10;
         S3Fifo {
-            capacity_bytes: setup.capacity_bytes,
+            small: Fifo::new(n, small_bytes),
+            main: Fifo::new(n, capacity - small_bytes),
+            ghost: Fifo::new(n, capacity - capacity.div_ceil(10)),
+            freq: vec![0; n],
+            size_bytes: vec![0; n],
+            has_evicted: false,
+            capacity_bytes: capacity,
         }
+    }
+
+    fn size(&self, o: ObjectIndex) -> u64 {
+        self.size_bytes[o as usize]
+    }
+
+    fn evict(&mut self, evicted: &mut Vec<ObjectIndex>) {
+        self.has_evicted = true;
+        if self.main.used_bytes > self.main.capacity_bytes || self.small.used_bytes == 0 {
+            self.evict_main(evicted);
+        } else {
+            self.evict_small(evicted);
+        }
+    }
+
+    /// Moves frequent tails to main until one leaves for the ghost (or small
+    /// empties).
+    fn evict_small(&mut self, evicted: &mut Vec<ObjectIndex>) {
+        while let Some(o) = self.small.order.back() {
+            let size = self.size(o);
+            self.small.remove(o, size);
+            if self.freq[o as usize] >= MOVE_TO_MAIN_FREQ {
+                self.freq[o as usize] = 0;
+                self.main.push(o, size);
+            } else {
+                self.remember(o, size);
+                evicted.push(o);
+                return;
+            }
+        }
+    }
+
+    /// Gives accessed tails another round, one hit less, until one leaves.
+    fn evict_main(&mut self, evicted: &mut Vec<ObjectIndex>) {
+        while let Some(o) = self.main.order.back() {
+            let size = self.size(o);
+            self.main.remove(o, size);
+            if self.freq[o as usize] >= 1 {
+                self.freq[o as usize] -= 1;
+                self.main.push(o, size);
+            } else {
+                evicted.push(o);
+                return;
+            }
+        }
+    }
+
+    /// Adds an evicted object to the ghost, forgetting its oldest entries to
+    /// make room (an object larger than the ghost is not remembered).
+    fn remember(&mut self, o: ObjectIndex, size: u64) {
+        if size > self.ghost.capacity_bytes {
+            return;
+        }
+        while self.ghost.used_bytes + size > self.ghost.capacity_bytes {
+            let old = self.ghost.order.back().expect("ghost bytes imply a member");
+            self.ghost.remove(old, self.size(old));
+        }
+        self.ghost.push(o, size);
     }
 }
 
 impl Policy for S3Fifo {
-    fn access(&mut self, _request: &Request, _evicted: &mut Vec<ObjectIndex>) -> Outcome {
-        todo!()
+    fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
+        let (o, size) = (request.object, request.size_bytes);
+        if self.contains(o) {
+            let f = &mut self.freq[o as usize];
+            *f = (*f + 1).min(MAX_FREQ);
+            return Outcome::Hit;
+        }
+        // libCacheSim forgets the ghost entry even if it then refuses `o`.
+        let from_ghost = self.ghost.order.contains(o);
+        if from_ghost {
+            self.ghost.remove(o, self.size(o));
+        }
+        let small_bytes = self.small.capacity_bytes;
+        if size > self.capacity_bytes || size > small_bytes || (!from_ghost && size == small_bytes)
+        {
+            return Outcome::Bypassed;
+        }
+        while self.used_bytes() + size > self.capacity_bytes {
+            self.evict(evicted);
+        }
+        self.freq[o as usize] = 0;
+        self.size_bytes[o as usize] = size;
+        let to_main = from_ghost || (!self.has_evicted && self.small.used_bytes >= small_bytes);
+        if to_main {
+            self.main.push(o, size);
+        } else {
+            self.small.push(o, size);
+        }
+        Outcome::Admitted
     }
 
-    fn contains(&self, _object: ObjectIndex) -> bool {
-        todo!()
+    fn contains(&self, object: ObjectIndex) -> bool {
+        self.small.order.contains(object) || self.main.order.contains(object)
     }
 
     fn used_bytes(&self) -> u64 {
-        todo!()
+        self.small.used_bytes + self.main.used_bytes
     }
 
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{misses, replay, setup};
+    use super::*;
+
+    #[test]
+    fn small_promotes_twice_hit_objects_and_main_reinserts_hit_ones() {
+        // Capacity 100: small 10, main 90, ghost 90 bytes. a=0(5) b=1(5),
+        // fillers 2..=11 (9 bytes each), x=12(5) y=13(5). Queues head..tail.
+        //  1-2 a b: small [b a] 10.
+        //  3-12 fillers: small is full and nothing was evicted yet: main
+        //       [11 .. 2] 90. Used 100.
+        // 13-14 a hit twice: freq(a) = 2.
+        // 15 x: 105 > 100. Main is not over 90, small not empty: evict small:
+        //    tail a has freq 2: to main's head (freq 0), small 5, main 95;
+        //    tail b freq 0: evicted to the ghost [b], small 0. 95 + 5 fits:
+        //    small [x]. Evicted [b].
+        // 16 b: in the ghost: leaves it. 105 > 100, main 95 > 90: evict
+        //    main: tail 2 (freq 0) evicted, main 86. 91 + 5 fits: b enters
+        //    main [b a 11 .. 3] 91. Evicted [2].
+        // 17 3 hit: freq 1.
+        // 18 y: 101 > 100, main 91 > 90: tail 3 has freq 1: reinserted at the
+        //    head with 0; tail 4 evicted, main 82. 87 + 5 fits: small [y x].
+        // 19 3 hit: it survived.
+        let mut trace = vec![(0, 5), (1, 5)];
+        trace.extend((2..12).map(|o| (o, 9)));
+        trace.extend([(0, 5), (0, 5), (12, 5), (1, 5), (3, 9), (13, 5), (3, 9)]);
+        let mut s3 = S3Fifo::new(&setup(100, 14));
+        let r = replay(&mut s3, &trace);
+        assert!(r[..12].iter().all(|x| *x == (Outcome::Admitted, vec![])));
+        assert_eq!((r[12].0, r[13].0), (Outcome::Hit, Outcome::Hit));
+        assert_eq!(r[14], (Outcome::Admitted, vec![1]));
+        assert_eq!(r[15], (Outcome::Admitted, vec![2]));
+        assert_eq!(r[16].0, Outcome::Hit);
+        assert_eq!(r[17], (Outcome::Admitted, vec![4]));
+        assert_eq!(r[18].0, Outcome::Hit);
+        assert_eq!(misses(&r), 15);
+        assert_eq!(s3.used_bytes(), 10 + 82);
+    }
+
+    #[test]
+    fn byte_weighted_ghost_forgets_by_bytes_and_large_objects_bypass() {
+        // Capacity 100: small 10, main 90, ghost 90 bytes.
+        //  30(10): as large as small, not from the ghost: bypassed.
+        //  31(200) larger than the cache, 32(11) larger than small: bypassed.
+        //  p=0(5) q=1(5): small [q p]. Fillers 2..=11 (9 each): main, 90.
+        //  12(9): 109 > 100: small's tail p evicted to the ghost [p] 5; still
+        //    104 > 100: q to the ghost [q p] 10. small [12]. Evicted [p, q].
+        //  13..=20 (9 each): each evicts the previous one from small to the
+        //    ghost: ghost [19 .. 12 q p] 10 + 8 * 9 = 82.
+        //  21(9): evicts 20: 82 + 9 > 90, the ghost forgets its tail p (77),
+        //    then holds 20: [20 .. 12 q] 86.
+        //  q(5): in the ghost: leaves it (81). 99 + 5 > 100: small's 21 goes
+        //    to the ghost (81 + 9 = 90 fits, nothing forgotten). q enters
+        //    main: 95. Evicted [21].
+        //  p(5): forgotten, so a plain miss: small [p]; 95 + 5 fits.
+        //  22(9): 109 > 100, main 95 > 90: main's tail 2 evicted (86).
+        //    100 fits: small [22 p].
+        //  12(9): in the ghost [21 .. 12]: leaves it (81). 109 > 100, main
+        //    86 is within 90: small's p to the ghost (86); 104 > 100: 22 to
+        //    the ghost: 95 > 90 forgets 13 (77), then 86. 12 enters main.
+        let mut trace = vec![(30, 10), (31, 200), (32, 11), (0, 5), (1, 5)];
+        trace.extend((2..=21).map(|o| (o, 9)));
+        trace.extend([(1, 5), (0, 5), (22, 9), (12, 9)]);
+        let mut s3 = S3Fifo::new(&setup(100, 33));
+        let r = replay(&mut s3, &trace);
+        assert!(r[..3].iter().all(|x| *x == (Outcome::Bypassed, vec![])));
+        assert!(r[3..15].iter().all(|x| *x == (Outcome::Admitted, vec![])));
+        assert_eq!(r[15], (Outcome::Admitted, vec![0, 1]));
+        for (i, o) in (13..=21).enumerate() {
+            assert_eq!(r[16 + i], (Outcome::Admitted, vec![o - 1]));
+        }
+        assert_eq!(r[25], (Outcome::Admitted, vec![21]));
+        assert_eq!(r[26], (Outcome::Admitted, vec![]));
+        assert_eq!(r[27], (Outcome::Admitted, vec![2]));
+        assert_eq!(r[28], (Outcome::Admitted, vec![0, 22]));
+        assert_eq!(s3.used_bytes(), 86 + 9);
+        assert_eq!(s3.ghost.used_bytes, 86);
+        assert!(s3.main.order.contains(1) && s3.main.order.contains(12));
     }
 }

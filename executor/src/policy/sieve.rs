@@ -1,33 +1,145 @@
-//! TODO(helper): Sieve.
+//! SIEVE (Zhang et al., NSDI '24), as libCacheSim `Sieve.c`: a FIFO queue
+//! with one visited bit per object, set by a hit; a miss enters at the head
+//! unvisited. The hand keeps its position between evictions: it walks from
+//! where it stopped (the tail at first) towards the head, clearing visited
+//! bits, wraps to the tail, and evicts the first unvisited object; it then
+//! rests on that object's neighbour towards the head. Survivors are never
+//! moved. No deviation.
 
+use super::recency::RecencyList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 pub(crate) struct Sieve {
+    /// Front: head (newest); back: tail (oldest).
+    queue: RecencyList,
+    visited: Vec<bool>,
+    /// Where the next eviction starts; `None`: at the tail.
+    hand: Option<ObjectIndex>,
+    size_bytes: Vec<u64>,
+    used_bytes: u64,
     capacity_bytes: u64,
 }
 
 impl Sieve {
     pub fn new(setup: &PolicySetup) -> Self {
         Sieve {
+            queue: RecencyList::new(setup.objects),
+            visited: vec![false; setup.objects],
+            hand: None,
+            size_bytes: vec![0; setup.objects],
+            used_bytes: 0,
             capacity_bytes: setup.capacity_bytes,
         }
+    }
+
+    fn evict(&mut self, evicted: &mut Vec<ObjectIndex>) {
+        let or_tail = |q: &RecencyList, o: Option<ObjectIndex>| {
+            o.or_else(|| q.back()).expect("used bytes imply a member")
+        };
+        let mut o = or_tail(&self.queue, self.hand);
+        while std::mem::take(&mut self.visited[o as usize]) {
+            o = or_tail(&self.queue, self.queue.before(o));
+        }
+        self.hand = self.queue.before(o);
+        self.queue.remove(o);
+        self.used_bytes -= self.size_bytes[o as usize];
+        evicted.push(o);
     }
 }
 
 impl Policy for Sieve {
-    fn access(&mut self, _request: &Request, _evicted: &mut Vec<ObjectIndex>) -> Outcome {
-        todo!()
+    fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
+        let o = request.object;
+        if self.queue.contains(o) {
+            self.visited[o as usize] = true;
+            return Outcome::Hit;
+        }
+        let size = request.size_bytes;
+        if size > self.capacity_bytes {
+            return Outcome::Bypassed;
+        }
+        while self.used_bytes + size > self.capacity_bytes {
+            self.evict(evicted);
+        }
+        self.queue.push_front(o);
+        self.visited[o as usize] = false;
+        self.size_bytes[o as usize] = size;
+        self.used_bytes += size;
+        Outcome::Admitted
     }
 
-    fn contains(&self, _object: ObjectIndex) -> bool {
-        todo!()
+    fn contains(&self, object: ObjectIndex) -> bool {
+        self.queue.contains(object)
     }
 
     fn used_bytes(&self) -> u64 {
-        todo!()
+        self.used_bytes
     }
 
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::testing::{misses, replay, setup, unit};
+    use super::*;
+
+    #[test]
+    fn the_hand_keeps_its_place_and_survivors_stay_put() {
+        // Capacity 3, a=0 .. f=5. Queue head..tail with visited bits; ^ is
+        // the hand (none: the tail).
+        //  1-3 a b c: c0 b0 a0
+        //  4 a hit: c0 b0 a1
+        //  5 d: from the tail: a1 -> a0, on to b0: evicted, hand -> c.
+        //       d0 ^c0 a0
+        //  6 b: the hand is on c0: evicted (FIFO-reinsertion would take the
+        //       tail a), hand -> d. b0 ^d0 a0
+        //  7 a hit: a1.
+        //  8 e: d0 evicted, hand -> b. e0 ^b0 a1
+        //  9 a hit (a1).  10 f: b0 evicted, hand -> e. f0 ^e0 a1
+        // 11 a hit: a was never evicted.
+        let trace = unit(&[0, 1, 2, 0, 3, 1, 0, 4, 0, 5, 0]);
+        let r = replay(&mut Sieve::new(&setup(3, 6)), &trace);
+        assert_eq!(misses(&r), 7);
+        let evicted: Vec<_> = r.iter().flat_map(|(_, e)| e.clone()).collect();
+        assert_eq!(evicted, vec![1, 2, 3, 1]);
+        assert_eq!(r[4].1, vec![1]);
+        assert_eq!(r[9].1, vec![1]);
+        assert!([3, 6, 8, 10].iter().all(|&i| r[i].0 == Outcome::Hit));
+    }
+
+    #[test]
+    fn byte_weighted_wraps_around_and_skips_the_oversized() {
+        // Capacity 10; a=0(4) b=1(3) c=2(3) d=3(6) x=4(11) e=5(1) f=6(2).
+        //  1-3 a b c: c0 b0 a0, used 10.  4 b hit, 5 c hit: c1 b1 a0.
+        //  6 d(6): from the tail: a0 evicted (6 used), hand -> b; 6+6 > 10:
+        //    b1 -> b0, c1 -> c0, c is the head: wrap to the tail b0: evicted
+        //    (3 used), hand -> c. d0 ^c0, used 9.
+        //  7 x(11): bypassed, nothing evicted.
+        //  8 c hit: c1.  9 e(1): 9+1 fits. e0 d0 ^c1, used 10.
+        // 10 f(2): c1 -> c0, on to d0: evicted, hand -> e. f0 ^e0 c0, used 6.
+        let trace = [
+            (0, 4),
+            (1, 3),
+            (2, 3),
+            (1, 3),
+            (2, 3),
+            (3, 6),
+            (4, 11),
+            (2, 3),
+            (5, 1),
+            (6, 2),
+        ];
+        let mut sieve = Sieve::new(&setup(10, 7));
+        let r = replay(&mut sieve, &trace);
+        assert_eq!(r[5], (Outcome::Admitted, vec![0, 1]));
+        assert_eq!(r[6], (Outcome::Bypassed, vec![]));
+        assert_eq!(r[7], (Outcome::Hit, vec![]));
+        assert_eq!(r[8], (Outcome::Admitted, vec![]));
+        assert_eq!(r[9], (Outcome::Admitted, vec![3]));
+        assert_eq!(sieve.used_bytes(), 6);
+        assert!(sieve.contains(2) && sieve.contains(5));
     }
 }

@@ -1,0 +1,394 @@
+//! Arms on one evaluation stream: a policy, an allocation and a byte budget,
+//! run with what was learned on training data (request counts per object).
+//! Every arm of a [`Simulator`] starts from the same state (paired arms):
+//! cold, or seeded with the same residents.
+//!
+//! Per-layer caches are independent, so a per-layer replay is remembered by
+//! (policy, layer, capacity) and reused by every arm and every miss-cost
+//! scaling that gives that layer the same capacity; this is what makes the
+//! gate's 2 x layers sensitivity reruns cheap. Felt wait is always counted
+//! with the base miss costs and scaled per layer afterwards.
+
+use super::budget::{water_fill, Allocation, LayerCurve};
+use super::replay::{replay, ReplayStats};
+use super::stack::lru_misses_per_slot;
+use super::stream::Stream;
+use super::SimError;
+use crate::policy::{build, Knowledge, ObjectIndex, PolicyKind, PolicyParams, PolicySetup};
+use std::collections::HashMap;
+use std::ops::Range;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Arm {
+    pub policy: PolicyKind,
+    pub allocation: Allocation,
+    pub budget_bytes: u64,
+}
+
+/// The common start of paired arms.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    Cold,
+    /// Every arm starts with the residents of the training knapsack.
+    Seeded,
+}
+
+#[derive(Debug, Clone)]
+pub struct SimOptions {
+    pub params: PolicyParams,
+    pub start: Start,
+    /// Share of a cache that `pinned-lru` pins (the hottest by training).
+    pub pin_fraction: f64,
+    /// Residents of `plan` taken from a plan file (global allocation only);
+    /// `None`: the training knapsack.
+    pub plan_residents: Option<Vec<ObjectIndex>>,
+}
+
+impl Default for SimOptions {
+    fn default() -> Self {
+        SimOptions {
+            params: PolicyParams::default(),
+            start: Start::Cold,
+            pin_fraction: 0.5,
+            plan_residents: None,
+        }
+    }
+}
+
+/// One arm's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub arm: Arm,
+    pub stats: ReplayStats,
+    /// Bytes of each layer's cache (empty for a global cache).
+    pub capacities_bytes: Vec<u64>,
+    /// Felt wait under the miss-cost scaling the arm ran with.
+    pub felt_wait_seconds: f64,
+    /// Tokens of the evaluation stream (for per-token churn).
+    pub tokens: u64,
+}
+
+pub struct Simulator {
+    eval: Stream,
+    train_counts: Vec<u64>,
+    miss_seconds: Vec<f64>,
+    options: SimOptions,
+    layer_streams: Vec<Stream>,
+    lru_curves: Vec<Vec<u64>>,
+    memo: HashMap<(PolicyKind, usize, u64, u64), ReplayStats>,
+}
+
+const GLOBAL: usize = usize::MAX;
+
+impl Simulator {
+    /// `train_counts[o]`: requests for `o` in the training data (the
+    /// evaluation stream's own counts for an in-sample run);
+    /// `miss_seconds[o]`: felt seconds of one miss of `o`.
+    pub fn new(
+        eval: Stream,
+        train_counts: Vec<u64>,
+        miss_seconds: Vec<f64>,
+        options: SimOptions,
+    ) -> Simulator {
+        debug_assert_eq!(train_counts.len(), eval.objects());
+        debug_assert_eq!(miss_seconds.len(), eval.objects());
+        Simulator {
+            train_counts,
+            miss_seconds,
+            options,
+            layer_streams: if eval.layers() > 1 {
+                eval.split_layers()
+            } else {
+                vec![eval.clone()]
+            },
+            lru_curves: Vec::new(),
+            memo: HashMap::new(),
+            eval,
+        }
+    }
+
+    pub fn stream(&self) -> &Stream {
+        &self.eval
+    }
+
+    /// Runs one arm with layer `l`'s miss cost scaled by `scale[l]`.
+    pub fn run(&mut self, arm: Arm, scale: &[f64]) -> Result<Run, SimError> {
+        let layers = self.eval.layers();
+        if arm.allocation != Allocation::Global
+            && self.options.plan_residents.is_some()
+            && arm.policy == PolicyKind::Plan
+        {
+            return Err(SimError::Invalid(
+                "a plan file fixes its own residents per layer; simulate it with --allocation global".into(),
+            ));
+        }
+        let (stats, capacities_bytes) = match arm.allocation {
+            Allocation::Global => {
+                let all = 0..self.eval.objects();
+                (
+                    self.replay_part(arm.policy, GLOBAL, all, arm.budget_bytes, scale)?,
+                    Vec::new(),
+                )
+            }
+            Allocation::Uniform | Allocation::Dynamic => {
+                let capacities = self.layer_capacities(arm.allocation, arm.budget_bytes, scale);
+                let mut total = ReplayStats::default();
+                for (l, &c) in capacities.iter().enumerate() {
+                    let part =
+                        self.replay_part(arm.policy, l, self.eval.layer_objects(l), c, scale)?;
+                    total.add(&part);
+                }
+                total.misses_by_layer.resize(layers, 0);
+                total.felt_wait_seconds_by_layer.resize(layers, 0.0);
+                (total, capacities)
+            }
+        };
+        Ok(Run {
+            arm,
+            felt_wait_seconds: stats.felt_wait_scaled(scale),
+            stats,
+            capacities_bytes,
+            tokens: self.eval.tokens,
+        })
+    }
+
+    /// Bytes per layer: `budget / layers`, or water-filled on the LRU curves
+    /// with the scaled miss costs. Uniform capacities are whole slots.
+    pub fn layer_capacities(
+        &mut self,
+        allocation: Allocation,
+        budget_bytes: u64,
+        scale: &[f64],
+    ) -> Vec<u64> {
+        let layers = self.eval.layers();
+        let slot = |s: &Self, l: usize| {
+            s.eval
+                .sizes_bytes
+                .get(s.eval.layer_objects(l).start)
+                .copied()
+                .unwrap_or(1)
+        };
+        if allocation == Allocation::Uniform {
+            let share = budget_bytes / layers as u64;
+            return (0..layers)
+                .map(|l| share / slot(self, l) * slot(self, l))
+                .collect();
+        }
+        if self.lru_curves.is_empty() {
+            self.lru_curves = self.layer_streams.iter().map(lru_misses_per_slot).collect();
+        }
+        let curves: Vec<LayerCurve> = (0..layers)
+            .map(|l| LayerCurve {
+                slot_bytes: slot(self, l),
+                misses: self.lru_curves[l].clone(),
+                miss_seconds: self.miss_seconds[self.eval.layer_objects(l).start] * scale[l],
+            })
+            .collect();
+        water_fill(&curves, budget_bytes)
+            .into_iter()
+            .zip(&curves)
+            .map(|(k, c)| k as u64 * c.slot_bytes)
+            .collect()
+    }
+
+    /// Replays the objects `range` (one layer, or all for `GLOBAL`) with a
+    /// cache of `capacity_bytes`; results are remembered.
+    fn replay_part(
+        &mut self,
+        policy: PolicyKind,
+        layer: usize,
+        range: Range<usize>,
+        capacity_bytes: u64,
+        scale: &[f64],
+    ) -> Result<ReplayStats, SimError> {
+        // Only cost-aware policies decide differently under other miss costs.
+        let scale_key = match (policy.uses_miss_costs(), layer) {
+            (false, _) => 0,
+            (true, GLOBAL) => scale
+                .iter()
+                .fold(0u64, |h, s| h.rotate_left(7) ^ s.to_bits()),
+            (true, l) => scale[l].to_bits(),
+        };
+        let key = (policy, layer, capacity_bytes, scale_key);
+        if let Some(stats) = self.memo.get(&key) {
+            return Ok(stats.clone());
+        }
+        let miss_seconds: Vec<f64> = self.miss_seconds[range.clone()].to_vec();
+        let scaled: Vec<f64> = range
+            .clone()
+            .map(|o| self.miss_seconds[o] * scale[self.eval.layer_of[o] as usize])
+            .collect();
+        let sizes = &self.eval.sizes_bytes[range.clone()];
+        let counts = &self.train_counts[range.clone()];
+        let total: u64 = counts.iter().sum();
+        let prior_rate: Vec<f64> = counts
+            .iter()
+            .map(|&c| {
+                if total == 0 {
+                    0.0
+                } else {
+                    c as f64 / total as f64
+                }
+            })
+            .collect();
+        let by_value = |budget: u64| knapsack(sizes, &prior_rate, &scaled, budget);
+        let pinned = match policy {
+            PolicyKind::Plan => match &self.options.plan_residents {
+                Some(residents) => {
+                    let bytes: u64 = residents
+                        .iter()
+                        .map(|&o| self.eval.sizes_bytes[o as usize])
+                        .sum();
+                    if bytes > capacity_bytes {
+                        return Err(SimError::Invalid(format!(
+                            "the plan keeps {bytes} bytes of experts in memory, more than the budget of {capacity_bytes} bytes; simulate it with a budget of at least {bytes} bytes"
+                        )));
+                    }
+                    residents.clone()
+                }
+                None => by_value(capacity_bytes),
+            },
+            PolicyKind::PinnedLru => {
+                by_value((capacity_bytes as f64 * self.options.pin_fraction) as u64)
+            }
+            _ => Vec::new(),
+        };
+        let seeds = match self.options.start {
+            Start::Cold => Vec::new(),
+            Start::Seeded => by_value(capacity_bytes),
+        };
+        let setup = PolicySetup {
+            capacity_bytes,
+            objects: range.len(),
+            knowledge: Knowledge {
+                hit_seconds: vec![0.0; range.len()],
+                miss_seconds: scaled,
+                prior_rate,
+                pinned,
+                sizes_bytes: sizes.to_vec(),
+            },
+            params: self.options.params.clone(),
+        };
+        let mut p = build(policy, &setup)?;
+        let stats = if layer == GLOBAL {
+            replay(p.as_mut(), &self.eval, &seeds, &miss_seconds)
+        } else {
+            let mut stats = replay(
+                p.as_mut(),
+                &self.layer_streams[layer],
+                &seeds,
+                &miss_seconds,
+            );
+            // The layer stream is layer 0 of its own; put it at `layer`.
+            let (misses, felt) = (
+                stats.misses_by_layer[0],
+                stats.felt_wait_seconds_by_layer[0],
+            );
+            stats.misses_by_layer = vec![0; layer + 1];
+            stats.felt_wait_seconds_by_layer = vec![0.0; layer + 1];
+            stats.misses_by_layer[layer] = misses;
+            stats.felt_wait_seconds_by_layer[layer] = felt;
+            stats
+        };
+        self.memo.insert(key, stats.clone());
+        Ok(stats)
+    }
+}
+
+/// The most valuable objects that fit in `budget_bytes`: by value per byte
+/// (`rate * miss_seconds / size`), hottest first, skipping what no longer
+/// fits. With equal sizes (one MoE layer) this is the exact optimum of the
+/// static single-tier placement, the planner's objective restricted to one
+/// cache; indices are local to the slice.
+pub fn knapsack(
+    sizes_bytes: &[u64],
+    rate: &[f64],
+    miss_seconds: &[f64],
+    budget_bytes: u64,
+) -> Vec<ObjectIndex> {
+    let mut order: Vec<usize> = (0..sizes_bytes.len()).filter(|&o| rate[o] > 0.0).collect();
+    let density = |o: usize| rate[o] * miss_seconds[o] / sizes_bytes[o] as f64;
+    order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
+    let mut left = budget_bytes;
+    let mut chosen = Vec::new();
+    for o in order {
+        if sizes_bytes[o] <= left {
+            left -= sizes_bytes[o];
+            chosen.push(o as ObjectIndex);
+        }
+    }
+    chosen
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one_layer(requests: &[u32], objects: usize) -> Stream {
+        Stream::new(
+            vec![1; objects],
+            vec![0, objects as u32],
+            requests.to_vec(),
+            requests.len() as u64,
+        )
+    }
+
+    #[test]
+    fn seeded_arms_start_from_the_training_knapsack() {
+        // Training counts [5, 3, 0, 0], budget 2: seeds {0, 1} (0 first, so
+        // 1 is the most recent after seeding). LRU on 0 1 2 0: 0 hits a seed
+        // (order 0 1), 1 hits a seed (1 0), 2 misses and evicts 0, 0 misses.
+        let options = SimOptions {
+            start: Start::Seeded,
+            ..SimOptions::default()
+        };
+        let mut sim = Simulator::new(
+            one_layer(&[0, 1, 2, 0], 4),
+            vec![5, 3, 0, 0],
+            vec![1.0; 4],
+            options,
+        );
+        let arm = Arm {
+            policy: PolicyKind::Lru,
+            allocation: Allocation::Global,
+            budget_bytes: 2,
+        };
+        let run = sim.run(arm, &[1.0]).unwrap();
+        assert_eq!(run.stats.hits_seeded, 2);
+        assert_eq!(run.stats.hits_admitted, 0);
+        assert_eq!(run.stats.misses, 2);
+        assert_eq!(run.stats.seeded_bytes, 2);
+        assert_eq!(run.felt_wait_seconds, 2.0);
+    }
+
+    #[test]
+    fn remembered_replays_equal_fresh_ones_and_capacities_fit() {
+        // Two layers (objects 0..3 of 2 bytes, 3..6 of 1 byte).
+        let requests = [0u32, 3, 1, 4, 0, 5, 2, 3, 0, 4, 1, 3, 2, 5, 0, 3];
+        let stream = Stream::new(vec![2, 2, 2, 1, 1, 1], vec![0, 3, 6], requests.to_vec(), 8);
+        let counts = stream.counts();
+        let fresh = || {
+            Simulator::new(
+                stream.clone(),
+                counts.clone(),
+                vec![1.0; 6],
+                SimOptions::default(),
+            )
+        };
+        let mut sim = fresh();
+        for allocation in [Allocation::Uniform, Allocation::Dynamic, Allocation::Global] {
+            for policy in [PolicyKind::Lru, PolicyKind::Frequency, PolicyKind::Cost] {
+                for scale in [[1.0, 1.0], [0.5, 1.0], [1.0, 1.5]] {
+                    let arm = Arm {
+                        policy,
+                        allocation,
+                        budget_bytes: 5,
+                    };
+                    let again = sim.run(arm, &scale).unwrap();
+                    assert_eq!(again, fresh().run(arm, &scale).unwrap());
+                    assert!(again.capacities_bytes.iter().sum::<u64>() <= 5);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! A replayable request stream over dense objects: what every trace (a
+//! libCacheSim `oracleGeneral` file, a per-token MoE routing trace) becomes
+//! before a policy sees it. MoE objects are numbered layer by layer, so the
+//! experts of MoE ordinal `l` are `layer_start[l]..layer_start[l + 1]`.
+
+use crate::policy::{ObjectIndex, NEVER};
+use residency_planner::heat::TokenRoutes;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stream {
+    /// Size of each object in the cached tier's format.
+    pub sizes_bytes: Vec<u64>,
+    /// First object of each layer, plus the object count at the end.
+    pub layer_start: Vec<u32>,
+    /// Layer of each object (derived from `layer_start`; kept for speed).
+    pub layer_of: Vec<u32>,
+    pub requests: Vec<ObjectIndex>,
+    /// For each request, the index of the next request for the same object,
+    /// or [`NEVER`].
+    pub next_access: Vec<u64>,
+    /// Tokens the requests came from (generic traces: one per request).
+    pub tokens: u64,
+}
+
+impl Stream {
+    /// A stream over objects grouped in layers (`layer_start`, see above).
+    pub fn new(
+        sizes_bytes: Vec<u64>,
+        layer_start: Vec<u32>,
+        requests: Vec<ObjectIndex>,
+        tokens: u64,
+    ) -> Stream {
+        debug_assert_eq!(*layer_start.last().unwrap() as usize, sizes_bytes.len());
+        let mut layer_of = vec![0u32; sizes_bytes.len()];
+        for (l, w) in layer_start.windows(2).enumerate() {
+            layer_of[w[0] as usize..w[1] as usize].fill(l as u32);
+        }
+        let next_access = next_accesses(&requests, sizes_bytes.len());
+        Stream {
+            sizes_bytes,
+            layer_start,
+            layer_of,
+            requests,
+            next_access,
+            tokens,
+        }
+    }
+
+    /// The requests of MoE tokens: each token asks, layer by layer, for the
+    /// experts it chose (in the source's order); `expert_bytes[l]` is the
+    /// size of an expert of layer `l`, `experts[l]` their number.
+    pub fn from_tokens<'a>(
+        tokens: impl IntoIterator<Item = &'a TokenRoutes>,
+        experts: &[usize],
+        expert_bytes: &[u64],
+    ) -> Stream {
+        let mut layer_start = vec![0u32];
+        let mut sizes_bytes = Vec::new();
+        for (&n, &bytes) in experts.iter().zip(expert_bytes) {
+            sizes_bytes.resize(sizes_bytes.len() + n, bytes);
+            layer_start.push(sizes_bytes.len() as u32);
+        }
+        let mut requests = Vec::new();
+        let mut count = 0u64;
+        for token in tokens {
+            count += 1;
+            for (l, ids) in token.routes.iter().enumerate() {
+                requests.extend(ids.iter().map(|&e| layer_start[l] + e));
+            }
+        }
+        Stream::new(sizes_bytes, layer_start, requests, count)
+    }
+
+    pub fn objects(&self) -> usize {
+        self.sizes_bytes.len()
+    }
+
+    pub fn layers(&self) -> usize {
+        self.layer_start.len() - 1
+    }
+
+    /// The objects of layer `l`.
+    pub fn layer_objects(&self, l: usize) -> std::ops::Range<usize> {
+        self.layer_start[l] as usize..self.layer_start[l + 1] as usize
+    }
+
+    /// The requests of each layer as a stream of its own (objects
+    /// renumbered from 0, one layer), for per-layer caches; one pass.
+    pub fn split_layers(&self) -> Vec<Stream> {
+        let mut requests: Vec<Vec<ObjectIndex>> = vec![Vec::new(); self.layers()];
+        for &o in &self.requests {
+            let l = self.layer_of[o as usize] as usize;
+            requests[l].push(o - self.layer_start[l]);
+        }
+        requests
+            .into_iter()
+            .enumerate()
+            .map(|(l, r)| {
+                let range = self.layer_objects(l);
+                Stream::new(
+                    self.sizes_bytes[range.clone()].to_vec(),
+                    vec![0, range.len() as u32],
+                    r,
+                    self.tokens,
+                )
+            })
+            .collect()
+    }
+
+    /// The largest object.
+    pub fn max_object_bytes(&self) -> u64 {
+        self.sizes_bytes.iter().copied().max().unwrap_or(0)
+    }
+
+    /// Requests per object.
+    pub fn counts(&self) -> Vec<u64> {
+        let mut counts = vec![0u64; self.objects()];
+        for &o in &self.requests {
+            counts[o as usize] += 1;
+        }
+        counts
+    }
+}
+
+/// `next[i]` = index of the next request for the object of request `i`.
+fn next_accesses(requests: &[ObjectIndex], objects: usize) -> Vec<u64> {
+    let mut upcoming = vec![NEVER; objects];
+    let mut next = vec![NEVER; requests.len()];
+    for (i, &o) in requests.iter().enumerate().rev() {
+        next[i] = upcoming[o as usize];
+        upcoming[o as usize] = i as u64;
+    }
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(routes: Vec<Vec<u32>>) -> TokenRoutes {
+        TokenRoutes {
+            seq: "s".into(),
+            pos: 0,
+            category: None,
+            routes,
+        }
+    }
+
+    #[test]
+    fn tokens_become_layered_requests_with_next_accesses() {
+        // Two layers: 3 experts of 10 bytes, then 2 of 20 bytes. Objects:
+        // layer 0 -> 0,1,2; layer 1 -> 3,4. Token 1: L0 {2,0}, L1 {1};
+        // token 2: L0 {2}, L1 {1,0} -> requests 2 0 4 2 4 3.
+        let tokens = [
+            token(vec![vec![2, 0], vec![1]]),
+            token(vec![vec![2], vec![1, 0]]),
+        ];
+        let s = Stream::from_tokens(&tokens, &[3, 2], &[10, 20]);
+        assert_eq!(s.requests, vec![2, 0, 4, 2, 4, 3]);
+        assert_eq!(s.sizes_bytes, vec![10, 10, 10, 20, 20]);
+        assert_eq!(s.layer_of, vec![0, 0, 0, 1, 1]);
+        // Object 2 again at index 3, object 4 again at 4, the rest never.
+        assert_eq!(s.next_access, vec![3, NEVER, 4, NEVER, NEVER, NEVER]);
+        assert_eq!(s.tokens, 2);
+        let l1 = &s.split_layers()[1];
+        assert_eq!(l1.requests, vec![1, 1, 0]);
+        assert_eq!(l1.sizes_bytes, vec![20, 20]);
+        assert_eq!(l1.next_access, vec![1, NEVER, NEVER]);
+    }
+}
