@@ -3,6 +3,7 @@
 
 mod plot;
 mod print;
+mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
@@ -123,6 +124,8 @@ enum Command {
         #[command(flatten)]
         inputs: InputArgs,
     },
+    /// Replay a trace through cache policies at byte budgets (DESIGN 6).
+    Simulate(simulate::SimulateArgs),
     /// Write the JSON Schemas of the profile, model description and plan files.
     Schema {
         /// Directory to write the `*.schema.json` files into.
@@ -198,6 +201,7 @@ fn run(command: Command) -> Result<()> {
             after,
             inputs,
         } => diff(&before, &after, &inputs),
+        Command::Simulate(args) => simulate::run(args),
         Command::Schema { out } => write_schemas(&out),
     }
 }

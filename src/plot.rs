@@ -359,16 +359,32 @@ fn draw_panel<DB: DrawingBackend>(
         .x_label_area_size(52)
         .y_label_area_size(70)
         .build_cartesian_2d(x_range, y_range)?;
-    chart
-        .configure_mesh()
-        .x_desc(panel.x_desc.as_str())
+    let mut mesh = chart.configure_mesh();
+    mesh.x_desc(panel.x_desc.as_str())
         .y_desc(panel.y_desc.as_str())
         .max_light_lines(1)
         .x_labels(x_labels)
         .y_labels(11)
         .label_style(("sans-serif", 16))
-        .axis_desc_style(("sans-serif", 18))
-        .draw()?;
+        .axis_desc_style(("sans-serif", 18));
+    // An x that is always whole (a layer) reads as `3`, not `3.0`, and a
+    // tick between two whole values names nothing, so it stays unlabelled.
+    let whole = |x: &f64| {
+        if x.fract() == 0.0 {
+            format!("{x:.0}")
+        } else {
+            String::new()
+        }
+    };
+    if panel
+        .lines
+        .iter()
+        .flat_map(|l| finite(&l.points))
+        .all(|(x, _)| x.fract() == 0.0)
+    {
+        mesh.x_label_formatter(&whole);
+    }
+    mesh.draw()?;
 
     for (i, line) in panel.lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];

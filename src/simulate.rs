@@ -4,14 +4,16 @@
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_executor::policy::PolicyKind;
+use residency_executor::policy::PolicyParams;
 use residency_executor::sim::arms::{SimOptions, Start};
 use residency_executor::sim::budget::Allocation;
-use residency_executor::sim::job::{simulate, Cut, SimulateJob, SimulateOutput, TraceFormat};
-use residency_executor::policy::PolicyParams;
+use residency_executor::sim::job::{
+    simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat,
+};
 use residency_planner::inputs::defaults;
 use residency_planner::model::Model;
 use residency_planner::profile::HardwareProfile;
-use residency_planner::units::{parse_size, parse_time};
+use residency_planner::units::{parse_time, Bytes};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -38,9 +40,10 @@ pub struct SimulateArgs {
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
     policy: Vec<PolicyKind>,
-    /// Cache budgets, comma-separated (`128MiB`, `2GB`, bytes).
-    #[arg(long, value_delimiter = ',', value_parser = parse_budget, required = true)]
-    budget: Vec<u64>,
+    /// Cache budgets, comma-separated: sizes (`128MiB`, `2GB`, bytes) or
+    /// shares of all experts' bytes (`25%`).
+    #[arg(long, value_delimiter = ',', value_parser = Budget::parse, required = true)]
+    budget: Vec<Budget>,
     /// How a budget is split across MoE layers: global, uniform, dynamic
     /// (comma-separated for several).
     #[arg(long, value_delimiter = ',', value_parser = parse_allocation, default_value = "global")]
@@ -100,10 +103,6 @@ fn parse_allocation(name: &str) -> Result<Allocation, String> {
         .ok_or_else(|| format!("unknown allocation `{name}`; one of global, uniform, dynamic"))
 }
 
-fn parse_budget(text: &str) -> Result<u64, String> {
-    parse_size(text).map(|b| b.get())
-}
-
 fn parse_seconds(text: &str) -> Result<f64, String> {
     let s = parse_time(text)?.0;
     if s.is_finite() && s >= 0.0 {
@@ -115,7 +114,10 @@ fn parse_seconds(text: &str) -> Result<f64, String> {
 
 pub fn run(args: SimulateArgs) -> Result<()> {
     if !(0.0..=1.0).contains(&args.pin_fraction) {
-        bail!("--pin-fraction {}: give a share between 0 and 1", args.pin_fraction);
+        bail!(
+            "--pin-fraction {}: give a share between 0 and 1",
+            args.pin_fraction
+        );
     }
     if args.halve_every == 0 {
         bail!("--halve-every 0: give a positive number of requests");
@@ -125,16 +127,22 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     }
     let profile = match &args.profile {
         Some(p) => HardwareProfile::from_yaml_file(p)?,
-        None => HardwareProfile::from_yaml_str(defaults::PROFILE, Path::new(defaults::PROFILE_NAME))?,
+        None => {
+            HardwareProfile::from_yaml_str(defaults::PROFILE, Path::new(defaults::PROFILE_NAME))?
+        }
     };
     let job = SimulateJob {
         trace: args.trace.clone(),
         format: args.trace_format,
-        model: args.model.as_deref().map(Model::from_yaml_file).transpose()?,
+        model: args
+            .model
+            .as_deref()
+            .map(Model::from_yaml_file)
+            .transpose()?,
         profile,
         miss_seconds: args.miss_cost,
         policies: args.policy.clone(),
-        budgets_bytes: args.budget.clone(),
+        budgets: args.budget.clone(),
         allocations: args.allocation.clone(),
         cut: Cut {
             tokens: args.tokens,
@@ -146,7 +154,11 @@ pub fn run(args: SimulateArgs) -> Result<()> {
                 halve_every_ticks: args.halve_every,
                 ..PolicyParams::default()
             },
-            start: if args.seeded { Start::Seeded } else { Start::Cold },
+            start: if args.seeded {
+                Start::Seeded
+            } else {
+                Start::Cold
+            },
             pin_fraction: args.pin_fraction,
             plan_residents: None,
         },
@@ -185,15 +197,23 @@ fn print_table(trace: &Path, out: &SimulateOutput) {
     );
     println!(
         "  {:<12} {:<10} {:>10} {:>10} {:>12} {:>9} {:>9} {:>12} {:>10}",
-        "policy", "allocation", "budget", "category", "misses", "miss %", "byte %", "felt wait s", "evict/tok"
+        "policy",
+        "allocation",
+        "budget",
+        "category",
+        "misses",
+        "miss %",
+        "byte %",
+        "felt wait s",
+        "evict/tok"
     );
     for (category, run) in &out.runs {
         let s = &run.stats;
         println!(
-            "  {:<12} {:<10} {:>6.2} GiB {:>10} {:>12} {:>8.2}% {:>8.2}% {:>12.3} {:>10.2}",
+            "  {:<12} {:<10} {:>10} {:>10} {:>12} {:>8.2}% {:>8.2}% {:>12.3} {:>10.2}",
             run.arm.policy.name(),
             run.arm.allocation.name(),
-            gib(run.arm.budget_bytes),
+            Bytes(run.arm.budget_bytes).to_string(),
             category.as_deref().unwrap_or("-"),
             s.misses,
             100.0 * s.misses as f64 / s.requests.max(1) as f64,
@@ -203,17 +223,23 @@ fn print_table(trace: &Path, out: &SimulateOutput) {
         );
     }
     if let Some(report) = &out.gate {
-        println!("held-out gate against uniform LRU (pass: mean gain >= 10 %, no category below -3 %):");
+        println!(
+            "held-out gate against uniform LRU (pass: mean gain >= 10 %, no category below -3 %):"
+        );
         for r in &report.results {
             let sens = match &r.sensitivity {
-                Some(s) => format!(", sensitivity {}/{} reruns pass", s.reruns - s.failed, s.reruns),
+                Some(s) => format!(
+                    ", sensitivity {}/{} reruns pass",
+                    s.reruns - s.failed,
+                    s.reruns
+                ),
                 None => String::new(),
             };
             println!(
-                "  {:<12} {:<8} {:>6.2} GiB  mean gain {:>+7.2}%  worst category {:>+7.2}%  {}{}",
+                "  {:<12} {:<8} {:>10}  mean gain {:>+7.2}%  worst category {:>+7.2}%  {}{}",
                 r.policy.name(),
                 r.allocation.name(),
-                gib(r.budget_bytes),
+                Bytes(r.budget_bytes).to_string(),
                 100.0 * r.verdict.mean_gain,
                 100.0 * r.verdict.worst_gain,
                 if r.passed() { "PASS" } else { "fail" },
@@ -234,15 +260,17 @@ fn draw(path: &Path, trace: &Path, out: &SimulateOutput) -> Result<()> {
         t.0 += run.stats.misses;
         t.1 += run.stats.requests;
         if run.arm.allocation == Allocation::Dynamic {
-            capacities.entry(run.arm.budget_bytes).or_insert_with(|| Line {
-                label: format!("{:.2} GiB", gib(run.arm.budget_bytes)),
-                points: run
-                    .capacities_bytes
-                    .iter()
-                    .enumerate()
-                    .map(|(l, &b)| (l as f64, b as f64 / (1u64 << 20) as f64))
-                    .collect(),
-            });
+            capacities
+                .entry(run.arm.budget_bytes)
+                .or_insert_with(|| Line {
+                    label: format!("{:.2} GiB", gib(run.arm.budget_bytes)),
+                    points: run
+                        .capacities_bytes
+                        .iter()
+                        .enumerate()
+                        .map(|(l, &b)| (l as f64, b as f64 / (1u64 << 20) as f64))
+                        .collect(),
+                });
         }
     }
     let mut miss_ratio: Vec<Line> = Vec::new();

@@ -296,4 +296,15 @@ mod group_tests {
             }
         }
     }
+
+    #[test]
+    fn temp_caps() {
+        let trace = cloud_physics().unwrap();
+        for cap in [4096u64, 65536, 1048576, 16777216, 134217728, 1073741824] {
+            let s = setup(cap, 48_974);
+            for (name, mut p) in policies(&s) {
+                eprintln!("TEMP cap {cap} {name} {}", count_misses(p.as_mut(), &trace));
+            }
+        }
+    }
 }

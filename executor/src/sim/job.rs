@@ -46,6 +46,34 @@ impl TraceFormat {
     }
 }
 
+/// A cache budget: bytes, or a share of all objects' bytes (the working
+/// set of the model's experts, or of a generic trace).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Budget {
+    Bytes(u64),
+    Share(f64),
+}
+
+impl Budget {
+    /// `128MiB`, `2 GB`, `4096` or `25%`.
+    pub fn parse(text: &str) -> Result<Budget, String> {
+        match text.trim().strip_suffix('%') {
+            Some(p) => match p.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(Budget::Share(v / 100.0)),
+                _ => Err(format!("`{text}`: give a positive percentage, e.g. `25%`")),
+            },
+            None => residency_planner::units::parse_size(text).map(|b| Budget::Bytes(b.get())),
+        }
+    }
+
+    fn bytes(self, all_bytes: u64) -> u64 {
+        match self {
+            Budget::Bytes(b) => b,
+            Budget::Share(s) => (all_bytes as f64 * s) as u64,
+        }
+    }
+}
+
 /// DESIGN 6 common options: keep the first `tokens` tokens of each
 /// category, the first `layers` MoE layers, the listed categories.
 #[derive(Debug, Clone, Default)]
@@ -66,7 +94,7 @@ pub struct SimulateJob {
     /// Calibrated seconds per physical miss for every layer (overrides the profile).
     pub miss_seconds: Option<f64>,
     pub policies: Vec<PolicyKind>,
-    pub budgets_bytes: Vec<u64>,
+    pub budgets: Vec<Budget>,
     pub allocations: Vec<Allocation>,
     pub cut: Cut,
     pub options: SimOptions,
@@ -150,8 +178,11 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
             .flat_map(|&a| job.policies.iter().map(move |&p| (p, a)))
             .filter(|&c| c != super::gate::BASELINE)
             .collect();
+        let all_bytes = splits
+            .first()
+            .map_or(0, |s| s.eval.sizes_bytes.iter().sum());
         let config = GateConfig {
-            budgets_bytes: job.budgets_bytes.clone(),
+            budgets_bytes: job.budgets.iter().map(|b| b.bytes(all_bytes)).collect(),
             candidates,
             sensitivity: job.sensitivity,
             options: job.options.clone(),
@@ -208,8 +239,9 @@ fn run_arms(
         ..job.options.clone()
     };
     let mut sim = Simulator::new(stream, train_counts, miss_seconds, options);
+    let all_bytes: u64 = sim.stream().sizes_bytes.iter().sum();
     let mut runs = Vec::new();
-    for &budget_bytes in &job.budgets_bytes {
+    for budget_bytes in job.budgets.iter().map(|b| b.bytes(all_bytes)) {
         for &allocation in &job.allocations {
             for &policy in &job.policies {
                 let arm = Arm {
