@@ -141,9 +141,6 @@ pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration])
 /// miss ratio against cache budget, one line per policy and allocation,
 /// and, when `capacities` has lines, below it the per-layer cache the
 /// dynamic allocation chose (x: MoE layer, y: MiB), one line per budget.
-// The binary does not call this until `simulate` is wired into `main.rs`;
-// the tests do. Remove the allow once it is.
-#[allow(dead_code)]
 pub fn simulation_plot(
     path: &Path,
     title: &str,

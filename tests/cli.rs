@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[test]
 fn plan_on_embedded_defaults_prints_a_summary() {

@@ -87,11 +87,11 @@ impl Arc {
     /// The paper's REPLACE: one resident moves to its ghost list.
     fn replace(&mut self, ghost: Ghost, evicted: &mut Vec<ObjectIndex>) {
         let t1_bytes = self.t1.bytes as f64;
-        let from_t1 = (self.t1.bytes > 0
+        let prefer_t1 = (self.t1.bytes > 0
             && (t1_bytes > self.p || (t1_bytes == self.p && ghost == Ghost::B2)))
             || self.t2.bytes == 0;
-        // Lists of zero-byte objects aside, the chosen list is non-empty.
-        let from_t1 = if from_t1 {
+        // Only lists of zero-byte objects make the preferred one empty.
+        let from_t1 = if prefer_t1 {
             self.t1.order.len() > 0
         } else {
             self.t2.order.len() == 0
@@ -118,7 +118,7 @@ impl Arc {
             }
         } else {
             let all = self.t1.bytes + self.b1.bytes + self.t2.bytes + self.b2.bytes;
-            if all >= 2 * c && self.b2.bytes > 0 {
+            if all >= c.saturating_mul(2) && self.b2.bytes > 0 {
                 self.b2.pop_back(&self.size_bytes);
             }
             self.replace(Ghost::None, evicted);

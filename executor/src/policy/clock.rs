@@ -260,50 +260,83 @@ mod group_tests {
         misses
     }
 
+    /// libCacheSim's miss counts on this trace with default parameters, by
+    /// capacity: from its Python bindings (PyPI `libcachesim` 0.3.5, one
+    /// `cache.get` per record), run when these policies were written. Its
+    /// WTinyLFU is another variant (see `wtinylfu`), not compared: 112,656,
+    /// 84,189 and 53,657 misses.
+    const LIBCACHESIM_MISSES: [(u64, [(&str, usize); 5]); 3] = [
+        (
+            64 << 10,
+            [
+                ("clock", 107_118),
+                ("sieve", 106_436),
+                ("s3fifo", 102_766),
+                ("arc", 105_974),
+                ("slru", 103_272),
+            ],
+        ),
+        (
+            256 << 20,
+            [
+                ("clock", 89_775),
+                ("sieve", 86_720),
+                ("s3fifo", 80_915),
+                ("arc", 85_861),
+                ("slru", 87_085),
+            ],
+        ),
+        (
+            1 << 30,
+            [
+                ("clock", 64_456),
+                ("sieve", 64_376),
+                ("s3fifo", 56_045),
+                ("arc", 64_772),
+                ("slru", 57_616),
+            ],
+        ),
+    ];
+
     #[test]
     #[cfg_attr(
         debug_assertions,
         ignore = "replays 114k requests per policy: run with --release"
     )]
-    fn reference_trace_at_256_mib() {
-        const CAPACITY_BYTES: u64 = 256 << 20;
+    fn reference_trace_matches_libcachesim() {
         const REQUESTS: usize = 113_872;
         const COMPULSORY: usize = 48_974;
+        const MIB_256: u64 = 256 << 20;
         let Some(trace) = cloud_physics() else { return };
         assert_eq!(trace.len(), REQUESTS);
-        let s = setup(CAPACITY_BYTES, COMPULSORY);
-        // LRU and FIFO against libCacheSim's own counts (SOURCES.md) check
-        // the loader.
-        let lru = count_misses(&mut Lru::new(&s, true), &trace);
-        let fifo = count_misses(&mut Lru::new(&s, false), &trace);
-        eprintln!("cloudPhysicsIO @256MiB misses: lru {lru} fifo {fifo}");
-        assert_eq!((lru, fifo), (89_783, 89_386));
-        for (name, mut policy) in policies(&s) {
-            let misses = count_misses(policy.as_mut(), &trace);
-            eprintln!(
-                "cloudPhysicsIO @256MiB misses: {name} {misses} ({:+.2} % vs fifo)",
-                100.0 * (misses as f64 / fifo as f64 - 1.0)
-            );
-            assert!(
-                (COMPULSORY..=REQUESTS).contains(&misses),
-                "{name}: {misses}"
-            );
-            if name != "slru" {
-                assert!(
-                    misses as f64 <= 1.05 * fifo as f64,
-                    "{name}: {misses} vs fifo {fifo}"
-                );
+        for (capacity, expected) in LIBCACHESIM_MISSES {
+            let s = setup(capacity, COMPULSORY);
+            let fifo = count_misses(&mut Lru::new(&s, false), &trace);
+            if capacity == MIB_256 {
+                // LRU and FIFO against SOURCES.md check the loader.
+                let lru = count_misses(&mut Lru::new(&s, true), &trace);
+                eprintln!("cloudPhysicsIO @{capacity} B misses: lru {lru} fifo {fifo}");
+                assert_eq!((lru, fifo), (89_783, 89_386));
             }
-        }
-    }
-
-    #[test]
-    fn temp_caps() {
-        let trace = cloud_physics().unwrap();
-        for cap in [4096u64, 65536, 1048576, 16777216, 134217728, 1073741824] {
-            let s = setup(cap, 48_974);
-            for (name, mut p) in policies(&s) {
-                eprintln!("TEMP cap {cap} {name} {}", count_misses(p.as_mut(), &trace));
+            for (name, mut policy) in policies(&s) {
+                let misses = count_misses(policy.as_mut(), &trace);
+                let vs_fifo = 100.0 * (misses as f64 / fifo as f64 - 1.0);
+                eprintln!("cloudPhysicsIO @{capacity} B misses: {name} {misses} ({vs_fifo:+.2} % vs fifo)");
+                if let Some(&(_, want)) = expected.iter().find(|e| e.0 == name) {
+                    assert_eq!(
+                        misses, want,
+                        "{name} @{capacity} B differs from libCacheSim"
+                    );
+                }
+                if capacity == MIB_256 {
+                    assert!(
+                        (COMPULSORY..=REQUESTS).contains(&misses),
+                        "{name}: {misses}"
+                    );
+                    if name != "slru" {
+                        assert!(vs_fifo <= 5.0, "{name}: {misses} vs fifo {fifo}");
+                    }
+                }
             }
         }
     }

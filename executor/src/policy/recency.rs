@@ -50,13 +50,6 @@ impl RecencyList {
         self.link_after(s, o);
     }
 
-    /// Inserts a non-member at the back.
-    pub fn push_back(&mut self, o: ObjectIndex) {
-        let s = self.sentinel();
-        let last = self.prev[s as usize];
-        self.link_after(last, o);
-    }
-
     fn link_after(&mut self, at: u32, o: ObjectIndex) {
         debug_assert!(!self.member[o as usize]);
         let after = self.next[at as usize];
@@ -120,13 +113,13 @@ mod tests {
         l.push_front(1);
         l.push_front(2); // front 2 1 0 back
         l.move_to_front(0); // 0 2 1
-        l.push_back(4); // 0 2 1 4
-        l.remove(2); // 0 1 4
-        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![4, 1, 0]);
+        l.push_front(4); // 4 0 2 1
+        l.remove(2); // 4 0 1
+        assert_eq!(l.iter_from_back().collect::<Vec<_>>(), vec![1, 0, 4]);
         assert_eq!(l.len(), 3);
-        assert_eq!(l.pop_back(), Some(4));
         assert_eq!(l.pop_back(), Some(1));
         assert_eq!(l.pop_back(), Some(0));
+        assert_eq!(l.pop_back(), Some(4));
         assert_eq!(l.pop_back(), None);
         assert!(!l.contains(0));
     }

@@ -84,7 +84,7 @@ impl Segmented {
     }
 
     /// A hit on a resident: promotes it one segment and cools the segments
-    /// it overfills; objects that falls out of segment 0 go to `evicted`.
+    /// it overfills; objects that fall out of segment 0 go to `evicted`.
     pub fn hit(&mut self, o: ObjectIndex, evicted: &mut Vec<ObjectIndex>) {
         let id = self.segment_of[o as usize] as usize;
         if id + 1 == self.segments.len() {
