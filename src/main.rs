@@ -1,6 +1,7 @@
 //! The `residency` command line: argument parsing and printing only; every
 //! decision is made in the planner crate.
 
+mod checkpoint_cmd;
 mod plot;
 mod print;
 mod simulate;
@@ -10,7 +11,7 @@ use clap::{Parser, Subcommand};
 use residency_planner::cost::Instance;
 use residency_planner::export::{self, Engine};
 use residency_planner::heat::{self, HeatContext, HeatFormat};
-use residency_planner::inputs::{InputPaths, Inputs};
+use residency_planner::inputs::InputPaths;
 use residency_planner::model::Model;
 use residency_planner::plan::Plan;
 use residency_planner::profile::HardwareProfile;
@@ -36,7 +37,8 @@ struct InputArgs {
     /// Hardware profile (YAML, DESIGN 3.1); default: Colibri's two-card box.
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Model description (YAML, DESIGN 3.2); default: DeepSeek-V2-Lite.
+    /// Model description (YAML, DESIGN 3.2) or checkpoint directory
+    /// (config.json and safetensors shards); default: DeepSeek-V2-Lite.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Heat (file or data-set directory, DESIGN 3.3); default: the embedded
@@ -126,6 +128,9 @@ enum Command {
     },
     /// Replay a trace through cache policies at byte budgets (DESIGN 6).
     Simulate(simulate::SimulateArgs),
+    /// Write a checkpoint with a model's real tensor names, shapes and dtypes
+    /// and seeded random values (safetensors shards, index, config.json).
+    GenCheckpoint(checkpoint_cmd::GenCheckpointArgs),
     /// Write the JSON Schemas of the profile, model description and plan files.
     Schema {
         /// Directory to write the `*.schema.json` files into.
@@ -202,6 +207,7 @@ fn run(command: Command) -> Result<()> {
             inputs,
         } => diff(&before, &after, &inputs),
         Command::Simulate(args) => simulate::run(args),
+        Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
         Command::Schema { out } => write_schemas(&out),
     }
 }
@@ -237,7 +243,7 @@ fn plan(
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
     }
-    let mut inputs = Inputs::load(&args.paths())?;
+    let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
     let inst = inputs.instance()?;
     notes(&inputs.notes);
     let solution = solve::solve(
@@ -274,7 +280,7 @@ fn plan(
 /// Reads a plan and the placement it encodes for the given inputs.
 fn load_plan(file: &Path, args: &InputArgs) -> Result<(Plan, Instance, Vec<usize>)> {
     let plan = Plan::read(file)?;
-    let mut inputs = Inputs::load(&args.paths())?;
+    let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
     let inst = inputs.instance()?;
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
@@ -300,7 +306,7 @@ fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
 }
 
 fn heat_context(model: Option<&Path>) -> Result<(Option<Model>, HeatContext)> {
-    let model = model.map(Model::from_yaml_file).transpose()?;
+    let model = model.map(checkpoint_cmd::model_from_path).transpose()?;
     let ctx = model
         .as_ref()
         .map(HeatContext::for_model)

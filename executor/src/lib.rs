@@ -3,5 +3,9 @@
 //! the serving loop (`policy`), and the simulator itself (`sim`, DESIGN 6).
 //! It uses the planner (readers, plans); the planner never uses it.
 
+pub mod checkpoint;
+pub mod identity;
 pub mod policy;
 pub mod sim;
+pub mod storage;
+pub mod store;

@@ -43,8 +43,22 @@ pub struct Inputs {
     pub notes: Vec<String>,
 }
 
+/// A model the caller has already loaded (a checkpoint directory, which
+/// only the executor can read), with the sha256 the plan records for it.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    pub model: Model,
+    pub sha256: String,
+}
+
 impl Inputs {
     pub fn load(paths: &InputPaths) -> Result<Inputs> {
+        Self::load_with_model(paths, None)
+    }
+
+    /// Like `load`, with the model given instead of read from `paths.model`
+    /// (which then only names it in messages).
+    pub fn load_with_model(paths: &InputPaths, loaded: Option<LoadedModel>) -> Result<Inputs> {
         let mut notes = Vec::new();
         let (profile, profile_sha) = match &paths.profile {
             Some(p) => (HardwareProfile::from_yaml_file(p)?, sha256_of_path(p)?),
@@ -56,15 +70,17 @@ impl Inputs {
                 sha256_hex(defaults::PROFILE.as_bytes()),
             ),
         };
-        let (model, model_sha) = match &paths.model {
-            Some(p) => (Model::from_yaml_file(p)?, sha256_of_path(p)?),
-            None => (
+        let model_given = loaded.is_some() || paths.model.is_some();
+        let (model, model_sha) = match (loaded, &paths.model) {
+            (Some(l), _) => (l.model, l.sha256),
+            (None, Some(p)) => (Model::from_yaml_file(p)?, sha256_of_path(p)?),
+            (None, None) => (
                 Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?,
                 sha256_hex(defaults::MODEL.as_bytes()),
             ),
         };
         let ctx = HeatContext::for_model(&model);
-        let (heat, heat_ref, heat_file) = match (&paths.heat, &paths.model) {
+        let (heat, heat_ref, heat_file) = match (&paths.heat, model_given) {
             (Some(p), _) => {
                 let heat = read_heat(p, paths.heat_format, &ctx, &mut notes)?;
                 let r = HeatRef {
@@ -75,7 +91,7 @@ impl Inputs {
                 };
                 (heat.total, r, p.clone())
             }
-            (None, Some(_)) => {
+            (None, true) => {
                 notes.push(format!(
                     "no --heat given: every expert of `{}` gets uniform heat (top_k / experts)",
                     model.name()
@@ -88,7 +104,7 @@ impl Inputs {
                 };
                 (HeatTable::uniform(&model), r, PathBuf::from("uniform"))
             }
-            (None, None) => {
+            (None, false) => {
                 let path = Path::new(defaults::HEAT_NAME);
                 let heat = crate::heat::read_json_str(defaults::HEAT, path, &ctx)?;
                 let r = HeatRef {

@@ -218,7 +218,7 @@ pub struct PolicySetup {
 
 /// Builds a policy by kind. Knowledge a policy needs but the setup lacks is
 /// the caller's error; it is checked here so no policy panics later.
-pub fn build(kind: PolicyKind, setup: &PolicySetup) -> Result<Box<dyn Policy>, PolicyError> {
+pub fn build(kind: PolicyKind, setup: &PolicySetup) -> Result<Box<dyn Policy + Send>, PolicyError> {
     let need = |what: &'static str, ok: bool| {
         if ok {
             Ok(())
@@ -270,7 +270,7 @@ pub fn build(kind: PolicyKind, setup: &PolicySetup) -> Result<Box<dyn Policy>, P
 }
 
 /// A policy that cannot be built from the setup given.
-#[derive(Debug, thiserror::Error, PartialEq)]
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum PolicyError {
     #[error("policy `{policy}` needs {what}; give it (or choose another policy)")]
     Missing {

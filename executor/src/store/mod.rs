@@ -1,0 +1,533 @@
+//! The object store (DESIGN 7): lifecycle, single flight, leases, budgets.
+//!
+//! Every object has one home place (a NUMA node's RAM, a GPU) chosen by the
+//! plan. Planned residents are pinned: loaded once, charged to the place,
+//! never chosen as victims. Every other object is cached at its place under
+//! that place's policy (the same `crate::policy` code the simulator
+//! replays); a miss the policy declines runs from a transient slot charged
+//! to the staging budget and is dropped after its last lease.
+//!
+//! Lifecycle: `Absent -> Loading -> Ready -> InUse -> Evictable ->
+//! (Demoting) -> Absent`. An object is published (Ready) only after the
+//! loader has read, validated and prepared all of its bytes; concurrent
+//! misses join the one load in flight. A lease pins an object: a victim that
+//! is leased is marked and dropped at its last release, and the bytes it
+//! holds keep counting against the budget until then, so budgets are never
+//! exceeded; a load that cannot get room waits (bounded) and then fails
+//! with an error naming the budget.
+
+pub mod budget;
+pub mod telemetry;
+
+use crate::policy::{build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams, PolicySetup, Request, NEVER};
+use budget::{reserve, Budget, BudgetError, Reservation};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+use telemetry::{Counters, Telemetry};
+
+/// Reads, validates and prepares objects; the store never sees files.
+pub trait Loader: Send + Sync {
+    /// Bytes of object `o` once prepared for its tier.
+    fn size_bytes(&self, o: ObjectIndex) -> u64;
+    /// Fills `dst` (exactly `size_bytes(o)` long) with `o`, or says why not.
+    /// A failure leaves nothing published.
+    fn load(&self, o: ObjectIndex, dst: &mut [u8]) -> Result<(), String>;
+}
+
+/// One place objects live in.
+#[derive(Debug, Clone)]
+pub struct PlaceConfig {
+    /// `ram:0`, `gpu:1`, ...
+    pub name: String,
+    pub capacity_bytes: u64,
+    /// The tier budget this place also draws from (`ram`, `gpu`).
+    pub tier: String,
+    /// Policy of the cached (non-pinned) part of the place.
+    pub policy: PolicyKind,
+}
+
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    pub places: Vec<PlaceConfig>,
+    /// Capacity per tier name; a tier without an entry is the sum of its places.
+    pub tier_capacity_bytes: Vec<(String, u64)>,
+    pub staging_bytes: u64,
+    /// How long a load waits for budget before failing.
+    pub wait: Duration,
+    pub params: PolicyParams,
+}
+
+/// Where each object lives and whether the plan pins it there.
+#[derive(Debug, Clone)]
+pub struct Homes {
+    pub place: Vec<usize>,
+    pub pinned: Vec<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+    #[error("loading object {object} failed: {reason}")]
+    Load { object: ObjectIndex, reason: String },
+    #[error("object {object} does not exist; the store has {objects} objects")]
+    NoSuchObject { object: ObjectIndex, objects: usize },
+    #[error("place {place}: {source}")]
+    Policy {
+        place: String,
+        #[source]
+        source: PolicyError,
+    },
+    #[error("the pinned objects of {place} need {bytes} bytes, more than its {capacity_bytes}; plan with this place's real capacity")]
+    PinsTooLarge { place: String, bytes: u64, capacity_bytes: u64 },
+}
+
+/// Lifecycle state (DESIGN 7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectState {
+    Absent,
+    Loading,
+    /// Published, never leased yet.
+    Ready,
+    /// Published and leased.
+    InUse,
+    /// Published, used, no lease: a possible victim.
+    Evictable,
+    /// Chosen as a victim while leased: dropped at its last release.
+    Demoting,
+}
+
+struct Resident {
+    bytes: Box<[u8]>,
+    _reservation: Reservation,
+}
+
+/// What a finished load hands to the requests that joined it.
+#[derive(Clone)]
+struct Loaded {
+    resident: Arc<Resident>,
+    /// Published in the slot (false: a transient slot, shared by the joiners).
+    admitted: bool,
+}
+
+struct Flight {
+    result: Mutex<Option<Result<Loaded, StoreError>>>,
+    done: Condvar,
+    /// Chosen as a victim while loading: published already marked.
+    evict_when_done: AtomicBool,
+}
+
+enum Slot {
+    Absent,
+    Loading(Arc<Flight>),
+    Ready {
+        resident: Arc<Resident>,
+        leases: u32,
+        used: bool,
+        evict_on_release: bool,
+    },
+}
+
+struct Place {
+    config: PlaceConfig,
+    budgets: Vec<Arc<Budget>>,
+    policy: Mutex<Box<dyn Policy + Send>>,
+}
+
+struct Inner {
+    loader: Arc<dyn Loader>,
+    places: Vec<Place>,
+    staging: Arc<Budget>,
+    slots: Vec<Mutex<Slot>>,
+    homes: Homes,
+    clock: AtomicU64,
+    wait: Duration,
+    counters: Counters,
+}
+
+/// The store; cheap to clone (shared).
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+/// A pin on an object's bytes: while it lives, the object is neither
+/// evicted, moved nor demoted.
+pub struct Lease {
+    inner: Arc<Inner>,
+    object: ObjectIndex,
+    resident: Arc<Resident>,
+    /// False for a transient slot (not admitted): nothing to release.
+    published: bool,
+}
+
+impl Lease {
+    pub fn object(&self) -> ObjectIndex {
+        self.object
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.resident.bytes
+    }
+
+    /// Whether the object was admitted (false: a transient slot).
+    pub fn is_resident(&self) -> bool {
+        self.published
+    }
+}
+
+impl std::ops::Deref for Lease {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.resident.bytes
+    }
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if !self.published {
+            return;
+        }
+        let mut slot = self.inner.slots[self.object as usize].lock().unwrap();
+        if let Slot::Ready {
+            resident,
+            leases,
+            evict_on_release,
+            ..
+        } = &mut *slot
+        {
+            if Arc::ptr_eq(resident, &self.resident) {
+                *leases -= 1;
+                if *leases == 0 && *evict_on_release {
+                    *slot = Slot::Absent;
+                    self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+impl Store {
+    /// A store over `homes.place.len()` objects. Pinned objects are not
+    /// loaded here (see [`Store::acquire`] / [`Store::prefetch`]); their
+    /// bytes are reserved out of the policy's share from the start.
+    pub fn new(loader: Arc<dyn Loader>, homes: Homes, config: &StoreConfig) -> Result<Store, StoreError> {
+        let objects = homes.place.len();
+        let mut tiers: Vec<(String, Arc<Budget>)> = Vec::new();
+        for p in &config.places {
+            if !tiers.iter().any(|(t, _)| *t == p.tier) {
+                let capacity = config
+                    .tier_capacity_bytes
+                    .iter()
+                    .find(|(t, _)| *t == p.tier)
+                    .map(|&(_, c)| c)
+                    .unwrap_or_else(|| config.places.iter().filter(|q| q.tier == p.tier).map(|q| q.capacity_bytes).sum());
+                tiers.push((p.tier.clone(), Budget::new(p.tier.clone(), capacity)));
+            }
+        }
+        let mut places = Vec::new();
+        for (i, p) in config.places.iter().enumerate() {
+            let pinned_bytes: u64 = (0..objects)
+                .filter(|&o| homes.place[o] == i && homes.pinned[o])
+                .map(|o| loader.size_bytes(o as ObjectIndex))
+                .sum();
+            if pinned_bytes > p.capacity_bytes {
+                return Err(StoreError::PinsTooLarge {
+                    place: p.name.clone(),
+                    bytes: pinned_bytes,
+                    capacity_bytes: p.capacity_bytes,
+                });
+            }
+            // The policy sees only this place's cached objects, in its own
+            // share of the capacity.
+            let setup = PolicySetup {
+                capacity_bytes: p.capacity_bytes - pinned_bytes,
+                objects,
+                knowledge: Knowledge {
+                    miss_seconds: vec![1.0; objects],
+                    hit_seconds: vec![0.0; objects],
+                    sizes_bytes: (0..objects).map(|o| loader.size_bytes(o as ObjectIndex)).collect(),
+                    ..Knowledge::default()
+                },
+                params: config.params.clone(),
+            };
+            let policy = build(p.policy, &setup).map_err(|source| StoreError::Policy {
+                place: p.name.clone(),
+                source,
+            })?;
+            let tier = tiers.iter().find(|(t, _)| *t == p.tier).unwrap().1.clone();
+            places.push(Place {
+                config: p.clone(),
+                budgets: vec![Budget::new(p.name.clone(), p.capacity_bytes), tier],
+                policy: Mutex::new(policy),
+            });
+        }
+        Ok(Store {
+            inner: Arc::new(Inner {
+                loader,
+                staging: Budget::new("staging", config.staging_bytes),
+                slots: (0..objects).map(|_| Mutex::new(Slot::Absent)).collect(),
+                counters: Counters::new(config.places.len(), objects),
+                places,
+                homes,
+                clock: AtomicU64::new(0),
+                wait: config.wait,
+            }),
+        })
+    }
+
+    pub fn objects(&self) -> usize {
+        self.inner.slots.len()
+    }
+
+    /// Leases `o`, loading it first when absent (joining a load in flight).
+    pub fn acquire(&self, o: ObjectIndex) -> Result<Lease, StoreError> {
+        let inner = &self.inner;
+        let slot_lock = inner.slots.get(o as usize).ok_or(StoreError::NoSuchObject {
+            object: o,
+            objects: inner.slots.len(),
+        })?;
+        let started = Instant::now();
+        let mut waited = false;
+        loop {
+            let mut slot = slot_lock.lock().unwrap();
+            match &mut *slot {
+                Slot::Ready {
+                    resident,
+                    leases,
+                    used,
+                    ..
+                } => {
+                    *leases += 1;
+                    *used = true;
+                    let resident = Arc::clone(resident);
+                    drop(slot);
+                    let now = self.tick(o);
+                    if !waited {
+                        inner.counters.tier_hits[inner.homes.place[o as usize]].fetch_add(1, Ordering::Relaxed);
+                        self.tell_policy_of_hit(o, now);
+                    }
+                    return Ok(self.lease(o, resident, waited.then_some(started)));
+                }
+                Slot::Loading(flight) => {
+                    let flight = Arc::clone(flight);
+                    drop(slot);
+                    inner.counters.single_flight_joins.fetch_add(1, Ordering::Relaxed);
+                    waited = true;
+                    let loaded = flight.wait()?;
+                    if !loaded.admitted {
+                        return Ok(self.transient_lease(o, loaded.resident, started));
+                    }
+                    // Published: take the lease under the slot lock (it may
+                    // have been evicted meanwhile; then load again).
+                }
+                Slot::Absent => {
+                    let flight = Arc::new(Flight {
+                        result: Mutex::new(None),
+                        done: Condvar::new(),
+                        evict_when_done: AtomicBool::new(false),
+                    });
+                    *slot = Slot::Loading(Arc::clone(&flight));
+                    drop(slot);
+                    let now = self.tick(o);
+                    let result = self.load(o, now, &flight);
+                    flight.finish(result.clone());
+                    let loaded = result?;
+                    if !loaded.admitted {
+                        return Ok(self.transient_lease(o, loaded.resident, started));
+                    }
+                    // The leader's own lease was taken at publication.
+                    return Ok(self.lease(o, loaded.resident, Some(started)));
+                }
+            }
+        }
+    }
+
+    /// Loads `o` without keeping a lease (plan residents at start-up,
+    /// prefetches); a no-op when it is already there or on its way.
+    pub fn prefetch(&self, o: ObjectIndex) -> Result<(), StoreError> {
+        if matches!(self.state(o), ObjectState::Absent) {
+            drop(self.acquire(o)?);
+        }
+        Ok(())
+    }
+
+    /// Drops `o` now if it is published and not leased (an explicit
+    /// eviction, e.g. by re-planning); returns whether it was dropped.
+    pub fn evict(&self, o: ObjectIndex) -> bool {
+        let mut slot = self.inner.slots[o as usize].lock().unwrap();
+        if matches!(&*slot, Slot::Ready { leases: 0, .. }) {
+            *slot = Slot::Absent;
+            self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            true
+        } else {
+            false
+        }
+    }
+
+    pub fn state(&self, o: ObjectIndex) -> ObjectState {
+        match &*self.inner.slots[o as usize].lock().unwrap() {
+            Slot::Absent => ObjectState::Absent,
+            Slot::Loading(_) => ObjectState::Loading,
+            Slot::Ready {
+                evict_on_release: true,
+                ..
+            } => ObjectState::Demoting,
+            Slot::Ready { leases, .. } if *leases > 0 => ObjectState::InUse,
+            Slot::Ready { used: false, .. } => ObjectState::Ready,
+            Slot::Ready { .. } => ObjectState::Evictable,
+        }
+    }
+
+    /// Counters and budgets now (DESIGN 7 telemetry).
+    pub fn telemetry(&self) -> Telemetry {
+        let inner = &self.inner;
+        let mut budgets: Vec<&Arc<Budget>> = inner.places.iter().flat_map(|p| &p.budgets).collect();
+        budgets.push(&inner.staging);
+        budgets.sort_by(|a, b| a.name().cmp(b.name()));
+        budgets.dedup_by(|a, b| a.name() == b.name());
+        inner.counters.snapshot(
+            inner.places.iter().map(|p| p.config.name.as_str()),
+            budgets.iter().map(|b| (b.name(), b.capacity_bytes(), b.used_bytes())),
+        )
+    }
+
+    /// Advances the clock and records the reuse distance of `o`.
+    fn tick(&self, o: ObjectIndex) -> u64 {
+        let now = self.inner.clock.fetch_add(1, Ordering::Relaxed);
+        self.inner.counters.record_reuse(o, now);
+        now
+    }
+
+    fn tell_policy_of_hit(&self, o: ObjectIndex, now: u64) {
+        if self.inner.homes.pinned[o as usize] {
+            return;
+        }
+        let place = &self.inner.places[self.inner.homes.place[o as usize]];
+        let mut evicted = Vec::new();
+        place.policy.lock().unwrap().access(&self.request(o, now), &mut evicted);
+        // Some policies (SLRU with unequal sizes) evict on a hit.
+        for v in evicted {
+            self.evict_victim(v);
+        }
+    }
+
+    fn request(&self, o: ObjectIndex, now: u64) -> Request {
+        Request {
+            object: o,
+            size_bytes: self.inner.loader.size_bytes(o),
+            time: now,
+            next_access: NEVER,
+        }
+    }
+
+    /// The leader of a miss: admission, victims, budget, read, publication.
+    fn load(&self, o: ObjectIndex, now: u64, flight: &Flight) -> Result<Loaded, StoreError> {
+        let inner = &self.inner;
+        let place = &inner.places[inner.homes.place[o as usize]];
+        let admitted = inner.homes.pinned[o as usize] || {
+            let mut evicted = Vec::new();
+            let outcome = place.policy.lock().unwrap().access(&self.request(o, now), &mut evicted);
+            for v in evicted {
+                self.evict_victim(v);
+            }
+            // A policy that believes `o` resident (a load of it failed
+            // before) is told nothing new: the bytes are simply loaded again.
+            outcome != Outcome::Bypassed
+        };
+        let counters = &inner.counters;
+        counters.physical_misses.fetch_add(1, Ordering::Relaxed);
+        let budgets = if admitted {
+            counters.admissions.fetch_add(1, Ordering::Relaxed);
+            place.budgets.clone()
+        } else {
+            counters.rejections.fetch_add(1, Ordering::Relaxed);
+            vec![Arc::clone(&inner.staging)]
+        };
+        let size = inner.loader.size_bytes(o);
+        let result = reserve(&budgets, size, inner.wait)
+            .map_err(StoreError::from)
+            .and_then(|reservation| {
+                if reservation.waited() {
+                    counters.lease_waits.fetch_add(1, Ordering::Relaxed);
+                }
+                let mut bytes = vec![0u8; size as usize].into_boxed_slice();
+                let started = Instant::now();
+                let read = inner.loader.load(o, &mut bytes);
+                counters.add_seconds(&counters.read_service_nanos, started.elapsed());
+                read.map_err(|reason| StoreError::Load { object: o, reason })?;
+                counters.physical_bytes.fetch_add(size, Ordering::Relaxed);
+                Ok(Arc::new(Resident {
+                    bytes,
+                    _reservation: reservation,
+                }))
+            });
+        let mut slot = inner.slots[o as usize].lock().unwrap();
+        *slot = match &result {
+            Ok(resident) if admitted => Slot::Ready {
+                resident: Arc::clone(resident),
+                leases: 1,
+                used: true,
+                evict_on_release: flight.evict_when_done.load(Ordering::Relaxed),
+            },
+            _ => Slot::Absent,
+        };
+        result.map(|resident| Loaded { resident, admitted })
+    }
+
+    /// Drops a victim now, or marks it to go at its last release.
+    fn evict_victim(&self, v: ObjectIndex) {
+        let mut slot = self.inner.slots[v as usize].lock().unwrap();
+        match &mut *slot {
+            Slot::Ready { leases: 0, .. } => {
+                *slot = Slot::Absent;
+                self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            }
+            Slot::Ready { evict_on_release, .. } => *evict_on_release = true,
+            Slot::Loading(flight) => flight.evict_when_done.store(true, Ordering::Relaxed),
+            Slot::Absent => {}
+        }
+    }
+
+    /// A lease on a published object (its count already taken); `waited`:
+    /// when the request started, if it waited for a load (felt wait).
+    fn lease(&self, o: ObjectIndex, resident: Arc<Resident>, waited: Option<Instant>) -> Lease {
+        let counters = &self.inner.counters;
+        if let Some(started) = waited {
+            counters.add_seconds(&counters.felt_wait_nanos, started.elapsed());
+        }
+        counters.logical_bytes.fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
+        Lease {
+            inner: Arc::clone(&self.inner),
+            object: o,
+            resident,
+            published: true,
+        }
+    }
+
+    /// A lease on a transient slot: nothing to release but the bytes.
+    fn transient_lease(&self, o: ObjectIndex, resident: Arc<Resident>, started: Instant) -> Lease {
+        let mut lease = self.lease(o, resident, Some(started));
+        lease.published = false;
+        lease
+    }
+}
+
+impl Flight {
+    fn finish(&self, result: Result<Loaded, StoreError>) {
+        *self.result.lock().unwrap() = Some(result);
+        self.done.notify_all();
+    }
+
+    fn wait(&self) -> Result<Loaded, StoreError> {
+        let mut result = self.result.lock().unwrap();
+        while result.is_none() {
+            result = self.done.wait(result).unwrap();
+        }
+        result.clone().unwrap()
+    }
+}
+
+#[cfg(test)]
+mod tests;

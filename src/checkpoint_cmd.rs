@@ -1,0 +1,110 @@
+//! Checkpoints on the command line: `residency gen-checkpoint`, and a
+//! checkpoint directory accepted wherever a model description is (`--model
+//! DIR`), its description derived by the executor's checkpoint reader.
+
+use anyhow::Result;
+use residency_executor::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
+use residency_executor::identity::Family;
+use residency_planner::inputs::{InputPaths, Inputs, LoadedModel};
+use residency_planner::model::Model;
+use residency_planner::units::{parse_size, Bytes};
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct GenCheckpointArgs {
+    /// Model description (YAML, DESIGN 3.2) whose geometry to write.
+    #[arg(long)]
+    model: PathBuf,
+    /// Directory to create; it must not exist, or be empty.
+    #[arg(long)]
+    out: PathBuf,
+    /// Keep only the first N MoE layers (and the dense layers before them).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Expert format: bf16, or int8/int4 packed with an F16 scale per group
+    /// (group size from the description's formats, else 128 and 64).
+    #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
+    dtype: GenDtype,
+    /// Tensor-naming family (default: from the model's name).
+    #[arg(long, value_parser = parse_family)]
+    family: Option<Family>,
+    /// Largest shard, e.g. `2 GiB` or `64KiB`.
+    #[arg(long, default_value = "2 GiB", value_parser = parse_size)]
+    shard_bytes: Bytes,
+    /// Seed of the random values.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+}
+
+fn parse_dtype(name: &str) -> Result<GenDtype, String> {
+    GenDtype::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = GenDtype::ALL.iter().map(|d| d.name()).collect();
+        format!("unknown dtype `{name}`; one of {}", names.join(", "))
+    })
+}
+
+fn parse_family(name: &str) -> Result<Family, String> {
+    Family::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+        format!("unknown family `{name}`; one of {}", names.join(", "))
+    })
+}
+
+pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
+    let model = Model::from_yaml_file(&args.model)?;
+    let opts = GenOptions {
+        family: args.family,
+        dtype: args.dtype,
+        moe_layers: args.layers,
+        shard_bytes: args.shard_bytes.0,
+        seed: args.seed,
+    };
+    let report = checkpoint::generate(&model, &args.model, &args.out, &opts)?;
+    for note in &report.notes {
+        eprintln!("note: {note}");
+    }
+    let c = &report.config;
+    println!(
+        "wrote {}: {} ({}); layers: {} ({} MoE, {} experts each, {}); {} tensors in {} shard(s), {}",
+        args.out.display(),
+        c.spec().model_type,
+        c.family(),
+        c.layers,
+        c.moe_layers().len(),
+        c.experts,
+        c.format.name(),
+        report.tensors,
+        report.shards,
+        Bytes(report.bytes)
+    );
+    Ok(())
+}
+
+/// A model description from a YAML file or a checkpoint directory, and
+/// what a plan records as its sha256 (for a checkpoint: its content id,
+/// the sha256 of config.json, the index and the shard headers).
+fn load_model(path: &Path) -> Result<(Model, String)> {
+    let ckpt = Checkpoint::open(path)?;
+    let model = Model::validate(ckpt.description(), path)?;
+    Ok((model, ckpt.identity.content_id))
+}
+
+/// `Model::from_yaml_file`, also accepting a checkpoint directory.
+pub fn model_from_path(path: &Path) -> Result<Model> {
+    if path.is_dir() {
+        return Ok(load_model(path)?.0);
+    }
+    Ok(Model::from_yaml_file(path)?)
+}
+
+/// `Inputs::load`, also accepting a checkpoint directory as `--model`.
+pub fn load_inputs(paths: &InputPaths) -> Result<Inputs> {
+    let Some(dir) = paths.model.as_deref().filter(|p| p.is_dir()) else {
+        return Ok(Inputs::load(paths)?);
+    };
+    let (model, sha256) = load_model(dir)?;
+    let source = model.description.source.clone().unwrap_or_default();
+    let mut inputs = Inputs::load_with_model(paths, Some(LoadedModel { model, sha256 }))?;
+    inputs.notes.insert(0, format!("model derived from the {source}"));
+    Ok(inputs)
+}

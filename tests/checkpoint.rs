@@ -1,0 +1,190 @@
+//! End-to-end tests of checkpoints on the command line: `gen-checkpoint`
+//! writes a sharded checkpoint that `plan --model DIR` plans and `validate`
+//! accepts; bad descriptions and damaged checkpoints give one line naming
+//! the file and the place, exit 1, and no output.
+
+mod common;
+
+use common::*;
+use std::path::{Path, PathBuf};
+
+/// A small DeepSeek-V2-shaped description: a dense first layer, three MoE
+/// layers of 4 experts with two shared experts, MLA attention.
+const SMALL_DEEPSEEK: &str = r#"
+name: DeepSeek-V2-tiny
+layers: 4
+moe_layers: "1..=3"
+experts: 4
+top_k: 2
+hidden: 64
+expert_intermediate: 32
+formats:
+  bf16: 12288
+  int4: { bits: 4, group: 16 }
+tiers: { gpu: int4, ram: int4, disk: int4 }
+trunk:
+  - { name: attn, layers: "0..=3", bytes: 40000, stage: dense }
+  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
+  - { name: shared_expert, layers: "1..=3", bytes: 24576, stage: experts }
+  - { name: lm_head, bytes: 12800, stage: head }
+"#;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// Writes the small description and generates its first two MoE layers as
+/// int4 in shards of at most 16 KiB.
+fn small_checkpoint(dir: &Path) -> PathBuf {
+    let yaml = dir.join("deepseek-v2-tiny.yaml");
+    std::fs::write(&yaml, SMALL_DEEPSEEK).unwrap();
+    let out = dir.join("ckpt");
+    let o = run(&[
+        "gen-checkpoint",
+        "--model",
+        s(&yaml),
+        "--out",
+        s(&out),
+        "--layers",
+        "2",
+        "--dtype",
+        "int4",
+        "--shard-bytes",
+        "16KiB",
+        "--seed",
+        "3",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in ["wrote", "deepseek_v2", "int4", "shard(s)"] {
+        assert!(text.contains(needle), "`{needle}` missing from {text}");
+    }
+    out
+}
+
+fn shard_holding(ckpt: &Path, tensor: &str) -> PathBuf {
+    let index = std::fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap();
+    let index: serde_json::Value = serde_json::from_str(&index).unwrap();
+    ckpt.join(index["weight_map"][tensor].as_str().unwrap())
+}
+
+#[test]
+fn gen_checkpoint_then_plan_on_the_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = small_checkpoint(dir.path());
+    let shards = std::fs::read_dir(&ckpt)
+        .unwrap()
+        .filter(|e| {
+            let name = e.as_ref().unwrap().file_name();
+            name.to_string_lossy().ends_with(".safetensors")
+        })
+        .count();
+    assert!(shards > 1, "{shards} shard");
+    let config = std::fs::read_to_string(ckpt.join("config.json")).unwrap();
+    let config: serde_json::Value = serde_json::from_str(&config).unwrap();
+    assert_eq!(config["model_type"], "deepseek_v2");
+    assert_eq!(config["num_hidden_layers"], 3);
+    assert_eq!(config["first_k_dense_replace"], 1);
+    assert_eq!(config["n_shared_experts"], 2);
+    assert_eq!(config["quantization_config"]["group_size"], 16);
+
+    let plan = dir.path().join("plan.json");
+    let o = run(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    for needle in ["plan: ", "predicted:", "tok/s", "wrote"] {
+        assert!(text.contains(needle), "`{needle}` missing from {text}");
+    }
+    assert!(stderr(&o).contains("safetensors headers"), "{}", stderr(&o));
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let model = &written["inputs"]["model"];
+    assert_eq!(model["name"], s(&ckpt));
+    assert_eq!(model["sha256"].as_str().unwrap().len(), 64);
+    // Two MoE layers of 4 experts; trunk: 3 attn, 1 dense_ffn, 2 shared, lm_head.
+    let experts = written["experts"].as_array().unwrap();
+    assert_eq!(experts.len(), 2);
+    assert!(experts.iter().all(|l| l.as_array().unwrap().len() == 4));
+    assert_eq!(written["trunk"].as_array().unwrap().len(), 7);
+
+    let v = run(&["validate", s(&plan), "--model", s(&ckpt)]);
+    assert!(v.status.success(), "{}", stderr(&v));
+    assert!(stdout(&v).contains("matches the cost model"));
+}
+
+#[test]
+fn gen_checkpoint_bad_inputs_are_one_line_and_leave_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    // No family can be told from the name.
+    let glm = PathBuf::from(model("glm-5.2"));
+    assert_bad_input(
+        &["gen-checkpoint", "--model", s(&glm), "--out", s(&out)],
+        &glm,
+        "--family",
+        &out,
+    );
+    // More MoE layers than the model has.
+    let mixtral = PathBuf::from(model("mixtral-8x7b"));
+    assert_bad_input(
+        &[
+            "gen-checkpoint",
+            "--model",
+            s(&mixtral),
+            "--out",
+            s(&out),
+            "--layers",
+            "33",
+        ],
+        &mixtral,
+        "--layers",
+        &out,
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn plan_on_a_damaged_checkpoint_names_the_tensor() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = small_checkpoint(dir.path());
+    let plan = dir.path().join("plan.json");
+    let args = ["plan", "--model", s(&ckpt), "--out", s(&plan)];
+
+    // A truncated shard.
+    let shard = shard_holding(&ckpt, "model.layers.2.mlp.experts.3.down_proj.weight");
+    let bytes = std::fs::read(&shard).unwrap();
+    std::fs::write(&shard, &bytes[..bytes.len() - 100]).unwrap();
+    assert_bad_input(&args, &shard, "tensor `model.layers.", &plan);
+    std::fs::write(&shard, &bytes).unwrap();
+
+    // config.json of a family we do not read.
+    let config_path = ckpt.join("config.json");
+    let config = std::fs::read_to_string(&config_path).unwrap();
+    std::fs::write(
+        &config_path,
+        config
+            .replace("\"deepseek_v2\"", "\"llama\"")
+            .replace("DeepseekV2ForCausalLM", "LlamaForCausalLM"),
+    )
+    .unwrap();
+    assert_bad_input(&args, &config_path, "model_type", &plan);
+
+    // config.json that disagrees with the shards: one more expert, so the
+    // first router is one row short.
+    std::fs::write(
+        &config_path,
+        config.replace("\"n_routed_experts\": 4", "\"n_routed_experts\": 5"),
+    )
+    .unwrap();
+    let router = "model.layers.1.mlp.gate.weight";
+    let shard = shard_holding(&ckpt, router);
+    assert_bad_input(&args, &shard, &format!("tensor `{router}`: has shape [4, 64], expected [5, 64]"), &plan);
+}
