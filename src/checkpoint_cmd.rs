@@ -105,6 +105,8 @@ pub fn load_inputs(paths: &InputPaths) -> Result<Inputs> {
     let (model, sha256) = load_model(dir)?;
     let source = model.description.source.clone().unwrap_or_default();
     let mut inputs = Inputs::load_with_model(paths, Some(LoadedModel { model, sha256 }))?;
-    inputs.notes.insert(0, format!("model derived from the {source}"));
+    inputs
+        .notes
+        .insert(0, format!("model derived from the {source}"));
     Ok(inputs)
 }

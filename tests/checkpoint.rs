@@ -186,5 +186,10 @@ fn plan_on_a_damaged_checkpoint_names_the_tensor() {
     .unwrap();
     let router = "model.layers.1.mlp.gate.weight";
     let shard = shard_holding(&ckpt, router);
-    assert_bad_input(&args, &shard, &format!("tensor `{router}`: has shape [4, 64], expected [5, 64]"), &plan);
+    assert_bad_input(
+        &args,
+        &shard,
+        &format!("tensor `{router}`: has shape [4, 64], expected [5, 64]"),
+        &plan,
+    );
 }

@@ -74,7 +74,10 @@ impl fmt::Display for ObjectKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ObjectKey::Expert { layer, expert } => write!(f, "expert {expert} of layer {layer}"),
-            ObjectKey::Trunk { name, layer: Some(l) } => write!(f, "{name} of layer {l}"),
+            ObjectKey::Trunk {
+                name,
+                layer: Some(l),
+            } => write!(f, "{name} of layer {l}"),
             ObjectKey::Trunk { name, layer: None } => f.write_str(name),
         }
     }

@@ -37,10 +37,7 @@ impl fmt::Display for Attention {
                 heads,
                 kv_heads,
                 head_dim,
-            } => write!(
-                f,
-                "{heads} heads x {head_dim}, {kv_heads} key/value heads"
-            ),
+            } => write!(f, "{heads} heads x {head_dim}, {kv_heads} key/value heads"),
             Attention::Mla {
                 heads,
                 q_lora_rank,
@@ -253,7 +250,9 @@ impl ArchConfig {
                 if freq != 1 {
                     return Err(keys.bad(
                         "moe_layer_freq",
-                        format!("is {freq}; only 1 (every layer after the dense ones) is supported"),
+                        format!(
+                            "is {freq}; only 1 (every layer after the dense ones) is supported"
+                        ),
                     ));
                 }
                 let k = keys.optional("first_k_dense_replace")?.unwrap_or(0);

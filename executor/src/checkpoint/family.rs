@@ -306,7 +306,11 @@ impl Collect<'_> {
         let key = trunk(ATTN, Some(layer));
         let bf16 = ExpertFormat::Bf16;
         self.bf16(format!("{p}.input_layernorm.weight"), vec![h], &key);
-        self.bf16(format!("{p}.post_attention_layernorm.weight"), vec![h], &key);
+        self.bf16(
+            format!("{p}.post_attention_layernorm.weight"),
+            vec![h],
+            &key,
+        );
         let a = format!("{p}.self_attn");
         match cfg.attention {
             Attention::Gqa {
@@ -474,7 +478,11 @@ pub fn tensors(cfg: &ArchConfig) -> Vec<TensorSpec> {
         trunk(EMBED, None)
     };
     let (vocab, hidden) = (cfg.vocab, cfg.hidden);
-    c.bf16("model.embed_tokens.weight".into(), vec![vocab, hidden], &embed);
+    c.bf16(
+        "model.embed_tokens.weight".into(),
+        vec![vocab, hidden],
+        &embed,
+    );
     for layer in 0..cfg.layers {
         c.attention(layer);
         c.feed_forward(layer);
@@ -521,7 +529,10 @@ mod tests {
         let w2 = find("model.layers.1.block_sparse_moe.experts.3.w2.weight");
         assert_eq!((w2.dtype, w2.shape.clone()), (Dtype::U8, vec![64, 16]));
         let scales = find("model.layers.1.block_sparse_moe.experts.3.w2.scales");
-        assert_eq!((scales.dtype, scales.shape.clone()), (Dtype::F16, vec![64, 2]));
+        assert_eq!(
+            (scales.dtype, scales.shape.clone()),
+            (Dtype::F16, vec![64, 2])
+        );
         assert_eq!(scales.key, w2.key);
         assert_eq!(
             w2.key,
@@ -556,7 +567,10 @@ mod tests {
             assert!(names.contains(&name), "{name} missing");
         }
         assert!(!names.contains(&"model.layers.0.mlp.gate.weight"));
-        let bias = t.iter().find(|s| s.name.ends_with("correction_bias")).unwrap();
+        let bias = t
+            .iter()
+            .find(|s| s.name.ends_with("correction_bias"))
+            .unwrap();
         assert_eq!(bias.dtype, Dtype::F32);
     }
 }

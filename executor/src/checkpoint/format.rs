@@ -34,7 +34,10 @@ pub const SCALES_SUFFIX: &str = "scales";
 pub enum ExpertFormat {
     Bf16,
     /// `bits` 8 or 4, one F16 scale per `group` input features.
-    Packed { bits: u32, group: u64 },
+    Packed {
+        bits: u32,
+        group: u64,
+    },
 }
 
 /// One stored tensor of a linear weight: name suffix, dtype, shape.
@@ -61,9 +64,9 @@ impl ExpertFormat {
     /// Why this format cannot store a weight with `cols` input features, if it cannot.
     pub fn unfit_for(self, cols: usize) -> Option<String> {
         match self {
-            ExpertFormat::Packed { group, .. } if cols as u64 % group != 0 => Some(format!(
-                "group size {group} does not divide {cols} input features"
-            )),
+            ExpertFormat::Packed { group, .. } if !(cols as u64).is_multiple_of(group) => Some(
+                format!("group size {group} does not divide {cols} input features"),
+            ),
             _ => None,
         }
     }
@@ -81,11 +84,7 @@ impl ExpertFormat {
                 };
                 vec![
                     ("weight", dtype, vec![rows, packed_cols]),
-                    (
-                        SCALES_SUFFIX,
-                        Dtype::F16,
-                        vec![rows, cols / group as usize],
-                    ),
+                    (SCALES_SUFFIX, Dtype::F16, vec![rows, cols / group as usize]),
                 ]
             }
         }

@@ -178,7 +178,12 @@ fn plan_shards(specs: &[TensorSpec], max_bytes: u64) -> Vec<Vec<&TensorSpec>> {
     shards
 }
 
-fn write_all(dir: &Path, config: &ArchConfig, shards: &[Vec<&TensorSpec>], seed: u64) -> Result<()> {
+fn write_all(
+    dir: &Path,
+    config: &ArchConfig,
+    shards: &[Vec<&TensorSpec>],
+    seed: u64,
+) -> Result<()> {
     let mut weight_map = BTreeMap::new();
     let mut total_bytes = 0u64;
     for (i, shard) in shards.iter().enumerate() {
@@ -188,7 +193,9 @@ fn write_all(dir: &Path, config: &ArchConfig, shards: &[Vec<&TensorSpec>], seed:
             format!("model-{:05}-of-{:05}.safetensors", i + 1, shards.len())
         };
         let path = dir.join(&file);
-        let views = shard.iter().map(|&spec| (spec.name.as_str(), Generated { spec, seed }));
+        let views = shard
+            .iter()
+            .map(|&spec| (spec.name.as_str(), Generated { spec, seed }));
         // Hugging Face's writers mark PyTorch-layout tensors so.
         let metadata = HashMap::from([("format".to_string(), "pt".to_string())]);
         safetensors::serialize_to_file(views, Some(metadata), &path).map_err(|e| {
@@ -300,13 +307,16 @@ fn infer_family(d: &ModelDescription, path: &Path) -> Option<Family> {
         ("olmoe", Family::Olmoe),
     ];
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
-    [Some(d.name.clone()), stem].into_iter().flatten().find_map(|name| {
-        let name = name.to_lowercase().replace(['_', ' '], "-");
-        HINTS
-            .iter()
-            .find(|(hint, _)| name.contains(hint))
-            .map(|&(_, f)| f)
-    })
+    [Some(d.name.clone()), stem]
+        .into_iter()
+        .flatten()
+        .find_map(|name| {
+            let name = name.to_lowercase().replace(['_', ' '], "-");
+            HINTS
+                .iter()
+                .find(|(hint, _)| name.contains(hint))
+                .map(|&(_, f)| f)
+        })
 }
 
 /// The trunk entry `name` covering `layer`, else the first entry of that name.
@@ -335,15 +345,19 @@ pub fn arch_config(
     opts: &GenOptions,
 ) -> Result<(ArchConfig, Vec<String>)> {
     let d = &model.description;
-    let err = |place: &str, problem: String, fix: &str| CheckpointError::input(path, place, problem, fix);
-    let family = opts.family.or_else(|| infer_family(d, path)).ok_or_else(|| {
-        let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
-        err(
-            "name",
-            format!("cannot tell the tensor-naming family of `{}`", d.name),
-            &format!("pass --family {}", names.join("|")),
-        )
-    })?;
+    let err =
+        |place: &str, problem: String, fix: &str| CheckpointError::input(path, place, problem, fix);
+    let family = opts
+        .family
+        .or_else(|| infer_family(d, path))
+        .ok_or_else(|| {
+            let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+            err(
+                "name",
+                format!("cannot tell the tensor-naming family of `{}`", d.name),
+                &format!("pass --family {}", names.join("|")),
+            )
+        })?;
     if !d.per_layer.is_empty() {
         return Err(err(
             "per_layer",

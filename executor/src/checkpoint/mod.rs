@@ -70,11 +70,12 @@ pub enum CheckpointError {
         problem: String,
         fix: String,
     },
-    #[error("{}: {source}", file.display())]
+    /// A file that could not be read or written at all. The I/O error is
+    /// part of the message, not a source, so the line says it once.
+    #[error("{}: {error}", file.display())]
     Io {
         file: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -95,10 +96,10 @@ impl CheckpointError {
         }
     }
 
-    pub fn io(file: &Path, source: std::io::Error) -> Self {
+    pub fn io(file: &Path, error: std::io::Error) -> Self {
         CheckpointError::Io {
             file: file.to_path_buf(),
-            source,
+            error,
         }
     }
 }

@@ -12,9 +12,7 @@ use super::config::ArchConfig;
 use super::family::{self, TensorSpec};
 use super::{CheckpointError, Result, LAYOUT_VERSION, PACKING_VERSION};
 use crate::identity::{ModelIdentity, ObjectKey};
-use residency_planner::model::{
-    FormatSize, LayerSet, ModelDescription, TierFormats, TrunkEntry,
-};
+use residency_planner::model::{FormatSize, LayerSet, ModelDescription, TierFormats, TrunkEntry};
 use residency_planner::units::Bytes;
 use safetensors::tensor::{Metadata, TensorInfo};
 use serde_json::Value;
@@ -71,8 +69,18 @@ impl Checkpoint {
             ));
         }
         let config_path = dir.join(CONFIG_FILE);
-        let config_text = std::fs::read_to_string(&config_path)
-            .map_err(|e| CheckpointError::io(&config_path, e))?;
+        let config_text = std::fs::read_to_string(&config_path).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                CheckpointError::input(
+                    &config_path,
+                    "file",
+                    "is missing",
+                    "a checkpoint directory holds config.json beside its safetensors shards",
+                )
+            } else {
+                CheckpointError::io(&config_path, e)
+            }
+        })?;
         let config = ArchConfig::from_json(&config_text, &config_path)?;
         let mut content = Sha256::new();
         content.update(config_text.as_bytes());
@@ -149,7 +157,7 @@ impl Checkpoint {
             return Err(tensor_error(
                 &shards[f.shard],
                 name,
-                &format!(
+                format!(
                     "is not a tensor of a {} checkpoint with this config.json",
                     model_type(&config)
                 ),
@@ -397,7 +405,12 @@ fn read_header(path: &Path, content: &mut Sha256) -> Result<(u64, Vec<(String, T
             continue;
         }
         let info: TensorInfo = serde_json::from_value(value).map_err(|e| {
-            tensor_error(path, &name, format!("unreadable header entry: {e}"), "regenerate the shard")
+            tensor_error(
+                path,
+                &name,
+                format!("unreadable header entry: {e}"),
+                "regenerate the shard",
+            )
         })?;
         let (start, end) = info.data_offsets;
         let bytes = super::format::tensor_bytes(info.dtype, &info.shape);

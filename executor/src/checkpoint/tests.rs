@@ -159,7 +159,12 @@ fn checkpoint_of_every_family_round_trips() {
                 }
             }
         }
-        assert!(ckpt.extents(&ObjectKey::Expert { layer: 99, expert: 0 }).is_empty());
+        assert!(ckpt
+            .extents(&ObjectKey::Expert {
+                layer: 99,
+                expert: 0
+            })
+            .is_empty());
 
         let d = ckpt.description();
         let derived = Model::validate(d.clone(), &ckpt.dir).unwrap();
@@ -167,9 +172,17 @@ fn checkpoint_of_every_family_round_trips() {
         assert_eq!(derived.moe_layer_numbers(), moe);
         assert_eq!(
             (d.experts, d.top_k, d.hidden, d.expert_intermediate),
-            (source.experts, source.top_k, source.hidden, source.expert_intermediate)
+            (
+                source.experts,
+                source.top_k,
+                source.hidden,
+                source.expert_intermediate
+            )
         );
-        assert_eq!(d.formats["bf16"], FormatSize::Bytes(Bytes(EXPERT_BF16_BYTES)));
+        assert_eq!(
+            d.formats["bf16"],
+            FormatSize::Bytes(Bytes(EXPERT_BF16_BYTES))
+        );
         assert_eq!(derived.moe[0].gpu_bytes, EXPERT_BF16_BYTES);
         let component = |name: &str| {
             derived
@@ -181,7 +194,10 @@ fn checkpoint_of_every_family_round_trips() {
         // lm_head: the YAML's 100 x 64 plus the final norm of 64.
         let head = component("lm_head");
         assert_eq!(head.len(), 1);
-        assert_eq!((head[0].bytes, head[0].stage), ((VOCAB + 1) * HIDDEN * 2, StageKind::Head));
+        assert_eq!(
+            (head[0].bytes, head[0].stage),
+            ((VOCAB + 1) * HIDDEN * 2, StageKind::Head)
+        );
         assert_eq!(component("attn").len(), ckpt.config.layers);
         assert!(component("embed").is_empty());
         let expected_attn = match arch {
@@ -190,14 +206,21 @@ fn checkpoint_of_every_family_round_trips() {
             _ => None,
         };
         if let Some(bytes) = expected_attn {
-            assert!(component("attn").iter().all(|c| c.bytes == bytes), "{arch:?}");
+            assert!(
+                component("attn").iter().all(|c| c.bytes == bytes),
+                "{arch:?}"
+            );
         }
         let source_trunk = |name: &str| source.trunk.iter().find(|t| t.name == name);
         if let Some(t) = source_trunk("shared_expert") {
             let shared = component("shared_expert");
             assert_eq!(shared.len(), 2, "{arch:?}");
             // Qwen2-MoE's shared expert also has its [1, 64] sigmoid gate.
-            let gate = if arch == Arch::Qwen2Moe { HIDDEN * 2 } else { 0 };
+            let gate = if arch == Arch::Qwen2Moe {
+                HIDDEN * 2
+            } else {
+                0
+            };
             assert!(shared
                 .iter()
                 .all(|c| c.bytes == t.bytes.0 + gate && c.stage == StageKind::Experts));
@@ -220,7 +243,10 @@ fn checkpoint_int4_and_int8_containers_hold_packed_experts_and_scales() {
         let ckpt = generate_small(Arch::Qwen3Moe, dtype, dir.path());
         assert_eq!(ckpt.config.format, ExpertFormat::Packed { bits, group });
         assert_eq!(ckpt.identity.group_size, group as u32);
-        let key = ObjectKey::Expert { layer: 1, expert: 2 };
+        let key = ObjectKey::Expert {
+            layer: 1,
+            expert: 2,
+        };
         let extents = ckpt.extents(&key);
         assert_eq!(extents.len(), 6);
         let scales: u64 = extents
@@ -254,7 +280,10 @@ fn checkpoint_values_are_seeded_per_tensor() {
         };
         generate(&model, &path, &out, &opts).unwrap();
         let ckpt = Checkpoint::open(&out).unwrap();
-        let e = &ckpt.extents(&ObjectKey::Expert { layer: 0, expert: 1 })[0];
+        let e = &ckpt.extents(&ObjectKey::Expert {
+            layer: 0,
+            expert: 1,
+        })[0];
         let bytes = std::fs::read(&e.shard).unwrap();
         (
             ckpt.identity.content_id.clone(),
@@ -313,7 +342,10 @@ fn checkpoint_corruption_is_an_error_naming_the_tensor() {
     let ckpt = fresh("truncated");
     let w2 = "model.layers.1.block_sparse_moe.experts.3.w2.weight";
     let shard = shard_of(&ckpt, w2);
-    let file = std::fs::OpenOptions::new().write(true).open(&shard).unwrap();
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap();
     let len = file.metadata().unwrap().len();
     file.set_len(len - 1).unwrap();
     expect(&ckpt, &shard, &["tensor `model.", "truncated"]);
@@ -328,7 +360,11 @@ fn checkpoint_corruption_is_an_error_naming_the_tensor() {
     let ckpt = fresh("shape");
     let w1 = "model.layers.0.block_sparse_moe.experts.0.w1.weight";
     let shard = edit_header(&ckpt, w1, "[32,64]", "[64,32]");
-    expect(&ckpt, &shard, &[w1, "has shape [64, 32], expected [32, 64]"]);
+    expect(
+        &ckpt,
+        &shard,
+        &[w1, "has shape [64, 32], expected [32, 64]"],
+    );
 
     // A dtype whose width disagrees with the data offsets.
     let ckpt = fresh("width");
@@ -353,12 +389,36 @@ fn checkpoint_generation_refuses_bad_requests_and_leaves_nothing() {
         assert!(e.contains(place), "`{place}` not in {e}");
         assert!(!e.contains('\n'), "{e}");
     };
-    fails(&model, GenOptions { moe_layers: Some(0), ..GenOptions::default() }, "--layers");
-    fails(&model, GenOptions { moe_layers: Some(4), ..GenOptions::default() }, "--layers");
-    fails(&model, GenOptions { shard_bytes: 0, ..GenOptions::default() }, "--shard-bytes");
+    fails(
+        &model,
+        GenOptions {
+            moe_layers: Some(0),
+            ..GenOptions::default()
+        },
+        "--layers",
+    );
+    fails(
+        &model,
+        GenOptions {
+            moe_layers: Some(4),
+            ..GenOptions::default()
+        },
+        "--layers",
+    );
+    fails(
+        &model,
+        GenOptions {
+            shard_bytes: 0,
+            ..GenOptions::default()
+        },
+        "--shard-bytes",
+    );
     // Mixtral has no dense layers; a description with one is not a Mixtral.
     let (_, dsv2) = small_model(Arch::DeepseekV2);
-    let as_mixtral = GenOptions { family: Some(Family::Mixtral), ..GenOptions::default() };
+    let as_mixtral = GenOptions {
+        family: Some(Family::Mixtral),
+        ..GenOptions::default()
+    };
     fails(&dsv2, as_mixtral, "moe_layers");
     // A name no family is recognised in.
     let mut unnamed = model.clone();
@@ -366,11 +426,23 @@ fn checkpoint_generation_refuses_bad_requests_and_leaves_nothing() {
     let e = generate(&unnamed, Path::new("m.yaml"), &out, &GenOptions::default())
         .unwrap_err()
         .to_string();
-    assert!(e.starts_with("m.yaml: name: ") && e.contains("--family"), "{e}");
+    assert!(
+        e.starts_with("m.yaml: name: ") && e.contains("--family"),
+        "{e}"
+    );
     // A group that does not divide the expert width.
-    let odd = small_yaml(Arch::Mixtral).1.replace("group: 16", "group: 24");
+    let odd = small_yaml(Arch::Mixtral)
+        .1
+        .replace("group: 16", "group: 24");
     let odd = Model::from_yaml_str(&odd, &path).unwrap();
-    fails(&odd, GenOptions { dtype: GenDtype::Int4, ..GenOptions::default() }, "formats.int4");
+    fails(
+        &odd,
+        GenOptions {
+            dtype: GenDtype::Int4,
+            ..GenOptions::default()
+        },
+        "formats.int4",
+    );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 
     // An existing non-empty output is never overwritten.
@@ -381,7 +453,10 @@ fn checkpoint_generation_refuses_bad_requests_and_leaves_nothing() {
     // An empty one is replaced.
     std::fs::remove_file(out.join("keep")).unwrap();
     generate(&model, &path, &out, &GenOptions::default()).unwrap();
-    assert!(out.join("model.safetensors").is_file(), "one shard, no index");
+    assert!(
+        out.join("model.safetensors").is_file(),
+        "one shard, no index"
+    );
     assert!(Checkpoint::open(&out).is_ok());
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }
@@ -406,9 +481,30 @@ fn checkpoint_adapters_fit_the_real_descriptions() {
     };
     let cases = [
         ("mixtral-8x7b", Arch::Mixtral, gqa(32, 8, 128), 32000, 0, 0),
-        ("qwen3-30b-a3b", Arch::Qwen3Moe, gqa(32, 4, 128), 151936, 0, 0),
-        ("deepseek-v2-lite", Arch::DeepseekV2, mla(16, None), 102400, 10944, 2 * 1408),
-        ("deepseek-v3", Arch::DeepseekV3, mla(128, Some(1536)), 129280, 18432, 2048),
+        (
+            "qwen3-30b-a3b",
+            Arch::Qwen3Moe,
+            gqa(32, 4, 128),
+            151936,
+            0,
+            0,
+        ),
+        (
+            "deepseek-v2-lite",
+            Arch::DeepseekV2,
+            mla(16, None),
+            102400,
+            10944,
+            2 * 1408,
+        ),
+        (
+            "deepseek-v3",
+            Arch::DeepseekV3,
+            mla(128, Some(1536)),
+            129280,
+            18432,
+            2048,
+        ),
     ];
     for (name, arch, attention, vocab, dense, shared) in cases {
         let path = root.join(format!("{name}.yaml"));

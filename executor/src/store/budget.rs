@@ -17,7 +17,13 @@ pub struct Budget {
 
 impl fmt::Debug for Budget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Budget({}, {} of {} bytes)", self.name, self.used_bytes(), self.capacity_bytes)
+        write!(
+            f,
+            "Budget({}, {} of {} bytes)",
+            self.name,
+            self.used_bytes(),
+            self.capacity_bytes
+        )
     }
 }
 
@@ -25,7 +31,11 @@ impl fmt::Debug for Budget {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BudgetError {
     #[error("{bytes} bytes can never fit in budget `{budget}` of {capacity_bytes} bytes; raise that budget or use a smaller object")]
-    TooLarge { budget: String, bytes: u64, capacity_bytes: u64 },
+    TooLarge {
+        budget: String,
+        bytes: u64,
+        capacity_bytes: u64,
+    },
     #[error("budget `{budget}` stayed full for {waited_ms} ms ({used_bytes} of {capacity_bytes} bytes used, {bytes} wanted); release leases sooner or raise that budget")]
     Timeout {
         budget: String,
@@ -97,7 +107,11 @@ impl Drop for Reservation {
 /// to `wait` for room. Budgets are taken in the order given; callers give
 /// them in one global order (place, then tier) so two reservations never
 /// wait on each other crosswise.
-pub fn reserve(budgets: &[Arc<Budget>], bytes: u64, wait: Duration) -> Result<Reservation, BudgetError> {
+pub fn reserve(
+    budgets: &[Arc<Budget>],
+    bytes: u64,
+    wait: Duration,
+) -> Result<Reservation, BudgetError> {
     if let Some(b) = budgets.iter().find(|b| bytes > b.capacity_bytes) {
         return Err(BudgetError::TooLarge {
             budget: b.name.clone(),
@@ -154,7 +168,10 @@ mod tests {
         drop(a);
         assert_eq!((gpu.used_bytes(), tier.used_bytes()), (0, 0));
         let e = reserve(std::slice::from_ref(&gpu), 101, Duration::from_secs(5)).unwrap_err();
-        assert!(e.to_string().contains("can never fit in budget `gpu:0`"), "{e}");
+        assert!(
+            e.to_string().contains("can never fit in budget `gpu:0`"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -162,7 +179,8 @@ mod tests {
         let ram = Budget::new("ram:0", 10);
         let first = reserve(std::slice::from_ref(&ram), 8, Duration::ZERO).unwrap();
         let r = ram.clone();
-        let waiter = thread::spawn(move || reserve(&[r], 5, Duration::from_secs(10)).map(|x| x.bytes()));
+        let waiter =
+            thread::spawn(move || reserve(&[r], 5, Duration::from_secs(10)).map(|x| x.bytes()));
         thread::sleep(Duration::from_millis(20));
         assert_eq!(ram.used_bytes(), 8);
         drop(first);
@@ -180,7 +198,9 @@ mod tests {
                 thread::spawn(move || {
                     for i in 0..2000u64 {
                         let bytes = 1 + (i * 7 + t) % 20;
-                        if let Ok(r) = reserve(std::slice::from_ref(&ram), bytes, Duration::from_millis(50)) {
+                        if let Ok(r) =
+                            reserve(std::slice::from_ref(&ram), bytes, Duration::from_millis(50))
+                        {
                             peak.fetch_max(ram.used_bytes(), std::sync::atomic::Ordering::Relaxed);
                             drop(r);
                         }

@@ -19,7 +19,10 @@
 pub mod budget;
 pub mod telemetry;
 
-use crate::policy::{build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams, PolicySetup, Request, NEVER};
+use crate::policy::{
+    build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
+    PolicySetup, Request, NEVER,
+};
 use budget::{reserve, Budget, BudgetError, Reservation};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -80,7 +83,11 @@ pub enum StoreError {
         source: PolicyError,
     },
     #[error("the pinned objects of {place} need {bytes} bytes, more than its {capacity_bytes}; plan with this place's real capacity")]
-    PinsTooLarge { place: String, bytes: u64, capacity_bytes: u64 },
+    PinsTooLarge {
+        place: String,
+        bytes: u64,
+        capacity_bytes: u64,
+    },
 }
 
 /// Lifecycle state (DESIGN 7).
@@ -201,7 +208,10 @@ impl Drop for Lease {
                 *leases -= 1;
                 if *leases == 0 && *evict_on_release {
                     *slot = Slot::Absent;
-                    self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                    self.inner
+                        .counters
+                        .evictions
+                        .fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
@@ -212,7 +222,11 @@ impl Store {
     /// A store over `homes.place.len()` objects. Pinned objects are not
     /// loaded here (see [`Store::acquire`] / [`Store::prefetch`]); their
     /// bytes are reserved out of the policy's share from the start.
-    pub fn new(loader: Arc<dyn Loader>, homes: Homes, config: &StoreConfig) -> Result<Store, StoreError> {
+    pub fn new(
+        loader: Arc<dyn Loader>,
+        homes: Homes,
+        config: &StoreConfig,
+    ) -> Result<Store, StoreError> {
         let objects = homes.place.len();
         let mut tiers: Vec<(String, Arc<Budget>)> = Vec::new();
         for p in &config.places {
@@ -222,7 +236,14 @@ impl Store {
                     .iter()
                     .find(|(t, _)| *t == p.tier)
                     .map(|&(_, c)| c)
-                    .unwrap_or_else(|| config.places.iter().filter(|q| q.tier == p.tier).map(|q| q.capacity_bytes).sum());
+                    .unwrap_or_else(|| {
+                        config
+                            .places
+                            .iter()
+                            .filter(|q| q.tier == p.tier)
+                            .map(|q| q.capacity_bytes)
+                            .sum()
+                    });
                 tiers.push((p.tier.clone(), Budget::new(p.tier.clone(), capacity)));
             }
         }
@@ -247,7 +268,9 @@ impl Store {
                 knowledge: Knowledge {
                     miss_seconds: vec![1.0; objects],
                     hit_seconds: vec![0.0; objects],
-                    sizes_bytes: (0..objects).map(|o| loader.size_bytes(o as ObjectIndex)).collect(),
+                    sizes_bytes: (0..objects)
+                        .map(|o| loader.size_bytes(o as ObjectIndex))
+                        .collect(),
                     ..Knowledge::default()
                 },
                 params: config.params.clone(),
@@ -284,10 +307,13 @@ impl Store {
     /// Leases `o`, loading it first when absent (joining a load in flight).
     pub fn acquire(&self, o: ObjectIndex) -> Result<Lease, StoreError> {
         let inner = &self.inner;
-        let slot_lock = inner.slots.get(o as usize).ok_or(StoreError::NoSuchObject {
-            object: o,
-            objects: inner.slots.len(),
-        })?;
+        let slot_lock = inner
+            .slots
+            .get(o as usize)
+            .ok_or(StoreError::NoSuchObject {
+                object: o,
+                objects: inner.slots.len(),
+            })?;
         let started = Instant::now();
         let mut waited = false;
         loop {
@@ -305,7 +331,8 @@ impl Store {
                     drop(slot);
                     let now = self.tick(o);
                     if !waited {
-                        inner.counters.tier_hits[inner.homes.place[o as usize]].fetch_add(1, Ordering::Relaxed);
+                        inner.counters.tier_hits[inner.homes.place[o as usize]]
+                            .fetch_add(1, Ordering::Relaxed);
                         self.tell_policy_of_hit(o, now);
                     }
                     return Ok(self.lease(o, resident, waited.then_some(started)));
@@ -313,7 +340,10 @@ impl Store {
                 Slot::Loading(flight) => {
                     let flight = Arc::clone(flight);
                     drop(slot);
-                    inner.counters.single_flight_joins.fetch_add(1, Ordering::Relaxed);
+                    inner
+                        .counters
+                        .single_flight_joins
+                        .fetch_add(1, Ordering::Relaxed);
                     waited = true;
                     let loaded = flight.wait()?;
                     if !loaded.admitted {
@@ -359,7 +389,10 @@ impl Store {
         let mut slot = self.inner.slots[o as usize].lock().unwrap();
         if matches!(&*slot, Slot::Ready { leases: 0, .. }) {
             *slot = Slot::Absent;
-            self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+            self.inner
+                .counters
+                .evictions
+                .fetch_add(1, Ordering::Relaxed);
             true
         } else {
             false
@@ -389,7 +422,9 @@ impl Store {
         budgets.dedup_by(|a, b| a.name() == b.name());
         inner.counters.snapshot(
             inner.places.iter().map(|p| p.config.name.as_str()),
-            budgets.iter().map(|b| (b.name(), b.capacity_bytes(), b.used_bytes())),
+            budgets
+                .iter()
+                .map(|b| (b.name(), b.capacity_bytes(), b.used_bytes())),
         )
     }
 
@@ -406,7 +441,11 @@ impl Store {
         }
         let place = &self.inner.places[self.inner.homes.place[o as usize]];
         let mut evicted = Vec::new();
-        place.policy.lock().unwrap().access(&self.request(o, now), &mut evicted);
+        place
+            .policy
+            .lock()
+            .unwrap()
+            .access(&self.request(o, now), &mut evicted);
         // Some policies (SLRU with unequal sizes) evict on a hit.
         for v in evicted {
             self.evict_victim(v);
@@ -428,7 +467,11 @@ impl Store {
         let place = &inner.places[inner.homes.place[o as usize]];
         let admitted = inner.homes.pinned[o as usize] || {
             let mut evicted = Vec::new();
-            let outcome = place.policy.lock().unwrap().access(&self.request(o, now), &mut evicted);
+            let outcome = place
+                .policy
+                .lock()
+                .unwrap()
+                .access(&self.request(o, now), &mut evicted);
             for v in evicted {
                 self.evict_victim(v);
             }
@@ -482,9 +525,14 @@ impl Store {
         match &mut *slot {
             Slot::Ready { leases: 0, .. } => {
                 *slot = Slot::Absent;
-                self.inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                self.inner
+                    .counters
+                    .evictions
+                    .fetch_add(1, Ordering::Relaxed);
             }
-            Slot::Ready { evict_on_release, .. } => *evict_on_release = true,
+            Slot::Ready {
+                evict_on_release, ..
+            } => *evict_on_release = true,
             Slot::Loading(flight) => flight.evict_when_done.store(true, Ordering::Relaxed),
             Slot::Absent => {}
         }
@@ -497,7 +545,9 @@ impl Store {
         if let Some(started) = waited {
             counters.add_seconds(&counters.felt_wait_nanos, started.elapsed());
         }
-        counters.logical_bytes.fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
+        counters
+            .logical_bytes
+            .fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
         Lease {
             inner: Arc::clone(&self.inner),
             object: o,

@@ -75,7 +75,10 @@ impl Counters {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let seconds = |c: &AtomicU64| get(c) as f64 * 1e-9;
         Telemetry {
-            tier_hits: places.zip(&self.tier_hits).map(|(p, c)| (p.to_string(), get(c))).collect(),
+            tier_hits: places
+                .zip(&self.tier_hits)
+                .map(|(p, c)| (p.to_string(), get(c)))
+                .collect(),
             physical_misses: get(&self.physical_misses),
             logical_bytes: get(&self.logical_bytes),
             physical_bytes: get(&self.physical_bytes),
@@ -165,25 +168,74 @@ impl Telemetry {
             "tier_hits",
             "counter",
             "Requests that found the object published, per place.",
-            by_place(self.tier_hits.iter().map(|(p, c)| (p.as_str(), *c)).collect()),
+            by_place(
+                self.tier_hits
+                    .iter()
+                    .map(|(p, c)| (p.as_str(), *c))
+                    .collect(),
+            ),
         );
         for (name, help, value) in [
-            ("physical_misses", "Loads started by a miss.", self.physical_misses),
-            ("logical_bytes", "Bytes handed out under leases.", self.logical_bytes),
-            ("physical_bytes", "Bytes read by loads.", self.physical_bytes),
-            ("admissions", "Misses admitted to their place.", self.admissions),
-            ("rejections", "Misses served from a transient slot.", self.rejections),
+            (
+                "physical_misses",
+                "Loads started by a miss.",
+                self.physical_misses,
+            ),
+            (
+                "logical_bytes",
+                "Bytes handed out under leases.",
+                self.logical_bytes,
+            ),
+            (
+                "physical_bytes",
+                "Bytes read by loads.",
+                self.physical_bytes,
+            ),
+            (
+                "admissions",
+                "Misses admitted to their place.",
+                self.admissions,
+            ),
+            (
+                "rejections",
+                "Misses served from a transient slot.",
+                self.rejections,
+            ),
             ("evictions", "Objects dropped from a place.", self.evictions),
-            ("migrations", "Objects moved between places.", self.migrations),
-            ("migration_bytes", "Bytes moved between places.", self.migration_bytes),
-            ("single_flight_joins", "Requests that joined a load in flight.", self.single_flight_joins),
-            ("lease_waits", "Loads that waited for budget held by leases.", self.lease_waits),
+            (
+                "migrations",
+                "Objects moved between places.",
+                self.migrations,
+            ),
+            (
+                "migration_bytes",
+                "Bytes moved between places.",
+                self.migration_bytes,
+            ),
+            (
+                "single_flight_joins",
+                "Requests that joined a load in flight.",
+                self.single_flight_joins,
+            ),
+            (
+                "lease_waits",
+                "Loads that waited for budget held by leases.",
+                self.lease_waits,
+            ),
         ] {
             metric(name, "counter", help, plain(value.to_string()));
         }
         for (name, help, value) in [
-            ("felt_wait_seconds", "Seconds requests waited for loads.", self.felt_wait_seconds),
-            ("read_service_seconds", "Seconds spent reading and preparing objects.", self.read_service_seconds),
+            (
+                "felt_wait_seconds",
+                "Seconds requests waited for loads.",
+                self.felt_wait_seconds,
+            ),
+            (
+                "read_service_seconds",
+                "Seconds spent reading and preparing objects.",
+                self.read_service_seconds,
+            ),
         ] {
             metric(name, "counter", help, plain(value.to_string()));
         }
@@ -200,10 +252,32 @@ impl Telemetry {
             .collect();
         buckets.push(("_bucket{le=\"+Inf\"}".into(), cumulative.to_string()));
         buckets.push(("_count".into(), cumulative.to_string()));
-        metric("reuse_distance", "histogram", "Requests between two requests of one object.", buckets);
-        let budgets = |f: fn(&BudgetUse) -> u64| by_place(self.budgets.iter().map(|b| (b.place.as_str(), f(b))).collect());
-        metric("budget_bytes", "gauge", "Capacity of each budget.", budgets(|b| b.budget_bytes));
-        metric("used_bytes", "gauge", "Bytes reserved in each budget.", budgets(|b| b.used_bytes));
+        metric(
+            "reuse_distance",
+            "histogram",
+            "Requests between two requests of one object.",
+            buckets,
+        );
+        let budgets = |f: fn(&BudgetUse) -> u64| {
+            by_place(
+                self.budgets
+                    .iter()
+                    .map(|b| (b.place.as_str(), f(b)))
+                    .collect(),
+            )
+        };
+        metric(
+            "budget_bytes",
+            "gauge",
+            "Capacity of each budget.",
+            budgets(|b| b.budget_bytes),
+        );
+        metric(
+            "used_bytes",
+            "gauge",
+            "Bytes reserved in each budget.",
+            budgets(|b| b.used_bytes),
+        );
         out
     }
 }

@@ -61,7 +61,11 @@ impl Loader for PatternLoader {
 }
 
 fn pattern_ok(lease: &Lease) -> bool {
-    lease.bytes().iter().enumerate().all(|(i, &b)| b == byte(lease.object(), i))
+    lease
+        .bytes()
+        .iter()
+        .enumerate()
+        .all(|(i, &b)| b == byte(lease.object(), i))
 }
 
 /// One RAM place of `capacity` bytes, `objects` objects of `size` bytes.
@@ -75,7 +79,9 @@ fn store(
     let objects = loader.size_bytes.len();
     let homes = Homes {
         place: vec![0; objects],
-        pinned: (0..objects as ObjectIndex).map(|o| pinned.contains(&o)).collect(),
+        pinned: (0..objects as ObjectIndex)
+            .map(|o| pinned.contains(&o))
+            .collect(),
     };
     let config = StoreConfig {
         places: vec![PlaceConfig {
@@ -93,7 +99,13 @@ fn store(
 }
 
 fn used(store: &Store, budget: &str) -> u64 {
-    store.telemetry().budgets.iter().find(|b| b.place == budget).unwrap().used_bytes
+    store
+        .telemetry()
+        .budgets
+        .iter()
+        .find(|b| b.place == budget)
+        .unwrap()
+        .used_bytes
 }
 
 #[test]
@@ -185,13 +197,24 @@ fn declined_misses_run_from_staging_and_leave_nothing_behind() {
     // `plan` with no residents declines everything: each miss is a
     // transient slot in the 25-byte staging budget.
     let loader = PatternLoader::new(vec![10; 3]);
-    let s = store(&loader, 20, PolicyKind::Plan, &[], Duration::from_millis(30));
+    let s = store(
+        &loader,
+        20,
+        PolicyKind::Plan,
+        &[],
+        Duration::from_millis(30),
+    );
     let a = s.acquire(1).unwrap();
     assert!(pattern_ok(&a) && !a.is_resident());
     let b = s.acquire(2).unwrap();
     assert_eq!(used(&s, "staging"), 20);
     // A third would need 30 > 25 bytes of staging.
-    assert!(s.acquire(0).err().unwrap().to_string().contains("`staging`"));
+    assert!(s
+        .acquire(0)
+        .err()
+        .unwrap()
+        .to_string()
+        .contains("`staging`"));
     drop((a, b));
     assert_eq!(used(&s, "staging"), 0);
     assert_eq!(s.state(1), ObjectState::Absent);
