@@ -7,6 +7,7 @@ use residency_executor::policy::PolicyKind;
 use residency_executor::policy::PolicyParams;
 use residency_executor::sim::arms::{SimOptions, Start};
 use residency_executor::sim::budget::Allocation;
+use residency_executor::sim::felt::miss_seconds_from_prof_log;
 use residency_executor::sim::job::{
     simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat,
 };
@@ -35,8 +36,12 @@ pub struct SimulateArgs {
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Calibrated felt wait per physical miss, e.g. `4.67ms` (all layers).
-    #[arg(long, value_parser = parse_seconds)]
+    #[arg(long, value_parser = parse_seconds, conflicts_with = "miss_cost_log")]
     miss_cost: Option<f64>,
+    /// Calibrate the miss cost from a Colibri log's `[PROF] expert I/O:`
+    /// lines: felt wait / physical misses.
+    #[arg(long)]
+    miss_cost_log: Option<PathBuf>,
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
     policy: Vec<PolicyKind>,
@@ -140,7 +145,10 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             .map(Model::from_yaml_file)
             .transpose()?,
         profile,
-        miss_seconds: args.miss_cost,
+        miss_seconds: match &args.miss_cost_log {
+            Some(log) => Some(miss_seconds_from_prof_log(log)?),
+            None => args.miss_cost,
+        },
         policies: args.policy.clone(),
         budgets: args.budget.clone(),
         allocations: args.allocation.clone(),

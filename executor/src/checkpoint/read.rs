@@ -167,6 +167,8 @@ impl Checkpoint {
         for extents in objects.values_mut() {
             extents.sort_by(|a, b| (&a.shard, a.offset).cmp(&(&b.shard, b.offset)));
         }
+        // The content id covers everything that decides what the bytes mean:
+        // config.json, the index, and each shard's name and header.
         let identity = ModelIdentity {
             content_id: content
                 .finalize()

@@ -7,7 +7,9 @@
 //! (policy, layer, capacity) and reused by every arm and every miss-cost
 //! scaling that gives that layer the same capacity; this is what makes the
 //! gate's 2 x layers sensitivity reruns cheap. Felt wait is always counted
-//! with the base miss costs and scaled per layer afterwards.
+//! with the base miss costs and scaled per layer afterwards. The dynamic
+//! allocation water-fills on each policy's own curves: LRU's from one
+//! stack-distance pass, the others' from a replay at every capacity.
 
 use super::budget::{water_fill, Allocation, LayerCurve};
 use super::replay::{replay, ReplayStats};
@@ -15,6 +17,7 @@ use super::stack::lru_misses_per_slot;
 use super::stream::Stream;
 use super::SimError;
 use crate::policy::{build, Knowledge, ObjectIndex, PolicyKind, PolicyParams, PolicySetup};
+use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
 
@@ -74,11 +77,15 @@ pub struct Simulator {
     miss_seconds: Vec<f64>,
     options: SimOptions,
     layer_streams: Vec<Stream>,
-    lru_curves: Vec<Vec<u64>>,
-    memo: HashMap<(PolicyKind, usize, u64, u64), ReplayStats>,
+    /// Misses per slot count per layer, by policy (see `curves`).
+    curves: HashMap<PolicyKind, Vec<Vec<u64>>>,
+    memo: HashMap<MemoKey, ReplayStats>,
 }
 
 const GLOBAL: usize = usize::MAX;
+
+/// (policy, layer or GLOBAL, capacity, miss-cost scaling when it matters).
+type MemoKey = (PolicyKind, usize, u64, u64);
 
 impl Simulator {
     /// `train_counts[o]`: requests for `o` in the training data (the
@@ -101,7 +108,7 @@ impl Simulator {
             } else {
                 vec![eval.clone()]
             },
-            lru_curves: Vec::new(),
+            curves: HashMap::new(),
             memo: HashMap::new(),
             eval,
         }
@@ -131,7 +138,8 @@ impl Simulator {
                 )
             }
             Allocation::Uniform | Allocation::Dynamic => {
-                let capacities = self.layer_capacities(arm.allocation, arm.budget_bytes, scale);
+                let capacities =
+                    self.layer_capacities(arm.policy, arm.allocation, arm.budget_bytes, scale)?;
                 let mut total = ReplayStats::default();
                 for (l, &c) in capacities.iter().enumerate() {
                     let part =
@@ -152,43 +160,37 @@ impl Simulator {
         })
     }
 
-    /// Bytes per layer: `budget / layers`, or water-filled on the LRU curves
-    /// with the scaled miss costs. Uniform capacities are whole slots.
+    /// Bytes per layer: `budget / layers` in whole slots, or water-filled
+    /// on `policy`'s own curves with the scaled miss costs.
     pub fn layer_capacities(
         &mut self,
+        policy: PolicyKind,
         allocation: Allocation,
         budget_bytes: u64,
         scale: &[f64],
-    ) -> Vec<u64> {
+    ) -> Result<Vec<u64>, SimError> {
         let layers = self.eval.layers();
-        let slot = |s: &Self, l: usize| {
-            s.eval
-                .sizes_bytes
-                .get(s.eval.layer_objects(l).start)
-                .copied()
-                .unwrap_or(1)
-        };
         if allocation == Allocation::Uniform {
             let share = budget_bytes / layers as u64;
-            return (0..layers)
-                .map(|l| share / slot(self, l) * slot(self, l))
-                .collect();
+            return Ok((0..layers)
+                .map(|l| share / self.slot_bytes(l) * self.slot_bytes(l))
+                .collect());
         }
-        if self.lru_curves.is_empty() {
-            self.lru_curves = self.layer_streams.iter().map(lru_misses_per_slot).collect();
-        }
-        let curves: Vec<LayerCurve> = (0..layers)
-            .map(|l| LayerCurve {
-                slot_bytes: slot(self, l),
-                misses: self.lru_curves[l].clone(),
+        let curves: Vec<LayerCurve> = self
+            .curves(policy)?
+            .into_iter()
+            .enumerate()
+            .map(|(l, misses)| LayerCurve {
+                slot_bytes: self.slot_bytes(l),
+                misses,
                 miss_seconds: self.miss_seconds[self.eval.layer_objects(l).start] * scale[l],
             })
             .collect();
-        water_fill(&curves, budget_bytes)
+        Ok(water_fill(&curves, budget_bytes)
             .into_iter()
             .zip(&curves)
             .map(|(k, c)| k as u64 * c.slot_bytes)
-            .collect()
+            .collect())
     }
 
     /// Replays the objects `range` (one layer, or all for `GLOBAL`) with a
@@ -201,18 +203,48 @@ impl Simulator {
         capacity_bytes: u64,
         scale: &[f64],
     ) -> Result<ReplayStats, SimError> {
-        // Only cost-aware policies decide differently under other miss costs.
+        let key = self.memo_key(policy, layer, capacity_bytes, scale);
+        if let Some(stats) = self.memo.get(&key) {
+            return Ok(stats.clone());
+        }
+        let stats = self.compute_part(policy, layer, range, capacity_bytes, scale)?;
+        self.memo.insert(key, stats.clone());
+        Ok(stats)
+    }
+
+    /// Replays of one policy only depend on the miss costs when it weighs
+    /// them against each other: in a global cache, or with a move cost or
+    /// hysteresis. Inside one layer every object has the same miss cost, so
+    /// scaling it changes no comparison of `cost` or `plan` there.
+    fn memo_key(
+        &self,
+        policy: PolicyKind,
+        layer: usize,
+        capacity_bytes: u64,
+        scale: &[f64],
+    ) -> MemoKey {
+        let params = &self.options.params;
+        let absolute = params.hysteresis != 0.0 || params.move_seconds_per_byte != 0.0;
         let scale_key = match (policy.uses_miss_costs(), layer) {
             (false, _) => 0,
             (true, GLOBAL) => scale
                 .iter()
                 .fold(0u64, |h, s| h.rotate_left(7) ^ s.to_bits()),
-            (true, l) => scale[l].to_bits(),
+            (true, l) if absolute => scale[l].to_bits(),
+            (true, _) => 0,
         };
-        let key = (policy, layer, capacity_bytes, scale_key);
-        if let Some(stats) = self.memo.get(&key) {
-            return Ok(stats.clone());
-        }
+        (policy, layer, capacity_bytes, scale_key)
+    }
+
+    /// One replay, not remembered (see `replay_part`).
+    fn compute_part(
+        &self,
+        policy: PolicyKind,
+        layer: usize,
+        range: Range<usize>,
+        capacity_bytes: u64,
+        scale: &[f64],
+    ) -> Result<ReplayStats, SimError> {
         let miss_seconds: Vec<f64> = self.miss_seconds[range.clone()].to_vec();
         let scaled: Vec<f64> = range
             .clone()
@@ -290,8 +322,49 @@ impl Simulator {
             stats.felt_wait_seconds_by_layer[layer] = felt;
             stats
         };
-        self.memo.insert(key, stats.clone());
         Ok(stats)
+    }
+
+    /// Misses of `policy` at every whole number of slots in every layer:
+    /// one stack-distance pass for LRU, replays (in parallel, and
+    /// remembered for the arms that use them) for the others.
+    fn curves(&mut self, policy: PolicyKind) -> Result<Vec<Vec<u64>>, SimError> {
+        if let Some(c) = self.curves.get(&policy) {
+            return Ok(c.clone());
+        }
+        let curves: Vec<Vec<u64>> = if policy == PolicyKind::Lru {
+            self.layer_streams.iter().map(lru_misses_per_slot).collect()
+        } else {
+            let ones = vec![1.0; self.eval.layers()];
+            let points: Vec<(usize, u64)> = (0..self.eval.layers())
+                .flat_map(|l| {
+                    let slot = self.slot_bytes(l);
+                    (0..=self.eval.layer_objects(l).len() as u64).map(move |k| (l, k * slot))
+                })
+                .collect();
+            let stats: Vec<ReplayStats> = points
+                .par_iter()
+                .map(|&(l, c)| self.compute_part(policy, l, self.eval.layer_objects(l), c, &ones))
+                .collect::<Result<_, _>>()?;
+            let mut curves: Vec<Vec<u64>> = vec![Vec::new(); self.eval.layers()];
+            for (&(l, c), stats) in points.iter().zip(stats) {
+                curves[l].push(stats.misses);
+                let key = self.memo_key(policy, l, c, &ones);
+                self.memo.insert(key, stats);
+            }
+            curves
+        };
+        self.curves.insert(policy, curves.clone());
+        Ok(curves)
+    }
+
+    /// Bytes of one expert of layer `l` (a cache slot).
+    fn slot_bytes(&self, l: usize) -> u64 {
+        self.eval
+            .sizes_bytes
+            .get(self.eval.layer_objects(l).start)
+            .copied()
+            .unwrap_or(1)
     }
 }
 

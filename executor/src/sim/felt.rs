@@ -4,11 +4,71 @@
 //! the mistake of Colibri #924); without calibration every read is taken as
 //! felt: latency + bytes / bandwidth of the profile's fastest drive.
 
+use residency_planner::error::{read_text, PlannerError};
 use residency_planner::profile::HardwareProfile;
+use std::path::Path;
 
 /// Seconds per physical miss from a log's totals.
 pub fn miss_seconds_from_log(felt_wait_seconds: f64, physical_misses: u64) -> f64 {
     felt_wait_seconds / physical_misses as f64
+}
+
+/// Seconds per physical miss from a Colibri log's `[PROF] expert I/O:`
+/// lines (`... / <misses> load) | <l> loads/token | <s>s read service /
+/// <f>s felt wait`): total felt wait over total misses, over every such
+/// line (one per run or serve turn). Loads per token never enter.
+pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
+    let text = read_text(path)?;
+    let (mut felt_seconds, mut misses) = (0.0, 0u64);
+    let mut lines = 0;
+    for (i, line) in text.lines().enumerate() {
+        let Some(at) = line.find("[PROF] expert I/O:") else {
+            continue;
+        };
+        let line = &line[at..];
+        let bad = |what: &str| {
+            PlannerError::input(
+                path,
+                format!("line {}", i + 1),
+                format!("a `[PROF] expert I/O:` line without {what}"),
+                "give the log as Colibri prints it (PROF=1), unedited",
+            )
+        };
+        let n: u64 = line
+            .split(" load)")
+            .next()
+            .filter(|_| line.contains(" load)"))
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| bad("`<misses> load)`"))?;
+        let f: f64 = line
+            .split("s felt wait")
+            .next()
+            .filter(|_| line.contains("s felt wait"))
+            .and_then(|head| head.rsplit(' ').next())
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| bad("`<seconds>s felt wait`"))?;
+        felt_seconds += f;
+        misses += n;
+        lines += 1;
+    }
+    if lines == 0 {
+        return Err(PlannerError::input(
+            path,
+            "whole file",
+            "no `[PROF] expert I/O:` line (older `PROFILE: expert-disk` lines carry no miss count)",
+            "run Colibri with PROF=1 and give that log, or pass --miss-cost",
+        ));
+    }
+    if misses == 0 {
+        return Err(PlannerError::input(
+            path,
+            "whole file",
+            "the `[PROF] expert I/O:` lines count 0 physical misses, so no cost per miss follows",
+            "give a log of a run that read experts from disk, or pass --miss-cost",
+        ));
+    }
+    Ok(miss_seconds_from_log(felt_seconds, misses))
 }
 
 /// Seconds to read `bytes` from the profile's fastest drive (highest read
@@ -34,6 +94,33 @@ mod tests {
         // by the 525 loads per token instead would give 2.667 ms.
         let m = miss_seconds_from_log(1.4, 300);
         assert!((m - 0.004_666_7).abs() < 1e-7, "{m}");
+    }
+
+    #[test]
+    fn prof_lines_give_felt_wait_over_physical_misses() {
+        // The #924 case as Colibri prints it: 300 loads, 525 loads/token,
+        // 1.4 s felt -> 1.4 / 300 s; a second turn adds 100 misses and
+        // 0.6 s: (1.4 + 0.6) / 400 = 5 ms.
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("run.log");
+        let line = |gb: f64, misses: u32, felt: f64| {
+            format!("[PROF] expert I/O: {gb:.3} GB fetched (12.0 MB/token, 1.10 GB/s over the run) | hit 81.2% (900 pin + 400 lru / {misses} load) | 525.0 loads/token | 3.1s read service / {felt:.1}s felt wait\n")
+        };
+        std::fs::write(&log, format!("decode...\n{}", line(4.2, 300, 1.4))).unwrap();
+        let m = miss_seconds_from_prof_log(&log).unwrap();
+        assert!((m - 1.4 / 300.0).abs() < 1e-12, "{m}");
+        std::fs::write(&log, line(4.2, 300, 1.4) + &line(1.0, 100, 0.6)).unwrap();
+        assert!((miss_seconds_from_prof_log(&log).unwrap() - 0.005).abs() < 1e-12);
+        std::fs::write(
+            &log,
+            "PROFILE: expert-disk 1340.818s service / 431.739s wait | expert-matmul 188.270s\n",
+        )
+        .unwrap();
+        let e = miss_seconds_from_prof_log(&log).unwrap_err().to_string();
+        assert!(
+            e.contains("no `[PROF] expert I/O:` line") && !e.contains('\n'),
+            "{e}"
+        );
     }
 
     #[test]

@@ -91,7 +91,8 @@ pub struct SimulateJob {
     pub model: Option<Model>,
     /// Prices uncalibrated misses (fastest drive); the embedded default when `None`.
     pub profile: HardwareProfile,
-    /// Calibrated seconds per physical miss for every layer (overrides the profile).
+    /// Calibrated seconds per physical miss for every layer (overrides the
+    /// profile); see `felt::miss_seconds_from_prof_log`.
     pub miss_seconds: Option<f64>,
     pub policies: Vec<PolicyKind>,
     pub budgets: Vec<Budget>,
