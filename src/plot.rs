@@ -19,6 +19,7 @@
 use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use residency_planner::error::PlannerError;
 use residency_planner::heat::LayerConcentration;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -212,11 +213,9 @@ fn write_chart(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
                 draw(&root, title, panels, &ranges).map_err(|e| render_failed(path, e))?;
                 root.present().map_err(|e| render_failed(path, e))?;
             }
-            residency_planner::error::write_atomic(path, svg.as_bytes()).map_err(|e| {
-                let detail = std::error::Error::source(&e)
-                    .map(ToString::to_string)
-                    .unwrap_or_else(|| e.to_string());
-                write_failed(path, detail)
+            residency_planner::error::write_atomic(path, svg.as_bytes()).map_err(|e| match e {
+                PlannerError::Io { error, .. } => write_failed(path, error),
+                other => write_failed(path, other),
             })
         }
         PlotFormat::Png => {

@@ -14,12 +14,12 @@ pub enum PlannerError {
         problem: String,
         fix: String,
     },
-    /// A file that could not be read or written at all.
-    #[error("{}: {source}", file.display())]
+    /// A file that could not be read or written at all. The I/O error is
+    /// part of the message, not a `source`, so an error chain says it once.
+    #[error("{}: {error}", file.display())]
     Io {
         file: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// The inputs are valid but no placement satisfies the capacities.
     #[error("infeasible: {0}")]
@@ -49,7 +49,7 @@ impl PlannerError {
     pub fn io(file: &Path, source: std::io::Error) -> Self {
         PlannerError::Io {
             file: file.to_path_buf(),
-            source,
+            error: source,
         }
     }
 }
