@@ -1,6 +1,7 @@
 //! The `residency` command line: argument parsing and printing only; every
 //! decision is made in the planner crate.
 
+mod apply_cmd;
 mod checkpoint_cmd;
 mod plot;
 mod print;
@@ -126,6 +127,8 @@ enum Command {
         #[command(flatten)]
         inputs: InputArgs,
     },
+    /// Load a plan's residents from a checkpoint through the executor.
+    Apply(apply_cmd::ApplyArgs),
     /// Replay a trace through cache policies at byte budgets (DESIGN 6).
     Simulate(simulate::SimulateArgs),
     /// Write a checkpoint with a model's real tensor names, shapes and dtypes
@@ -207,6 +210,7 @@ fn run(command: Command) -> Result<()> {
             inputs,
         } => diff(&before, &after, &inputs),
         Command::Simulate(args) => simulate::run(args),
+        Command::Apply(args) => apply_cmd::run(&args),
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
         Command::Schema { out } => write_schemas(&out),
     }

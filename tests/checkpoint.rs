@@ -193,3 +193,153 @@ fn plan_on_a_damaged_checkpoint_names_the_tensor() {
         &plan,
     );
 }
+
+/// Objects and bytes a plan keeps off the disks, counted from the plan file
+/// itself (experts by place index, trunk by place name).
+fn planned_residents(plan: &serde_json::Value) -> (usize, u64) {
+    let places: Vec<&str> = plan["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    let experts = plan["experts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|row| row.as_array().unwrap())
+        .filter(|p| !places[p.as_u64().unwrap() as usize].starts_with("disk"))
+        .count();
+    let trunk = plan["trunk"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|t| !t["place"].as_str().unwrap().starts_with("disk"))
+        .count();
+    let bytes = plan["usage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| !u["place"].as_str().unwrap().starts_with("disk"))
+        .map(|u| u["used_bytes"].as_u64().unwrap())
+        .sum();
+    (experts + trunk, bytes)
+}
+
+#[test]
+fn gen_plan_apply_verify_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = small_checkpoint(dir.path());
+    let plan = dir.path().join("plan.json");
+    let o = run(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let plan_doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let (objects, bytes) = planned_residents(&plan_doc);
+    for backend in ["io-uring", "direct", "pread", "mmap"] {
+        let json = dir.path().join(format!("apply-{backend}.json"));
+        let o = run(&[
+            "apply",
+            "--plan",
+            s(&plan),
+            "--checkpoint",
+            s(&ckpt),
+            "--verify",
+            "--backend",
+            backend,
+            "--json",
+            s(&json),
+        ]);
+        assert!(o.status.success(), "{backend}: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("verified: every resident equals"),
+            "{}",
+            stdout(&o)
+        );
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        assert_eq!(doc["verified"], true);
+        let tiers = doc["tiers"].as_array().unwrap();
+        let loaded: u64 = tiers.iter().map(|t| t["objects"].as_u64().unwrap()).sum();
+        let loaded_bytes: u64 = tiers.iter().map(|t| t["bytes"].as_u64().unwrap()).sum();
+        // What the store loaded is what the planner placed in memory.
+        assert_eq!(
+            (loaded as usize, loaded_bytes),
+            (objects, bytes),
+            "{backend}"
+        );
+        assert!(tiers.iter().all(|t| t["seconds"].as_f64().unwrap() >= 0.0));
+        assert_eq!(doc["telemetry"]["physical_bytes"].as_u64().unwrap(), bytes);
+    }
+}
+
+#[test]
+fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = small_checkpoint(dir.path());
+    let plan = dir.path().join("plan.json");
+    assert!(run(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan)
+    ])
+    .status
+    .success());
+    let json = dir.path().join("apply.json");
+    // A plan for three MoE layers against the two-layer checkpoint.
+    let mut doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let row = doc["experts"][0].clone();
+    doc["experts"].as_array_mut().unwrap().push(row);
+    let foreign = dir.path().join("foreign.json");
+    std::fs::write(&foreign, serde_json::to_string(&doc).unwrap()).unwrap();
+    assert_bad_input(
+        &[
+            "apply",
+            "--plan",
+            s(&foreign),
+            "--checkpoint",
+            s(&ckpt),
+            "--json",
+            s(&json),
+        ],
+        &foreign,
+        "experts",
+        &json,
+    );
+    // A shard cut short after planning.
+    let shard = shard_holding(&ckpt, "model.layers.1.mlp.experts.0.down_proj.weight");
+    let len = std::fs::metadata(&shard).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&shard)
+        .unwrap()
+        .set_len(len - 100)
+        .unwrap();
+    assert_bad_input(
+        &[
+            "apply",
+            "--plan",
+            s(&plan),
+            "--checkpoint",
+            s(&ckpt),
+            "--json",
+            s(&json),
+        ],
+        &shard,
+        "truncated",
+        &json,
+    );
+}

@@ -1,8 +1,17 @@
 //! residency-executor: everything that touches bytes, devices and time
-//! (DESIGN 7). Today: the cache policies shared by the replay simulator and
-//! the serving loop (`policy`), and the simulator itself (`sim`, DESIGN 6).
+//! (DESIGN 7), used by engines in their own process.
+//!
+//! - `identity`: what makes two objects the same.
+//! - `policy`: cache policies, shared by the simulator and the store.
+//! - `sim`: the replay simulator (DESIGN 6).
+//! - `checkpoint`: safetensors checkpoints, family adapters, generation.
+//! - `storage`: reading byte ranges (pread, O_DIRECT, mmap, io_uring, drives).
+//! - `store`: budgets, lifecycle, single flight, leases, telemetry.
+//! - `apply`: a plan onto a checkpoint, through the store.
+//!
 //! It uses the planner (readers, plans); the planner never uses it.
 
+pub mod apply;
 pub mod checkpoint;
 pub mod identity;
 pub mod policy;

@@ -29,13 +29,27 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{Counters, Telemetry};
 
+/// The prepared bytes of one object, in whatever memory the loader chose
+/// (an aligned slab that O_DIRECT filled, a plain buffer).
+pub trait ObjectBytes: Send + Sync {
+    fn bytes(&self) -> &[u8];
+}
+
+impl ObjectBytes for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 /// Reads, validates and prepares objects; the store never sees files.
+/// Budgets count `size_bytes`; alignment slack of the loader's buffers is
+/// not counted (under 8 KiB an object for O_DIRECT).
 pub trait Loader: Send + Sync {
     /// Bytes of object `o` once prepared for its tier.
     fn size_bytes(&self, o: ObjectIndex) -> u64;
-    /// Fills `dst` (exactly `size_bytes(o)` long) with `o`, or says why not.
-    /// A failure leaves nothing published.
-    fn load(&self, o: ObjectIndex, dst: &mut [u8]) -> Result<(), String>;
+    /// Reads `o` (exactly `size_bytes(o)` bytes), or says why not. It runs
+    /// after the bytes were reserved; a failure leaves nothing published.
+    fn load(&self, o: ObjectIndex) -> Result<Box<dyn ObjectBytes>, String>;
 }
 
 /// One place objects live in.
@@ -106,7 +120,7 @@ pub enum ObjectState {
 }
 
 struct Resident {
-    bytes: Box<[u8]>,
+    bytes: Box<dyn ObjectBytes>,
     _reservation: Reservation,
 }
 
@@ -175,7 +189,7 @@ impl Lease {
     }
 
     pub fn bytes(&self) -> &[u8] {
-        &self.resident.bytes
+        self.resident.bytes.bytes()
     }
 
     /// Whether the object was admitted (false: a transient slot).
@@ -187,7 +201,7 @@ impl Lease {
 impl std::ops::Deref for Lease {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        &self.resident.bytes
+        self.resident.bytes.bytes()
     }
 }
 
@@ -495,11 +509,19 @@ impl Store {
                 if reservation.waited() {
                     counters.lease_waits.fetch_add(1, Ordering::Relaxed);
                 }
-                let mut bytes = vec![0u8; size as usize].into_boxed_slice();
                 let started = Instant::now();
-                let read = inner.loader.load(o, &mut bytes);
+                let read = inner.loader.load(o);
                 counters.add_seconds(&counters.read_service_nanos, started.elapsed());
-                read.map_err(|reason| StoreError::Load { object: o, reason })?;
+                let bytes = read.map_err(|reason| StoreError::Load { object: o, reason })?;
+                if bytes.bytes().len() as u64 != size {
+                    return Err(StoreError::Load {
+                        object: o,
+                        reason: format!(
+                            "the loader gave {} bytes, the object has {size}",
+                            bytes.bytes().len()
+                        ),
+                    });
+                }
                 counters.physical_bytes.fetch_add(size, Ordering::Relaxed);
                 Ok(Arc::new(Resident {
                     bytes,
@@ -547,7 +569,7 @@ impl Store {
         }
         counters
             .logical_bytes
-            .fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
+            .fetch_add(resident.bytes.bytes().len() as u64, Ordering::Relaxed);
         Lease {
             inner: Arc::clone(&self.inner),
             object: o,

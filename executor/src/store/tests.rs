@@ -43,20 +43,20 @@ impl Loader for PatternLoader {
         self.size_bytes[o as usize]
     }
 
-    fn load(&self, o: ObjectIndex, dst: &mut [u8]) -> Result<(), String> {
+    fn load(&self, o: ObjectIndex) -> Result<Box<dyn ObjectBytes>, String> {
         self.loads.fetch_add(1, Ordering::SeqCst);
         let mut hold = self.hold.lock().unwrap();
         while *hold {
             hold = self.released.wait(hold).unwrap();
         }
         drop(hold);
-        for (i, b) in dst.iter_mut().enumerate() {
-            *b = byte(o, i);
-        }
         if self.failing.lock().unwrap().contains(&o) {
             return Err(format!("short read of object {o}"));
         }
-        Ok(())
+        let bytes: Vec<u8> = (0..self.size_bytes(o) as usize)
+            .map(|i| byte(o, i))
+            .collect();
+        Ok(Box::new(bytes))
     }
 }
 

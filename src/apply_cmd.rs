@@ -1,0 +1,115 @@
+//! `residency apply`: a plan onto a checkpoint through the executor's store,
+//! with a progress bar, a per-tier table and `--json`.
+
+use anyhow::{bail, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use residency_executor::apply::{apply, ApplyOptions};
+use residency_executor::checkpoint::Checkpoint;
+use residency_executor::storage::{open_backend, BackendKind};
+use residency_planner::plan::Plan;
+use residency_planner::units::Bytes;
+use std::path::PathBuf;
+
+#[derive(clap::Args)]
+pub struct ApplyArgs {
+    /// Plan file (from `residency plan`).
+    #[arg(long)]
+    plan: PathBuf,
+    /// Checkpoint directory the plan was made for.
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Read every resident back and compare checksums with a plain read.
+    #[arg(long)]
+    verify: bool,
+    /// Read path: io-uring (falls back to direct), direct, pread, mmap.
+    #[arg(long, default_value = "io-uring", value_parser = parse_backend)]
+    backend: BackendKind,
+    /// Loads in flight at once.
+    #[arg(long, default_value_t = 8)]
+    threads: usize,
+    /// Write `{"tiers":[...], "verified": ...}` here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_backend(name: &str) -> Result<BackendKind, String> {
+    BackendKind::from_name(name)
+        .ok_or_else(|| format!("unknown backend `{name}`; one of io-uring, direct, pread, mmap"))
+}
+
+pub fn run(args: &ApplyArgs) -> Result<()> {
+    if args.threads == 0 {
+        bail!("--threads 0: give at least one load in flight");
+    }
+    let plan = Plan::read(&args.plan)?;
+    let checkpoint = Checkpoint::open(&args.checkpoint)?;
+    let total: u64 = plan
+        .usage
+        .iter()
+        .filter(|u| !u.place.starts_with("disk"))
+        .map(|u| u.used_bytes)
+        .sum();
+    let bar = ProgressBar::new(total);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "loading {bar:40} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec}",
+        )
+        .expect("a valid template"),
+    );
+    let options = ApplyOptions {
+        threads: args.threads,
+        verify: args.verify,
+        ..ApplyOptions::default()
+    };
+    let backend = open_backend(args.backend);
+    let applied = apply(
+        &plan,
+        &args.plan,
+        &checkpoint,
+        &options,
+        backend,
+        &|bytes| bar.inc(bytes),
+    );
+    bar.finish_and_clear();
+    let applied = applied?;
+    for note in &applied.notes {
+        eprintln!("note: {note}");
+    }
+    println!(
+        "applied {} to {}",
+        args.plan.display(),
+        args.checkpoint.display()
+    );
+    println!(
+        "  {:<8} {:>8} {:>12} {:>9} {:>10}",
+        "place", "objects", "bytes", "seconds", "GB/s"
+    );
+    for t in &applied.tiers {
+        println!(
+            "  {:<8} {:>8} {:>12} {:>9.3} {:>10.2}",
+            t.place,
+            t.objects,
+            Bytes(t.bytes).to_string(),
+            t.seconds,
+            t.bytes as f64 / t.seconds.max(1e-9) / 1e9
+        );
+    }
+    match applied.verified {
+        Some(true) => println!("verified: every resident equals a plain read of its tensors"),
+        Some(false) => bail!("verification failed: some resident differs from a plain read of its tensors; check the drive and the checkpoint"),
+        None => {}
+    }
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({
+            "tiers": applied.tiers,
+            "verified": applied.verified.unwrap_or(false),
+            "telemetry": applied.store.telemetry().to_json(),
+        });
+        residency_planner::error::write_atomic(
+            path,
+            serde_json::to_string_pretty(&doc)?.as_bytes(),
+        )?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
