@@ -127,6 +127,6 @@ fn faults_fail_the_load_and_publish_nothing() {
                 .unwrap();
             plain.extend(bytes);
         }
-        assert_eq!(&lease[..], &plain[..]);
+        assert_eq!(lease.host().unwrap(), &plain[..]);
     }
 }

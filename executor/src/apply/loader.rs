@@ -19,8 +19,12 @@ struct SlabBytes {
 }
 
 impl ObjectBytes for SlabBytes {
-    fn bytes(&self) -> &[u8] {
-        &self.slab[self.range.clone()]
+    fn len(&self) -> usize {
+        self.range.len()
+    }
+
+    fn host(&self) -> Option<&[u8]> {
+        Some(&self.slab[self.range.clone()])
     }
 }
 

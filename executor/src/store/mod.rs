@@ -29,15 +29,26 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{Counters, Telemetry};
 
-/// The prepared bytes of one object, in whatever memory the loader chose
-/// (an aligned slab that O_DIRECT filled, a plain buffer).
+/// The prepared bytes of one object, in whatever memory the loader chose:
+/// host memory (an aligned slab that O_DIRECT filled, a plain buffer) or a
+/// device buffer.
 pub trait ObjectBytes: Send + Sync {
-    fn bytes(&self) -> &[u8];
+    fn len(&self) -> usize;
+    /// The bytes, when they are in host memory.
+    fn host(&self) -> Option<&[u8]>;
+    /// `(device ordinal, device address)`, when they are on a GPU.
+    fn device(&self) -> Option<(u32, u64)> {
+        None
+    }
 }
 
 impl ObjectBytes for Vec<u8> {
-    fn bytes(&self) -> &[u8] {
-        self
+    fn len(&self) -> usize {
+        self.as_slice().len()
+    }
+
+    fn host(&self) -> Option<&[u8]> {
+        Some(self)
     }
 }
 
@@ -188,20 +199,28 @@ impl Lease {
         self.object
     }
 
-    pub fn bytes(&self) -> &[u8] {
-        self.resident.bytes.bytes()
+    /// Bytes of the object.
+    pub fn len(&self) -> usize {
+        self.resident.bytes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The object's bytes, when it lives in host memory.
+    pub fn host(&self) -> Option<&[u8]> {
+        self.resident.bytes.host()
+    }
+
+    /// `(device ordinal, device address)`, when it lives on a GPU.
+    pub fn device(&self) -> Option<(u32, u64)> {
+        self.resident.bytes.device()
     }
 
     /// Whether the object was admitted (false: a transient slot).
     pub fn is_resident(&self) -> bool {
         self.published
-    }
-}
-
-impl std::ops::Deref for Lease {
-    type Target = [u8];
-    fn deref(&self) -> &[u8] {
-        self.resident.bytes.bytes()
     }
 }
 
@@ -513,12 +532,12 @@ impl Store {
                 let read = inner.loader.load(o);
                 counters.add_seconds(&counters.read_service_nanos, started.elapsed());
                 let bytes = read.map_err(|reason| StoreError::Load { object: o, reason })?;
-                if bytes.bytes().len() as u64 != size {
+                if bytes.len() as u64 != size {
                     return Err(StoreError::Load {
                         object: o,
                         reason: format!(
                             "the loader gave {} bytes, the object has {size}",
-                            bytes.bytes().len()
+                            bytes.len()
                         ),
                     });
                 }
@@ -569,7 +588,7 @@ impl Store {
         }
         counters
             .logical_bytes
-            .fetch_add(resident.bytes.bytes().len() as u64, Ordering::Relaxed);
+            .fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
         Lease {
             inner: Arc::clone(&self.inner),
             object: o,

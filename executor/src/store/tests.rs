@@ -62,7 +62,8 @@ impl Loader for PatternLoader {
 
 fn pattern_ok(lease: &Lease) -> bool {
     lease
-        .bytes()
+        .host()
+        .unwrap()
         .iter()
         .enumerate()
         .all(|(i, &b)| b == byte(lease.object(), i))
