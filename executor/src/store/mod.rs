@@ -34,6 +34,9 @@ use telemetry::{Counters, Telemetry};
 /// device buffer.
 pub trait ObjectBytes: Send + Sync {
     fn len(&self) -> usize;
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
     /// The bytes, when they are in host memory.
     fn host(&self) -> Option<&[u8]>;
     /// `(device ordinal, device address)`, when they are on a GPU.
