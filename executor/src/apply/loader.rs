@@ -1,16 +1,18 @@
 //! The store's loader over a real checkpoint: an object's tensors are read
-//! with the chosen storage backend straight into one aligned slab when they
-//! lie back to back in one shard (the generator and real exporters write an
-//! expert's projections together), else tensor by tensor into one buffer.
+//! with the chosen storage backend straight into one aligned slab of its
+//! home's host pool (its NUMA node's memory, recycled) when they lie back to
+//! back in one shard (the generator and real exporters write an expert's
+//! projections together), else tensor by tensor into one buffer.
 
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;
 use crate::policy::ObjectIndex;
-use crate::storage::{AlignedSlab, DataFile, ReadBackend, StorageError};
+use crate::storage::{AlignedSlab, DataFile, HostPool, ReadBackend, StorageError};
 use crate::store::{Loader, ObjectBytes};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// A slab holding one object's bytes at `range`.
 struct SlabBytes {
@@ -34,7 +36,13 @@ pub struct CheckpointLoader {
     extents: Vec<Vec<Extent>>,
     files: HashMap<PathBuf, DataFile>,
     backend: Box<dyn ReadBackend>,
+    /// Host memory each object is read into (its home's node).
+    pools: Vec<Arc<HostPool>>,
+    pool_of: Vec<u32>,
 }
+
+/// Freed slabs a pool keeps for the next loads.
+pub const RETAINED_BYTES: usize = 256 << 20;
 
 impl CheckpointLoader {
     /// Numbers `keys` densely (the order given) and opens every shard once.
@@ -52,20 +60,41 @@ impl CheckpointLoader {
             files.insert(shard.clone(), DataFile::open(shard)?);
         }
         Ok(CheckpointLoader {
+            pool_of: vec![0; keys.len()],
             keys,
             extents,
             files,
             backend,
+            pools: vec![HostPool::new(None, RETAINED_BYTES)],
         })
+    }
+
+    /// Reads object `o` into memory of `pools[pool_of[o]]` (by default one
+    /// pool, bound to no node).
+    pub fn with_pools(mut self, pools: Vec<Arc<HostPool>>, pool_of: Vec<u32>) -> CheckpointLoader {
+        debug_assert_eq!(pool_of.len(), self.keys.len());
+        debug_assert!(pool_of.iter().all(|&p| (p as usize) < pools.len()));
+        self.pools = pools;
+        self.pool_of = pool_of;
+        self
     }
 
     pub fn extents(&self, o: ObjectIndex) -> &[Extent] {
         &self.extents[o as usize]
     }
 
-    fn read(&self, e: &Extent, slab: &mut AlignedSlab) -> Result<Range<usize>, StorageError> {
-        self.backend
-            .read_into(&self.files[&e.shard], e.offset, e.len as usize, slab)
+    /// Reads `e` into a new slab from `o`'s pool.
+    fn read(
+        &self,
+        o: ObjectIndex,
+        e: &Extent,
+    ) -> Result<(AlignedSlab, Range<usize>), StorageError> {
+        let pool = &self.pools[self.pool_of[o as usize] as usize];
+        let mut slab = AlignedSlab::for_read_in(Some(pool), e.offset, e.len as usize);
+        let range =
+            self.backend
+                .read_into(&self.files[&e.shard], e.offset, e.len as usize, &mut slab)?;
+        Ok((slab, range))
     }
 }
 
@@ -97,14 +126,12 @@ impl Loader for CheckpointLoader {
                 len: last.offset + last.len - first.offset,
                 tensor: first.tensor.clone(),
             };
-            let mut slab = AlignedSlab::for_read(whole.offset, whole.len as usize);
-            let range = self.read(&whole, &mut slab).map_err(describe)?;
+            let (slab, range) = self.read(o, &whole).map_err(describe)?;
             return Ok(Box::new(SlabBytes { slab, range }));
         }
         let mut bytes = Vec::with_capacity(self.size_bytes(o) as usize);
         for e in extents {
-            let mut slab = AlignedSlab::for_read(e.offset, e.len as usize);
-            let range = self.read(e, &mut slab).map_err(describe)?;
+            let (slab, range) = self.read(o, e).map_err(describe)?;
             bytes.extend_from_slice(&slab[range]);
         }
         Ok(Box::new(bytes))

@@ -5,22 +5,26 @@
 //!
 //! Objects the plan leaves on a disk get their home in the first RAM place,
 //! unpinned: they are cached there on demand under the place's policy.
-//! GPU places are held in host memory until the CUDA tier takes them (said
-//! once, by the caller, through `Applied::notes`).
+//! A `gpu:N` place's objects are uploaded to device N of the GPU tier
+//! (CUDA, else Vulkan) and verified by reading them back; a GPU place
+//! without a device is held in host memory (said once, by the caller,
+//! through `Applied::notes`).
 
 pub mod loader;
 
 use crate::checkpoint::Checkpoint;
+use crate::gpu::{Device, GpuLoader, GpuOptions, GpuTier};
 use crate::identity::ObjectKey;
 use crate::policy::{ObjectIndex, PolicyKind, PolicyParams};
-use crate::storage::{ReadBackend, StorageError};
+use crate::storage::{numa_nodes, HostPool, ReadBackend, StorageError};
 use crate::store::{Homes, Loader, PlaceConfig, Store, StoreConfig, StoreError};
-use loader::CheckpointLoader;
+use loader::{CheckpointLoader, RETAINED_BYTES};
 use residency_planner::plan::Plan;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +36,9 @@ pub struct ApplyOptions {
     /// Policy of every place's cached (unplanned) part.
     pub policy: PolicyKind,
     pub staging_bytes: u64,
+    /// The devices `gpu:N` places go to; `None`: `GpuTier::detect`, when
+    /// the plan has GPU places.
+    pub gpus: Option<GpuTier>,
 }
 
 impl Default for ApplyOptions {
@@ -41,6 +48,7 @@ impl Default for ApplyOptions {
             verify: false,
             policy: PolicyKind::Lru,
             staging_bytes: 1 << 30,
+            gpus: None,
         }
     }
 }
@@ -115,9 +123,6 @@ pub fn apply(
     let Some(cache_home) = places.iter().position(|p| p.tier == "ram") else {
         return Err(mismatch("usage".into(), "the plan has no RAM place".into()));
     };
-    if places.iter().any(|p| p.tier == "gpu") {
-        notes.push("gpu places are held in host memory (the CUDA tier is not built in yet)".into());
-    }
     // Every planned object, with its home and whether it is pinned there.
     let moe_layers = checkpoint.config.moe_layers();
     if plan.experts.len() != moe_layers.len() {
@@ -173,7 +178,28 @@ pub fn apply(
             "{left_out} checkpoint objects are not in the plan (the embedding: read a row per token) and are not loaded"
         ));
     }
-    let loader = Arc::new(CheckpointLoader::new(checkpoint, keys.clone(), backend)?);
+    let holds: Vec<bool> = (0..places.len())
+        .map(|p| (0..keys.len()).any(|o| pinned[o] && home[o] == p))
+        .collect();
+    let place_devices = place_devices(&places, &holds, options.gpus.as_ref(), &mut notes);
+    // RAM places read into their node's pool; GPU places stage in node 0's
+    // until the GPU tier places its staging by the card's affinity.
+    let nodes = numa_nodes();
+    let pools = places
+        .iter()
+        .map(|p| {
+            let node = p
+                .name
+                .strip_prefix("ram:")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| nodes.contains(n));
+            HostPool::new(node.or(nodes.first().copied()), RETAINED_BYTES)
+        })
+        .collect();
+    let loader = Arc::new(
+        CheckpointLoader::new(checkpoint, keys.clone(), backend)?
+            .with_pools(pools, home.iter().map(|&p| p as u32).collect()),
+    );
     let config = StoreConfig {
         places: places.clone(),
         tier_capacity_bytes: Vec::new(),
@@ -185,7 +211,11 @@ pub fn apply(
         place: home.clone(),
         pinned: pinned.clone(),
     };
-    let store = Store::new(loader.clone(), homes, &config)?;
+    let gpu = Arc::new(GpuLoader::new(
+        loader.clone(),
+        home.iter().map(|&p| place_devices[p].clone()).collect(),
+    ));
+    let store = Store::new(gpu.clone(), homes, &config)?;
     let mut tiers = Vec::new();
     for (p, place) in places.iter().enumerate() {
         let objects: Vec<ObjectIndex> = (0..keys.len())
@@ -193,7 +223,7 @@ pub fn apply(
             .map(|o| o as ObjectIndex)
             .collect();
         let started = Instant::now();
-        load_all(&store, &*loader, &objects, options.threads, progress)?;
+        store.load_all(&objects, options.threads, progress)?;
         tiers.push(TierLoad {
             place: place.name.clone(),
             objects: objects.len(),
@@ -206,7 +236,7 @@ pub fn apply(
             .filter(|&o| pinned[o])
             .map(|o| o as ObjectIndex)
             .collect();
-        Some(verify(&store, &loader, &resident)?)
+        Some(verify(&store, &loader, &gpu, &resident)?)
     } else {
         None
     };
@@ -224,41 +254,55 @@ pub fn apply(
     })
 }
 
-/// Loads `objects` with `threads` loads in flight.
-fn load_all(
-    store: &Store,
-    loader: &dyn Loader,
-    objects: &[ObjectIndex],
-    threads: usize,
-    progress: &(dyn Fn(u64) + Sync),
-) -> Result<(), StoreError> {
-    let next = AtomicUsize::new(0);
-    let failed = std::sync::Mutex::new(None);
-    std::thread::scope(|scope| {
-        for _ in 0..threads.max(1) {
-            scope.spawn(|| {
-                while let Some(&o) = objects.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    if let Err(e) = store.prefetch(o) {
-                        failed.lock().unwrap().get_or_insert(e);
-                        return;
-                    }
-                    progress(loader.size_bytes(o));
-                }
-            });
-        }
-    });
-    match failed.into_inner().unwrap() {
-        Some(e) => Err(e),
-        None => Ok(()),
+/// The device each place's objects go to: `gpu:N`'s is the tier's device
+/// N. GPU places that `hold` objects but have no device are held in host
+/// memory, said in one note; GPUs are looked for only when one holds any.
+fn place_devices(
+    places: &[PlaceConfig],
+    holds: &[bool],
+    gpus: Option<&GpuTier>,
+    notes: &mut Vec<String>,
+) -> Vec<Option<Arc<dyn Device>>> {
+    let is_used_gpu = |p: usize| places[p].tier == "gpu" && holds[p];
+    if !(0..places.len()).any(is_used_gpu) {
+        return vec![None; places.len()];
     }
+    let detected;
+    let tier = match gpus {
+        Some(tier) => tier,
+        None => {
+            detected = GpuTier::detect(&GpuOptions::default());
+            &detected
+        }
+    };
+    let devices: Vec<_> = places
+        .iter()
+        .map(|p| {
+            tier.device(p.name.strip_prefix("gpu:")?.parse().ok()?)
+                .cloned()
+        })
+        .collect();
+    let in_host: Vec<&str> = (0..places.len())
+        .filter(|&p| is_used_gpu(p) && devices[p].is_none())
+        .map(|p| places[p].name.as_str())
+        .collect();
+    if !in_host.is_empty() {
+        notes.push(format!(
+            "{} held in host memory ({})",
+            in_host.join(", "),
+            tier.summary()
+        ));
+    }
+    devices
 }
 
-/// Reads every object back through the store and compares its sha256 with
-/// that of a buffered read of the same tensors, done here independently of
-/// the backend that loaded it.
+/// Reads every object back through the store (from its device, for GPU
+/// residents) and compares its sha256 with that of a buffered read of the
+/// same tensors, done here independently of the backend that loaded it.
 fn verify(
     store: &Store,
     loader: &CheckpointLoader,
+    gpu: &GpuLoader,
     objects: &[ObjectIndex],
 ) -> Result<bool, ApplyError> {
     let mismatches = AtomicU64::new(0);
@@ -268,15 +312,18 @@ fn verify(
         for e in loader.extents(o) {
             reference.update(read_plain(&e.shard, e.offset, e.len)?);
         }
-        let Some(bytes) = lease.host() else {
-            return Err(ApplyError::Store(StoreError::Load {
-                object: o,
-                reason:
-                    "device-resident objects are verified by the GPU tier's read-back, not here"
-                        .into(),
-            }));
+        let bytes = match lease.host() {
+            Some(bytes) => Cow::Borrowed(bytes),
+            // A read-back that fails fails the load's verification.
+            None => Cow::Owned(
+                gpu.read_back(o, lease.device().unwrap_or_default())
+                    .map_err(|e| StoreError::Load {
+                        object: o,
+                        reason: e.to_string(),
+                    })?,
+            ),
         };
-        if Sha256::digest(bytes) != reference.finalize() {
+        if Sha256::digest(&bytes) != reference.finalize() {
             mismatches.fetch_add(1, Ordering::Relaxed);
         }
     }

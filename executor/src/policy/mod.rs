@@ -13,7 +13,7 @@ mod admission;
 mod arc;
 mod belady;
 mod clock;
-mod counts;
+pub(crate) mod counts;
 mod heap;
 mod lfru;
 mod lfu;

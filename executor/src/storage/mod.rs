@@ -7,6 +7,7 @@
 //! - `posix`: buffered `pread` and O_DIRECT reads, and the one read loop all
 //!   syscall backends finish with;
 //! - `mmap`: copies out of a mapping, with WILLNEED readahead first;
+//! - `pool`: host memory per NUMA node (mbind, huge pages, recycled slabs);
 //! - `uring`: io_uring batches, detected at run time, O_DIRECT where refused;
 //! - `drives`: one logical file on several drives (mirror or stripe);
 //! - `fault`: deterministic short reads and I/O errors for reliability tests.
@@ -17,6 +18,7 @@ pub mod drives;
 pub mod fault;
 pub mod file;
 pub mod mmap;
+pub mod pool;
 pub mod posix;
 pub mod slab;
 pub mod uring;
@@ -30,6 +32,7 @@ use std::path::PathBuf;
 use std::sync::Once;
 
 pub use file::DataFile;
+pub use pool::{numa_nodes, HostPool};
 pub use slab::{span, AlignedSlab, SlabWindow, Span, ALIGN_BYTES};
 
 /// Why a read (or a striped copy) failed. Every message is one line.

@@ -9,6 +9,9 @@
 use std::alloc::{alloc_zeroed, dealloc, handle_alloc_error, Layout};
 use std::ops::{Deref, DerefMut, Range};
 use std::ptr::NonNull;
+use std::sync::Arc;
+
+use super::pool::{HostPool, Region};
 
 /// Alignment of slabs and of O_DIRECT offsets and lengths. 4096 covers the
 /// logical block size of every drive we target (512 and 4096 byte sectors)
@@ -48,14 +51,23 @@ pub fn round_up(bytes: usize) -> usize {
     bytes.div_ceil(ALIGN_BYTES) * ALIGN_BYTES
 }
 
-/// An owned, zero-initialised heap buffer aligned to `ALIGN_BYTES`, its
-/// length a multiple of `ALIGN_BYTES`.
+/// An owned buffer aligned to `ALIGN_BYTES`, its length a multiple of
+/// `ALIGN_BYTES`: from the heap (zeroed), or from a `HostPool` (zeroed when
+/// freshly mapped, else holding what its previous slab held; always
+/// initialised memory).
 pub struct AlignedSlab {
     ptr: NonNull<u8>,
     len_bytes: usize,
-    /// What was allocated: at least one block even for an empty slab, since
-    /// a zero-sized allocation is not allowed.
-    layout: Layout,
+    backing: Backing,
+}
+
+enum Backing {
+    /// What was allocated: at least one block even for an empty slab,
+    /// since a zero-sized allocation is not allowed.
+    Heap(Layout),
+    /// A region of this pool, of `max(len_bytes, ALIGN_BYTES)` bytes, given
+    /// back on drop.
+    Pool(Arc<HostPool>),
 }
 
 // SAFETY: the slab owns its allocation exclusively (like a `Vec<u8>`); the
@@ -79,13 +91,35 @@ impl AlignedSlab {
         AlignedSlab {
             ptr,
             len_bytes,
-            layout,
+            backing: Backing::Heap(layout),
         }
     }
 
-    /// A slab exactly large enough for reading `[offset, offset + len)`.
+    /// A slab of at least `len_bytes` from `pool` (bound to its node,
+    /// recycled), rounded up like `new`.
+    pub fn in_pool(pool: &Arc<HostPool>, len_bytes: usize) -> AlignedSlab {
+        let len_bytes = round_up(len_bytes);
+        let region = pool.take(len_bytes.max(ALIGN_BYTES));
+        AlignedSlab {
+            ptr: region.ptr,
+            len_bytes,
+            backing: Backing::Pool(Arc::clone(pool)),
+        }
+    }
+
+    /// A slab exactly large enough for reading `[offset, offset + len)`,
+    /// from `pool` when given, else from the heap.
+    pub fn for_read_in(pool: Option<&Arc<HostPool>>, offset: u64, len: usize) -> AlignedSlab {
+        let len_bytes = span(offset, len).aligned_len;
+        match pool {
+            Some(pool) => AlignedSlab::in_pool(pool, len_bytes),
+            None => AlignedSlab::new(len_bytes),
+        }
+    }
+
+    /// A heap slab exactly large enough for reading `[offset, offset + len)`.
     pub fn for_read(offset: u64, len: usize) -> AlignedSlab {
-        AlignedSlab::new(span(offset, len).aligned_len)
+        AlignedSlab::for_read_in(None, offset, len)
     }
 
     /// The whole slab as an aligned window to read into.
@@ -97,8 +131,8 @@ impl AlignedSlab {
 impl Deref for AlignedSlab {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        // SAFETY: `ptr` points to `layout.size() >= len_bytes` initialised
-        // (zeroed) bytes owned by `self`; the borrow is tied to `&self`.
+        // SAFETY: `ptr` points to at least `len_bytes` initialised bytes
+        // owned by `self` (see `Backing`); the borrow is tied to `&self`.
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len_bytes) }
     }
 }
@@ -112,8 +146,14 @@ impl DerefMut for AlignedSlab {
 
 impl Drop for AlignedSlab {
     fn drop(&mut self) {
-        // SAFETY: `ptr` was allocated by `alloc_zeroed` with `layout`.
-        unsafe { dealloc(self.ptr.as_ptr(), self.layout) }
+        match &self.backing {
+            // SAFETY: `ptr` was allocated by `alloc_zeroed` with `layout`.
+            Backing::Heap(layout) => unsafe { dealloc(self.ptr.as_ptr(), *layout) },
+            Backing::Pool(pool) => pool.give(Region {
+                ptr: self.ptr,
+                len_bytes: self.len_bytes.max(ALIGN_BYTES),
+            }),
+        }
     }
 }
 

@@ -24,7 +24,7 @@ use crate::policy::{
     PolicySetup, Request, NEVER,
 };
 use budget::{reserve, Budget, BudgetError, Reservation};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use telemetry::{Counters, Telemetry};
@@ -136,6 +136,9 @@ pub enum ObjectState {
 struct Resident {
     bytes: Box<dyn ObjectBytes>,
     _reservation: Reservation,
+    /// For the rare eviction at a last release; cloned once per load so
+    /// that a lease touches nothing shared with other objects' leases.
+    counters: Arc<Counters>,
 }
 
 /// What a finished load hands to the requests that joined it.
@@ -174,11 +177,11 @@ struct Inner {
     loader: Arc<dyn Loader>,
     places: Vec<Place>,
     staging: Arc<Budget>,
-    slots: Vec<Mutex<Slot>>,
+    slots: Vec<Arc<Mutex<Slot>>>,
     homes: Homes,
     clock: AtomicU64,
     wait: Duration,
-    counters: Counters,
+    counters: Arc<Counters>,
 }
 
 /// The store; cheap to clone (shared).
@@ -190,7 +193,7 @@ pub struct Store {
 /// A pin on an object's bytes: while it lives, the object is neither
 /// evicted, moved nor demoted.
 pub struct Lease {
-    inner: Arc<Inner>,
+    slot: Arc<Mutex<Slot>>,
     object: ObjectIndex,
     resident: Arc<Resident>,
     /// False for a transient slot (not admitted): nothing to release.
@@ -232,7 +235,7 @@ impl Drop for Lease {
         if !self.published {
             return;
         }
-        let mut slot = self.inner.slots[self.object as usize].lock().unwrap();
+        let mut slot = self.slot.lock().unwrap();
         if let Slot::Ready {
             resident,
             leases,
@@ -244,7 +247,7 @@ impl Drop for Lease {
                 *leases -= 1;
                 if *leases == 0 && *evict_on_release {
                     *slot = Slot::Absent;
-                    self.inner
+                    self.resident
                         .counters
                         .evictions
                         .fetch_add(1, Ordering::Relaxed);
@@ -326,8 +329,10 @@ impl Store {
             inner: Arc::new(Inner {
                 loader,
                 staging: Budget::new("staging", config.staging_bytes),
-                slots: (0..objects).map(|_| Mutex::new(Slot::Absent)).collect(),
-                counters: Counters::new(config.places.len(), objects),
+                slots: (0..objects)
+                    .map(|_| Arc::new(Mutex::new(Slot::Absent)))
+                    .collect(),
+                counters: Arc::new(Counters::new(config.places.len(), objects)),
                 places,
                 homes,
                 clock: AtomicU64::new(0),
@@ -367,8 +372,7 @@ impl Store {
                     drop(slot);
                     let now = self.tick(o);
                     if !waited {
-                        inner.counters.tier_hits[inner.homes.place[o as usize]]
-                            .fetch_add(1, Ordering::Relaxed);
+                        inner.counters.tier_hits[inner.homes.place[o as usize]].add(1);
                         self.tell_policy_of_hit(o, now);
                     }
                     return Ok(self.lease(o, resident, waited.then_some(started)));
@@ -417,6 +421,38 @@ impl Store {
             drop(self.acquire(o)?);
         }
         Ok(())
+    }
+
+    /// Loads `objects` with `threads` loads in flight, keeping no lease;
+    /// `progress(bytes)` after each. Stops at the first failure.
+    pub fn load_all(
+        &self,
+        objects: &[ObjectIndex],
+        threads: usize,
+        progress: &(dyn Fn(u64) + Sync),
+    ) -> Result<(), StoreError> {
+        let next = AtomicUsize::new(0);
+        let failed = Mutex::new(None);
+        std::thread::scope(|scope| {
+            for _ in 0..threads.max(1) {
+                scope.spawn(|| {
+                    while let Some(&o) = objects.get(next.fetch_add(1, Ordering::Relaxed)) {
+                        if failed.lock().unwrap().is_some() {
+                            return;
+                        }
+                        if let Err(e) = self.prefetch(o) {
+                            failed.lock().unwrap().get_or_insert(e);
+                            return;
+                        }
+                        progress(self.inner.loader.size_bytes(o));
+                    }
+                });
+            }
+        });
+        match failed.into_inner().unwrap() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     /// Drops `o` now if it is published and not leased (an explicit
@@ -548,6 +584,7 @@ impl Store {
                 Ok(Arc::new(Resident {
                     bytes,
                     _reservation: reservation,
+                    counters: Arc::clone(&inner.counters),
                 }))
             });
         let mut slot = inner.slots[o as usize].lock().unwrap();
@@ -589,11 +626,9 @@ impl Store {
         if let Some(started) = waited {
             counters.add_seconds(&counters.felt_wait_nanos, started.elapsed());
         }
-        counters
-            .logical_bytes
-            .fetch_add(resident.bytes.len() as u64, Ordering::Relaxed);
+        counters.logical_bytes.add(resident.bytes.len() as u64);
         Lease {
-            inner: Arc::clone(&self.inner),
+            slot: Arc::clone(&self.inner.slots[o as usize]),
             object: o,
             resident,
             published: true,

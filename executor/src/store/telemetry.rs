@@ -7,15 +7,41 @@ use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+/// Counters bumped on every hit are split in stripes, one cache line each,
+/// and a thread bumps its own: otherwise threads leasing different objects
+/// would still fight over one line.
+const STRIPES: usize = 8;
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Stripe(AtomicU64);
+
+#[derive(Default)]
+pub(crate) struct Striped([Stripe; STRIPES]);
+
+impl Striped {
+    pub fn add(&self, value: u64) {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        thread_local! {
+            static MINE: usize = NEXT.fetch_add(1, Ordering::Relaxed) as usize % STRIPES;
+        }
+        MINE.with(|&i| self.0[i].0.fetch_add(value, Ordering::Relaxed));
+    }
+
+    pub fn get(&self) -> u64 {
+        self.0.iter().map(|s| s.0.load(Ordering::Relaxed)).sum()
+    }
+}
+
 /// Buckets of the reuse-distance histogram: bucket `b` counts distances in
 /// `[2^(b-1), 2^b)` requests (bucket 0: distance 0).
 const REUSE_BUCKETS: usize = 65;
 const NEVER_SEEN: u64 = u64::MAX;
 
 pub(crate) struct Counters {
-    pub tier_hits: Vec<AtomicU64>,
+    pub tier_hits: Vec<Striped>,
     pub physical_misses: AtomicU64,
-    pub logical_bytes: AtomicU64,
+    pub logical_bytes: Striped,
     pub physical_bytes: AtomicU64,
     pub felt_wait_nanos: AtomicU64,
     pub read_service_nanos: AtomicU64,
@@ -27,16 +53,16 @@ pub(crate) struct Counters {
     pub single_flight_joins: AtomicU64,
     pub lease_waits: AtomicU64,
     last_access: Vec<AtomicU64>,
-    reuse: Vec<AtomicU64>,
+    reuse: Vec<Striped>,
 }
 
 impl Counters {
     pub fn new(places: usize, objects: usize) -> Counters {
-        let zeros = |n: usize| (0..n).map(|_| AtomicU64::new(0)).collect();
+        let striped = |n: usize| (0..n).map(|_| Striped::default()).collect();
         Counters {
-            tier_hits: zeros(places),
+            tier_hits: striped(places),
             physical_misses: AtomicU64::new(0),
-            logical_bytes: AtomicU64::new(0),
+            logical_bytes: Striped::default(),
             physical_bytes: AtomicU64::new(0),
             felt_wait_nanos: AtomicU64::new(0),
             read_service_nanos: AtomicU64::new(0),
@@ -48,7 +74,7 @@ impl Counters {
             single_flight_joins: AtomicU64::new(0),
             lease_waits: AtomicU64::new(0),
             last_access: (0..objects).map(|_| AtomicU64::new(NEVER_SEEN)).collect(),
-            reuse: zeros(REUSE_BUCKETS),
+            reuse: striped(REUSE_BUCKETS),
         }
     }
 
@@ -63,7 +89,7 @@ impl Counters {
         if last != NEVER_SEEN {
             let distance = now.saturating_sub(last);
             let bucket = (u64::BITS - distance.leading_zeros()) as usize;
-            self.reuse[bucket].fetch_add(1, Ordering::Relaxed);
+            self.reuse[bucket].add(1);
         }
     }
 
@@ -77,10 +103,10 @@ impl Counters {
         Telemetry {
             tier_hits: places
                 .zip(&self.tier_hits)
-                .map(|(p, c)| (p.to_string(), get(c)))
+                .map(|(p, c)| (p.to_string(), c.get()))
                 .collect(),
             physical_misses: get(&self.physical_misses),
-            logical_bytes: get(&self.logical_bytes),
+            logical_bytes: self.logical_bytes.get(),
             physical_bytes: get(&self.physical_bytes),
             felt_wait_seconds: seconds(&self.felt_wait_nanos),
             read_service_seconds: seconds(&self.read_service_nanos),
@@ -95,8 +121,9 @@ impl Counters {
                 .reuse
                 .iter()
                 .enumerate()
-                .filter(|(_, c)| get(c) > 0)
-                .map(|(b, c)| (if b == 0 { 0 } else { 1u64 << (b - 1) }, get(c)))
+                .map(|(b, c)| (b, c.get()))
+                .filter(|&(_, n)| n > 0)
+                .map(|(b, n)| (if b == 0 { 0 } else { 1u64 << (b - 1) }, n))
                 .collect(),
             budgets: budgets
                 .map(|(place, budget_bytes, used_bytes)| BudgetUse {
