@@ -1,8 +1,12 @@
 //! Upload throughput of the GPU tier on the machine it runs on, for object
 //! sizes from 4 MiB to 1 GiB:
 //!
-//! - staged: the `GpuLoader` path the store uses (host bytes -> pinned
-//!   staging buffers -> device, double-buffered), allocation included;
+//! - staged: the `GpuLoader` path the store uses for bytes in ordinary
+//!   host memory (host bytes -> pinned staging buffers -> device,
+//!   double-buffered), allocation included;
+//! - pooled: the same path for bytes in a slab of a host pool that the
+//!   device's pinner page-locked (what `apply` reads GPU objects into): one
+//!   DMA straight from the slab, allocation included;
 //! - pinned: one `cuMemcpyHtoDAsync` of the same bytes from an already
 //!   page-locked buffer into already-allocated memory (the DMA ceiling);
 //! - read-back: the staged object copied back and compared byte for byte.
@@ -24,8 +28,10 @@
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice};
 use residency_executor::gpu::{device_label, Backend, Device, GpuLoader, GpuOptions, GpuTier};
 use residency_executor::policy::ObjectIndex;
+use residency_executor::storage::{AlignedSlab, HostPool};
 use residency_executor::store::{Loader, ObjectBytes};
 use serde_json::{json, Value};
+use std::ops::Deref;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -78,15 +84,18 @@ fn parse_args() -> Result<Args, String> {
     Ok(args)
 }
 
+/// Host memory of either kind measured: a plain `Vec` or a pool's slab.
+type HostBuffer = Arc<dyn Deref<Target = [u8]> + Send + Sync>;
+
 /// Objects that are prefixes of one host buffer: object `i` is its first
 /// `sizes[i]` bytes, handed out without a copy.
 struct HostObjects {
-    bytes: Arc<Vec<u8>>,
+    bytes: HostBuffer,
     sizes: Vec<usize>,
 }
 
 struct Prefix {
-    bytes: Arc<Vec<u8>>,
+    bytes: HostBuffer,
     len: usize,
 }
 
@@ -172,6 +181,26 @@ fn timed(runs: usize, mut f: impl FnMut() -> Result<f64, String>) -> Result<Vec<
     (0..runs).map(|_| f()).collect()
 }
 
+/// Seconds of each of `runs` loads of object `o` (after a warm-up), and the
+/// last upload, still alive.
+fn time_loads(
+    loader: &GpuLoader,
+    o: ObjectIndex,
+    runs: usize,
+) -> Result<(Vec<f64>, Box<dyn ObjectBytes>), String> {
+    let mut uploaded = None;
+    let seconds = timed(runs, || {
+        // The previous copy goes back to the pool before the next one.
+        uploaded = None;
+        let started = Instant::now();
+        let object = loader.load(o)?;
+        let seconds = started.elapsed().as_secs_f64();
+        uploaded = Some(object);
+        Ok(seconds)
+    })?;
+    Ok((seconds, uploaded.ok_or("no upload ran")?))
+}
+
 /// Measures one device at every size; a row per size.
 fn measure(
     device: &Arc<dyn Device>,
@@ -179,11 +208,21 @@ fn measure(
     sizes: &[usize],
     runs: usize,
 ) -> Result<Vec<Value>, String> {
-    let objects = HostObjects {
-        bytes: Arc::clone(host),
-        sizes: sizes.to_vec(),
+    let loader_over = |bytes: HostBuffer| {
+        let objects = HostObjects {
+            bytes,
+            sizes: sizes.to_vec(),
+        };
+        GpuLoader::new(Arc::new(objects), vec![Some(device.clone()); sizes.len()])
     };
-    let loader = GpuLoader::new(Arc::new(objects), vec![Some(device.clone()); sizes.len()]);
+    let loader = loader_over(host.clone());
+    // The same bytes in a slab of a pool the device page-locks.
+    let pooled = device.pinner().map(|pinner| {
+        let pool = HostPool::pinned_by(None, 0, Some(pinner));
+        let mut slab = AlignedSlab::in_pool(&pool, host.len());
+        slab[..host.len()].copy_from_slice(host);
+        loader_over(Arc::new(slab))
+    });
     let mut pinned = match device.backend() {
         Backend::Cuda => Some(
             PinnedCopy::new(device.ordinal(), host).map_err(|e| format!("pinned buffer: {e}"))?,
@@ -193,16 +232,11 @@ fn measure(
     let mut rows = Vec::new();
     for (o, &size) in sizes.iter().enumerate() {
         let o = o as ObjectIndex;
-        let mut uploaded = None;
-        let staged = timed(runs, || {
-            // The previous copy goes back to the pool before the next one.
-            uploaded = None;
-            let started = Instant::now();
-            let object = loader.load(o)?;
-            let seconds = started.elapsed().as_secs_f64();
-            uploaded = Some(object);
-            Ok(seconds)
-        })?;
+        let (staged, uploaded) = time_loads(&loader, o, runs)?;
+        let pooled_rates = match &pooled {
+            Some(l) => rates(size, &time_loads(l, o, runs)?.0),
+            None => Value::Null,
+        };
         let pinned_rates = match &mut pinned {
             Some(p) => rates(
                 size,
@@ -211,10 +245,7 @@ fn measure(
             None => Value::Null,
         };
         // `uploaded` stays alive until the read-back is done.
-        let at = uploaded
-            .as_ref()
-            .and_then(|u| u.device())
-            .ok_or("the upload is not on a device")?;
+        let at = uploaded.device().ok_or("the upload is not on a device")?;
         let read_back = match loader.read_back(o, at) {
             Ok(bytes) => match bytes.iter().zip(&host[..size]).position(|(a, b)| a != b) {
                 None if bytes.len() == size => "exact".to_string(),
@@ -226,6 +257,7 @@ fn measure(
         rows.push(json!({
             "size_bytes": size,
             "staged_gbps": rates(size, &staged),
+            "pooled_gbps": pooled_rates,
             "pinned_gbps": pinned_rates,
             "read_back": read_back,
         }));
@@ -247,8 +279,13 @@ fn print_table(device: &Value) {
         device["name"].as_str().unwrap_or("")
     );
     println!(
-        "  {:>8}  {:>26}  {:>26}  {:>7}  read-back",
-        "size", "staged GB/s med [min..max]", "pinned GB/s med [min..max]", "staged%"
+        "  {:>8}  {:>26}  {:>26}  {:>26}  {:>7}  {:>7}  read-back",
+        "size",
+        "staged GB/s med [min..max]",
+        "pooled GB/s med [min..max]",
+        "pinned GB/s med [min..max]",
+        "staged%",
+        "pooled%"
     );
     let cell = |r: &Value| match r["median"].as_f64() {
         Some(median) => format!(
@@ -259,19 +296,21 @@ fn print_table(device: &Value) {
         None => "-".into(),
     };
     for row in device["rows"].as_array().into_iter().flatten() {
-        let share = match (
-            row["staged_gbps"]["median"].as_f64(),
+        let share = |of: &str| match (
+            row[of]["median"].as_f64(),
             row["pinned_gbps"]["median"].as_f64(),
         ) {
             (Some(s), Some(p)) => format!("{:.0}%", 100.0 * s / p),
             _ => "-".into(),
         };
         println!(
-            "  {:>8}  {:>26}  {:>26}  {:>7}  {}",
+            "  {:>8}  {:>26}  {:>26}  {:>26}  {:>7}  {:>7}  {}",
             mib(row["size_bytes"].as_u64().unwrap_or(0)),
             cell(&row["staged_gbps"]),
+            cell(&row["pooled_gbps"]),
             cell(&row["pinned_gbps"]),
-            share,
+            share("staged_gbps"),
+            share("pooled_gbps"),
             row["read_back"].as_str().unwrap_or("")
         );
     }

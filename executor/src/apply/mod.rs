@@ -182,18 +182,21 @@ pub fn apply(
         .map(|p| (0..keys.len()).any(|o| pinned[o] && home[o] == p))
         .collect();
     let place_devices = place_devices(&places, &holds, options.gpus.as_ref(), &mut notes);
-    // RAM places read into their node's pool; GPU places stage in node 0's
-    // until the GPU tier places its staging by the card's affinity.
+    // RAM places read into their node's pool; GPU places read into node 0's
+    // (until the card's NUMA affinity is known), page-locked for the card's
+    // DMA where its driver can, so uploads need no staging copy.
     let nodes = numa_nodes();
     let pools = places
         .iter()
-        .map(|p| {
+        .zip(&place_devices)
+        .map(|(p, device)| {
             let node = p
                 .name
                 .strip_prefix("ram:")
                 .and_then(|n| n.parse().ok())
                 .filter(|n| nodes.contains(n));
-            HostPool::new(node.or(nodes.first().copied()), RETAINED_BYTES)
+            let pinner = device.as_ref().and_then(|d| d.pinner());
+            HostPool::pinned_by(node.or(nodes.first().copied()), RETAINED_BYTES, pinner)
         })
         .collect();
     let loader = Arc::new(

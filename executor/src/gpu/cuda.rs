@@ -13,6 +13,7 @@ use super::{
     device_label, fill_staging, staged_chunks, Backend, Device, DeviceBuffer, GpuError, GpuOptions,
     Opened,
 };
+use crate::storage::Pinner;
 use crate::store::ObjectBytes;
 use cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
@@ -23,8 +24,42 @@ use std::sync::{Arc, Mutex};
 pub struct CudaDevice {
     ordinal: u32,
     name: String,
+    ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
     staging: Mutex<Staging>,
+}
+
+/// Page-locks host regions with `cuMemHostRegister` (portable: every
+/// context may DMA from them).
+struct CudaPinner {
+    ctx: Arc<CudaContext>,
+}
+
+impl Pinner for CudaPinner {
+    fn pin(&self, ptr: *mut u8, len_bytes: usize) -> bool {
+        // SAFETY: `ptr..ptr+len_bytes` is a live mapping the pool owns; the
+        // driver only records and locks its pages.
+        self.ctx.bind_to_thread().is_ok()
+            && unsafe {
+                sys::cuMemHostRegister_v2(ptr.cast(), len_bytes, sys::CU_MEMHOSTREGISTER_PORTABLE)
+            } == sys::CUresult::CUDA_SUCCESS
+    }
+
+    fn unpin(&self, ptr: *mut u8) {
+        // SAFETY: `ptr` was registered by `pin` and is still mapped.
+        if self.ctx.bind_to_thread().is_ok() {
+            unsafe { sys::cuMemHostUnregister(ptr.cast()) };
+        }
+    }
+}
+
+/// Whether `bytes` lie in page-locked (registered or pinned) host memory.
+fn is_pinned(bytes: &[u8]) -> bool {
+    let mut flags = 0;
+    // SAFETY: the driver only looks the address up in its registrations.
+    !bytes.is_empty()
+        && unsafe { sys::cuMemHostGetFlags(&mut flags, bytes.as_ptr() as *mut _) }
+            == sys::CUresult::CUDA_SUCCESS
 }
 
 struct Staging {
@@ -85,6 +120,7 @@ impl CudaDevice {
         Ok(CudaDevice {
             ordinal,
             name,
+            ctx: ctx.clone(),
             staging: Mutex::new(Staging {
                 buffers: [pinned()?, pinned()?],
                 drained: [event()?, event()?],
@@ -118,6 +154,15 @@ impl Device for CudaDevice {
             &format!("allocating {} bytes", bytes.len()),
         ))?;
         let copying = failed(self.ordinal, "copying to the device");
+        self.ctx.bind_to_thread().map_err(&copying)?;
+        if is_pinned(bytes) {
+            // Page-locked already (a pinned pool's slab): one DMA, no staging.
+            self.stream
+                .memcpy_htod(bytes, &mut memory)
+                .map_err(&copying)?;
+            self.stream.synchronize().map_err(&copying)?;
+            return Ok(self.buffer(bytes.len(), memory));
+        }
         for (k, range) in staged_chunks(bytes.len(), chunk) {
             drained[k].synchronize().map_err(&copying)?;
             let staged = &mut buffers[k].as_mut_slice().map_err(&copying)?[..range.len()];
@@ -131,13 +176,25 @@ impl Device for CudaDevice {
             drained[k].record(&self.stream).map_err(&copying)?;
         }
         self.stream.synchronize().map_err(&copying)?;
+        Ok(self.buffer(bytes.len(), memory))
+    }
+
+    fn pinner(&self) -> Option<Arc<dyn Pinner>> {
+        Some(Arc::new(CudaPinner {
+            ctx: self.ctx.clone(),
+        }))
+    }
+}
+
+impl CudaDevice {
+    fn buffer(&self, len: usize, memory: CudaSlice<u8>) -> Arc<dyn DeviceBuffer> {
         let address = memory.device_ptr(&self.stream).0;
-        Ok(Arc::new(CudaBuffer {
+        Arc::new(CudaBuffer {
             ordinal: self.ordinal,
-            len: bytes.len(),
+            len,
             address,
             memory,
-        }))
+        })
     }
 }
 

@@ -92,8 +92,13 @@ pub trait Device: Send + Sync {
     fn name(&self) -> &str;
     /// Copies `bytes` into new device memory; returns once all of them are
     /// there. Concurrent uploads to one device take turns on its staging
-    /// buffers.
+    /// buffers; bytes in memory the device's `pinner` pinned skip them.
     fn upload(&self, bytes: &[u8]) -> Result<Arc<dyn DeviceBuffer>, GpuError>;
+    /// What page-locks host memory for this device's DMA engine, where the
+    /// backend can (host pools feeding it use it; see `storage::pool`).
+    fn pinner(&self) -> Option<Arc<dyn crate::storage::Pinner>> {
+        None
+    }
 }
 
 /// An object in device memory: `host()` is `None`, `device()` is its

@@ -32,7 +32,7 @@ use std::path::PathBuf;
 use std::sync::Once;
 
 pub use file::DataFile;
-pub use pool::{numa_nodes, HostPool};
+pub use pool::{numa_nodes, HostPool, Pinner};
 pub use slab::{span, AlignedSlab, SlabWindow, Span, ALIGN_BYTES};
 
 /// Why a read (or a striped copy) failed. Every message is one line.

@@ -9,6 +9,11 @@
 //! budget, which counts objects, not retained memory); beyond that they are
 //! unmapped. A one-node machine, or a kernel or sandbox that refuses
 //! `mbind`, gets unbound slabs and one log line.
+//!
+//! A pool whose slabs feed a GPU can page-lock each region once, when it is
+//! mapped, through a [`Pinner`] (CUDA's `cuMemHostRegister`): reads then
+//! land in memory the DMA engine can copy from directly, with no staging
+//! copy, and recycled regions stay pinned.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -21,6 +26,16 @@ const HUGE_PAGE_BYTES: usize = 2 << 20;
 const MPOL_BIND: libc::c_int = 2;
 
 static MBIND_REFUSED: Once = Once::new();
+static PIN_REFUSED: Once = Once::new();
+
+/// Page-locks host memory for a device's DMA engine.
+pub trait Pinner: Send + Sync {
+    /// Pins `[ptr, ptr + len_bytes)`; false when the driver refuses (the
+    /// region's uploads are then staged).
+    fn pin(&self, ptr: *mut u8, len_bytes: usize) -> bool;
+    /// Unpins a region `pin` accepted, before it is unmapped.
+    fn unpin(&self, ptr: *mut u8);
+}
 
 /// NUMA nodes with memory, from sysfs (`[0]` where sysfs says nothing).
 pub fn numa_nodes() -> Vec<u32> {
@@ -58,15 +73,30 @@ pub struct HostPool {
     /// The node slabs are bound to; `None`: wherever the kernel puts them.
     node: Option<u32>,
     max_retained_bytes: usize,
+    pinner: Option<Arc<dyn Pinner>>,
+    /// Free regions by length, and their total bytes.
     free: Mutex<(HashMap<usize, Vec<Region>>, usize)>,
+    /// Start addresses of the regions `pinner` pinned (to unpin on unmap).
+    pinned: Mutex<std::collections::HashSet<usize>>,
 }
 
 impl HostPool {
     pub fn new(node: Option<u32>, max_retained_bytes: usize) -> Arc<HostPool> {
+        HostPool::pinned_by(node, max_retained_bytes, None)
+    }
+
+    /// A pool whose regions `pinner` page-locks once each.
+    pub fn pinned_by(
+        node: Option<u32>,
+        max_retained_bytes: usize,
+        pinner: Option<Arc<dyn Pinner>>,
+    ) -> Arc<HostPool> {
         Arc::new(HostPool {
             node,
             max_retained_bytes,
+            pinner,
             free: Mutex::new((HashMap::new(), 0)),
+            pinned: Mutex::new(Default::default()),
         })
     }
 
@@ -101,8 +131,20 @@ impl HostPool {
             free.0.entry(region.len_bytes).or_default().push(region);
         } else {
             drop(free);
-            region.unmap();
+            self.unmap(region);
         }
+    }
+
+    fn unmap(&self, region: Region) {
+        let was_pinned = self
+            .pinned
+            .lock()
+            .unwrap()
+            .remove(&(region.ptr.as_ptr() as usize));
+        if let (true, Some(pinner)) = (was_pinned, &self.pinner) {
+            pinner.unpin(region.ptr.as_ptr());
+        }
+        region.unmap();
     }
 
     fn map(&self, len_bytes: usize) -> Region {
@@ -131,6 +173,17 @@ impl HostPool {
         if let Some(node) = self.node {
             bind(raw, len_bytes, node);
         }
+        if let Some(pinner) = &self.pinner {
+            if pinner.pin(raw.cast(), len_bytes) {
+                self.pinned.lock().unwrap().insert(raw as usize);
+            } else {
+                PIN_REFUSED.call_once(|| {
+                    eprintln!(
+                        "note: the GPU driver refused to page-lock host slabs; uploads are staged"
+                    );
+                });
+            }
+        }
         Region {
             ptr: NonNull::new(raw.cast()).expect("mmap never returns null on success"),
             len_bytes,
@@ -141,7 +194,9 @@ impl HostPool {
 impl Drop for HostPool {
     fn drop(&mut self) {
         let free = std::mem::take(&mut self.free.get_mut().unwrap().0);
-        free.into_values().flatten().for_each(Region::unmap);
+        for region in free.into_values().flatten() {
+            self.unmap(region);
+        }
     }
 }
 
@@ -201,5 +256,41 @@ mod tests {
         assert_ne!(other.ptr, a_ptr);
         pool.give(again);
         pool.give(other);
+    }
+
+    /// Counts pins and unpins by address.
+    #[derive(Default)]
+    struct Counting(Mutex<Vec<(usize, bool)>>);
+
+    impl Pinner for Counting {
+        fn pin(&self, ptr: *mut u8, _len_bytes: usize) -> bool {
+            self.0.lock().unwrap().push((ptr as usize, true));
+            true
+        }
+        fn unpin(&self, ptr: *mut u8) {
+            self.0.lock().unwrap().push((ptr as usize, false));
+        }
+    }
+
+    #[test]
+    fn regions_are_pinned_once_and_unpinned_before_unmapping() {
+        let pinner = Arc::new(Counting::default());
+        let pool = HostPool::pinned_by(None, 4096, Some(pinner.clone()));
+        let a = pool.take(4096);
+        let a_addr = a.ptr.as_ptr() as usize;
+        pool.give(a);
+        // Recycled: no second pin.
+        let a = pool.take(4096);
+        let b = pool.take(4096);
+        let b_addr = b.ptr.as_ptr() as usize;
+        pool.give(a);
+        // Over the one page retained: b is unpinned and unmapped.
+        pool.give(b);
+        assert_eq!(
+            *pinner.0.lock().unwrap(),
+            vec![(a_addr, true), (b_addr, true), (b_addr, false)]
+        );
+        drop(pool);
+        assert_eq!(pinner.0.lock().unwrap().last(), Some(&(a_addr, false)));
     }
 }
