@@ -21,8 +21,10 @@ pub struct ApplyArgs {
     /// Read every resident back and compare checksums with a plain read.
     #[arg(long)]
     verify: bool,
-    /// Read path: io-uring (falls back to direct), direct, pread, mmap.
-    #[arg(long, default_value = "io-uring", value_parser = parse_backend)]
+    /// Read path: direct (O_DIRECT), io-uring (falls back to direct),
+    /// pread, mmap. Direct is the default: it tied io_uring here and beat it
+    /// on the H200 machine (docs/executor.md).
+    #[arg(long, default_value = "direct", value_parser = parse_backend)]
     backend: BackendKind,
     /// Loads in flight at once.
     #[arg(long, default_value_t = 8)]

@@ -229,7 +229,7 @@ impl ResidencyHandle {
             plan_path,
             &checkpoint,
             &apply_options,
-            open_backend(BackendKind::IoUring),
+            open_backend(BackendKind::Direct),
             &|_| {},
         )?;
         // Said once, as the command line does; the engine's stderr is the log.
