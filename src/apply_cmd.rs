@@ -26,6 +26,10 @@ pub struct ApplyArgs {
     /// on the H200 machine (docs/executor.md).
     #[arg(long, default_value = "direct", value_parser = parse_backend)]
     backend: BackendKind,
+    /// A directory with identical copies of the checkpoint's shards on
+    /// another drive (repeatable): each read goes to the least busy copy.
+    #[arg(long)]
+    mirror: Vec<PathBuf>,
     /// Loads in flight at once.
     #[arg(long, default_value_t = 8)]
     threads: usize,
@@ -61,6 +65,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     let options = ApplyOptions {
         threads: args.threads,
         verify: args.verify,
+        mirrors: args.mirror.clone(),
         ..ApplyOptions::default()
     };
     let backend = open_backend(args.backend);

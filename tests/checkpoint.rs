@@ -343,3 +343,72 @@ fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
         &json,
     );
 }
+
+#[test]
+fn apply_reads_from_mirrored_copies_and_refuses_a_bad_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = small_checkpoint(dir.path());
+    let plan = dir.path().join("plan.json");
+    assert!(run(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan)
+    ])
+    .status
+    .success());
+    // A copy of the shards on "another drive" (another directory here).
+    let mirror = dir.path().join("mirror");
+    std::fs::create_dir(&mirror).unwrap();
+    let mut shards = Vec::new();
+    for entry in std::fs::read_dir(&ckpt).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "safetensors") {
+            std::fs::copy(&path, mirror.join(path.file_name().unwrap())).unwrap();
+            shards.push(path);
+        }
+    }
+    let json = dir.path().join("apply.json");
+    let o = run(&[
+        "apply",
+        "--plan",
+        s(&plan),
+        "--checkpoint",
+        s(&ckpt),
+        "--mirror",
+        s(&mirror),
+        "--verify",
+        "--json",
+        s(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("verified"), "{}", stdout(&o));
+    std::fs::remove_file(&json).unwrap();
+    // A copy of another length is not a mirror: one line naming it.
+    let bad = mirror.join(shards[0].file_name().unwrap());
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&bad)
+        .unwrap()
+        .set_len(1)
+        .unwrap();
+    assert_bad_input(
+        &[
+            "apply",
+            "--plan",
+            s(&plan),
+            "--checkpoint",
+            s(&ckpt),
+            "--mirror",
+            s(&mirror),
+            "--json",
+            s(&json),
+        ],
+        &bad,
+        "mirror copy",
+        &json,
+    );
+}

@@ -128,7 +128,7 @@ fn load(c: &mut Criterion) {
     }
     group.throughput(Throughput::Bytes(object_bytes));
     let loader = |kind| -> Arc<dyn Loader> {
-        Arc::new(CheckpointLoader::new(&checkpoint, keys.clone(), open_backend(kind)).unwrap())
+        Arc::new(CheckpointLoader::new(&checkpoint, keys.clone(), open_backend(kind), &[]).unwrap())
     };
     for kind in [BackendKind::Direct, BackendKind::IoUring] {
         for threads in [1, 4] {

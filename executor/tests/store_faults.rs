@@ -64,7 +64,7 @@ fn faults_fail_the_load_and_publish_nothing() {
         Some(faults.remove(at).1)
     });
     let loader =
-        Arc::new(CheckpointLoader::new(&checkpoint, keys.clone(), Box::new(backend)).unwrap());
+        Arc::new(CheckpointLoader::new(&checkpoint, keys.clone(), Box::new(backend), &[]).unwrap());
     let config = StoreConfig {
         places: vec![PlaceConfig {
             name: "ram:0".into(),

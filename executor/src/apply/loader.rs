@@ -7,7 +7,8 @@
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;
 use crate::policy::ObjectIndex;
-use crate::storage::{AlignedSlab, DataFile, HostPool, ReadBackend, StorageError};
+use crate::storage::drives::DriveSet;
+use crate::storage::{AlignedSlab, HostPool, ReadBackend, StorageError};
 use crate::store::{Loader, ObjectBytes};
 use std::collections::HashMap;
 use std::ops::Range;
@@ -34,8 +35,8 @@ pub struct CheckpointLoader {
     /// Dense object index -> key.
     pub keys: Vec<ObjectKey>,
     extents: Vec<Vec<Extent>>,
-    files: HashMap<PathBuf, DataFile>,
-    backend: Box<dyn ReadBackend>,
+    /// Each shard, on one drive or mirrored on several.
+    shards: HashMap<PathBuf, DriveSet>,
     /// Host memory each object is read into (its home's node).
     pools: Vec<Arc<HostPool>>,
     pool_of: Vec<u32>,
@@ -45,26 +46,35 @@ pub struct CheckpointLoader {
 pub const RETAINED_BYTES: usize = 256 << 20;
 
 impl CheckpointLoader {
-    /// Numbers `keys` densely (the order given) and opens every shard once.
+    /// Numbers `keys` densely (the order given) and opens every shard once,
+    /// in the checkpoint's directory and in each of `mirrors` (identical
+    /// copies on other drives: each read goes to the least busy copy).
     pub fn new(
         checkpoint: &Checkpoint,
         keys: Vec<ObjectKey>,
         backend: Box<dyn ReadBackend>,
+        mirrors: &[PathBuf],
     ) -> Result<CheckpointLoader, StorageError> {
         let extents: Vec<Vec<Extent>> = keys
             .iter()
             .map(|k| checkpoint.extents(k).to_vec())
             .collect();
-        let mut files = HashMap::new();
+        let backend: Arc<dyn ReadBackend> = Arc::from(backend);
+        let mut shards = HashMap::new();
         for shard in &checkpoint.shards {
-            files.insert(shard.clone(), DataFile::open(shard)?);
+            let mut copies = vec![shard.clone()];
+            copies.extend(
+                mirrors
+                    .iter()
+                    .map(|dir| dir.join(shard.file_name().unwrap_or_default())),
+            );
+            shards.insert(shard.clone(), DriveSet::mirror(&copies, backend.clone())?);
         }
         Ok(CheckpointLoader {
             pool_of: vec![0; keys.len()],
             keys,
             extents,
-            files,
-            backend,
+            shards,
             pools: vec![HostPool::new(None, RETAINED_BYTES)],
         })
     }
@@ -91,9 +101,7 @@ impl CheckpointLoader {
     ) -> Result<(AlignedSlab, Range<usize>), StorageError> {
         let pool = &self.pools[self.pool_of[o as usize] as usize];
         let mut slab = AlignedSlab::for_read_in(Some(pool), e.offset, e.len as usize);
-        let range =
-            self.backend
-                .read_into(&self.files[&e.shard], e.offset, e.len as usize, &mut slab)?;
+        let range = self.shards[&e.shard].read_into(e.offset, e.len as usize, &mut slab)?;
         Ok((slab, range))
     }
 }

@@ -36,6 +36,9 @@ pub struct ApplyOptions {
     /// Policy of every place's cached (unplanned) part.
     pub policy: PolicyKind,
     pub staging_bytes: u64,
+    /// Directories holding identical copies of the checkpoint's shards on
+    /// other drives: each read goes to the least busy copy.
+    pub mirrors: Vec<std::path::PathBuf>,
     /// The devices `gpu:N` places go to; `None`: `GpuTier::detect`, when
     /// the plan has GPU places.
     pub gpus: Option<GpuTier>,
@@ -48,6 +51,7 @@ impl Default for ApplyOptions {
             verify: false,
             policy: PolicyKind::Lru,
             staging_bytes: 1 << 30,
+            mirrors: Vec::new(),
             gpus: None,
         }
     }
@@ -200,7 +204,7 @@ pub fn apply(
         })
         .collect();
     let loader = Arc::new(
-        CheckpointLoader::new(checkpoint, keys.clone(), backend)?
+        CheckpointLoader::new(checkpoint, keys.clone(), backend, &options.mirrors)?
             .with_pools(pools, home.iter().map(|&p| p as u32).collect()),
     );
     let config = StoreConfig {
