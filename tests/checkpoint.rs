@@ -62,6 +62,23 @@ fn small_checkpoint(dir: &Path) -> PathBuf {
     out
 }
 
+/// The small checkpoint and a plan made for it (`plan.json` in `dir`).
+fn planned_checkpoint(dir: &Path) -> (PathBuf, PathBuf) {
+    let ckpt = small_checkpoint(dir);
+    let plan = dir.join("plan.json");
+    let o = run(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    (ckpt, plan)
+}
+
 fn shard_holding(ckpt: &Path, tensor: &str) -> PathBuf {
     let index = std::fs::read_to_string(ckpt.join("model.safetensors.index.json")).unwrap();
     let index: serde_json::Value = serde_json::from_str(&index).unwrap();
@@ -229,18 +246,7 @@ fn planned_residents(plan: &serde_json::Value) -> (usize, u64) {
 #[test]
 fn gen_plan_apply_verify_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = small_checkpoint(dir.path());
-    let plan = dir.path().join("plan.json");
-    let o = run(&[
-        "plan",
-        "--model",
-        s(&ckpt),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let (ckpt, plan) = planned_checkpoint(dir.path());
     let plan_doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     let (objects, bytes) = planned_residents(&plan_doc);
@@ -284,19 +290,7 @@ fn gen_plan_apply_verify_end_to_end() {
 #[test]
 fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = small_checkpoint(dir.path());
-    let plan = dir.path().join("plan.json");
-    assert!(run(&[
-        "plan",
-        "--model",
-        s(&ckpt),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan)
-    ])
-    .status
-    .success());
+    let (ckpt, plan) = planned_checkpoint(dir.path());
     let json = dir.path().join("apply.json");
     // A plan for three MoE layers against the two-layer checkpoint.
     let mut doc: serde_json::Value =
@@ -347,19 +341,7 @@ fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
 #[test]
 fn apply_reads_from_mirrored_copies_and_refuses_a_bad_copy() {
     let dir = tempfile::tempdir().unwrap();
-    let ckpt = small_checkpoint(dir.path());
-    let plan = dir.path().join("plan.json");
-    assert!(run(&[
-        "plan",
-        "--model",
-        s(&ckpt),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan)
-    ])
-    .status
-    .success());
+    let (ckpt, plan) = planned_checkpoint(dir.path());
     // A copy of the shards on "another drive" (another directory here).
     let mirror = dir.path().join("mirror");
     std::fs::create_dir(&mirror).unwrap();

@@ -6,7 +6,9 @@
 //! of their tensors, reports a route, reads heat and telemetry, gets
 //! one-line errors, closes.
 
-use residency_executor::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
+mod common;
+
+use residency_executor::checkpoint::Checkpoint;
 use residency_executor::ffi::{RESIDENCY_ERR_ARGUMENT, RESIDENCY_ERR_NOT_FOUND};
 use residency_executor::identity::ObjectKey;
 use residency_planner::heat::{read_json_str, HeatContext};
@@ -33,22 +35,6 @@ const LINK_FLAGS: &[&str] = &[
     "-lm",
     "-lc",
 ];
-
-const TINY: &str = r#"
-name: Mixtral-tiny
-layers: 2
-moe_layers: "0..=1"
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-tiers: { gpu: bf16, ram: bf16, disk: bf16 }
-trunk:
-  - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#;
 
 fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -120,20 +106,10 @@ fn static_library() -> PathBuf {
         .unwrap_or_else(|| panic!("no libresidency_executor.a near {}", exe.display()))
 }
 
-/// A checkpoint of `TINY` and a plan for it on a CPU-only box whose RAM
+/// A checkpoint of `common::TINY_MIXTRAL` and a plan for it on a CPU-only box whose RAM
 /// holds the trunk and three experts: the rest stay on the disk.
 fn checkpoint_and_plan(dir: &Path) -> (Checkpoint, PathBuf) {
-    let yaml = dir.join("mixtral-tiny.yaml");
-    std::fs::write(&yaml, TINY).unwrap();
-    let model = Model::from_yaml_file(&yaml).unwrap();
-    let ckpt_dir = dir.join("ckpt");
-    let options = GenOptions {
-        dtype: GenDtype::Bf16,
-        shard_bytes: 64 << 10,
-        ..GenOptions::default()
-    };
-    generate(&model, &yaml, &ckpt_dir, &options).unwrap();
-    let checkpoint = Checkpoint::open(&ckpt_dir).unwrap();
+    let checkpoint = common::tiny_checkpoint(dir);
     let bytes = |key: &ObjectKey| checkpoint.object_bytes(key);
     let trunk_bytes: u64 = checkpoint
         .objects
@@ -156,7 +132,7 @@ fn checkpoint_and_plan(dir: &Path) -> (Checkpoint, PathBuf) {
         ),
     )
     .unwrap();
-    let described = Model::validate(checkpoint.description(), &ckpt_dir).unwrap();
+    let described = Model::validate(checkpoint.description(), &checkpoint.dir).unwrap();
     let loaded = LoadedModel {
         model: described,
         sha256: checkpoint.identity.content_id.clone(),

@@ -3,47 +3,21 @@
 //! it unpublished and its bytes unreserved, and a retry must then serve
 //! exactly the bytes a plain read of its tensors gives.
 
+mod common;
+
 use residency_executor::apply::loader::CheckpointLoader;
-use residency_executor::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
 use residency_executor::policy::{ObjectIndex, PolicyKind, PolicyParams};
 use residency_executor::storage::fault::{Fault, FaultyBackend};
 use residency_executor::storage::{open_backend, BackendKind};
 use residency_executor::store::{Homes, ObjectState, PlaceConfig, Store, StoreConfig};
-use residency_planner::model::Model;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-const TINY: &str = r#"
-name: Mixtral-tiny
-layers: 2
-moe_layers: "0..=1"
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-tiers: { gpu: bf16, ram: bf16, disk: bf16 }
-trunk:
-  - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#;
-
 #[test]
 fn faults_fail_the_load_and_publish_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let yaml = dir.path().join("mixtral-tiny.yaml");
-    std::fs::write(&yaml, TINY).unwrap();
-    let model = Model::from_yaml_file(&yaml).unwrap();
-    let ckpt_dir = dir.path().join("ckpt");
-    let options = GenOptions {
-        dtype: GenDtype::Bf16,
-        shard_bytes: 64 << 10,
-        ..GenOptions::default()
-    };
-    generate(&model, &yaml, &ckpt_dir, &options).unwrap();
-    let checkpoint = Checkpoint::open(&ckpt_dir).unwrap();
+    let checkpoint = common::tiny_checkpoint(dir.path());
     let keys: Vec<_> = checkpoint.objects.keys().cloned().collect();
     // The first read of object 1 comes up 100 bytes short, the first read
     // of object 3 fails with EIO; every other read (and the retries) is real.
