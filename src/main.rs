@@ -3,8 +3,11 @@
 
 mod apply_cmd;
 mod checkpoint_cmd;
+mod kv_cmd;
 mod plot;
 mod print;
+mod profile_cmd;
+mod replay_cmd;
 mod simulate;
 
 use anyhow::{bail, Context, Result};
@@ -129,11 +132,20 @@ enum Command {
     },
     /// Load a plan's residents from a checkpoint through the executor.
     Apply(apply_cmd::ApplyArgs),
+    /// Serve a routing trace from a checkpoint through the executor, per
+    /// policy: tok/s, latency, felt wait, bytes read (issue 5).
+    Replay(replay_cmd::ReplayArgs),
     /// Replay a trace through cache policies at byte budgets (DESIGN 6).
     Simulate(simulate::SimulateArgs),
+    /// Replay a prefix-block trace (Mooncake) through the KV prefix cache
+    /// per eviction policy and capacity (DESIGN 8).
+    KvReplay(kv_cmd::KvReplayArgs),
     /// Write a checkpoint with a model's real tensor names, shapes and dtypes
     /// and seeded random values (safetensors shards, index, config.json).
     GenCheckpoint(checkpoint_cmd::GenCheckpointArgs),
+    /// Write this machine's hardware profile (`detect`) and measure its
+    /// rates (`calibrate`), or take them from an engine log.
+    Profile(profile_cmd::ProfileArgs),
     /// Write the JSON Schemas of the profile, model description and plan files.
     Schema {
         /// Directory to write the `*.schema.json` files into.
@@ -210,8 +222,11 @@ fn run(command: Command) -> Result<()> {
             inputs,
         } => diff(&before, &after, &inputs),
         Command::Simulate(args) => simulate::run(args),
+        Command::KvReplay(args) => kv_cmd::run(&args),
+        Command::Replay(args) => replay_cmd::run(&args),
         Command::Apply(args) => apply_cmd::run(&args),
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
+        Command::Profile(args) => profile_cmd::run(args),
         Command::Schema { out } => write_schemas(&out),
     }
 }

@@ -1,9 +1,10 @@
 //! Line charts for the CLI, SVG or PNG by the file's extension: the
 //! per-layer routing concentration of `residency heat IN --plot FILE`
-//! ([`concentration_plot`]) and the miss-ratio curves of `residency simulate
-//! --plot FILE` ([`simulation_plot`]). Both are built as [`Panel`]s of
-//! [`Line`]s and drawn by the one [`write_chart`], which owns the layout,
-//! the font and the file writing. Plotting lives here, in the CLI crate, so
+//! ([`concentration_plot`]), the miss-ratio curves of `residency simulate
+//! --plot FILE` ([`simulation_plot`]) and the prefix hit ratios of
+//! `residency kv-replay --plot FILE` ([`kv_replay_plot`]). All are built as
+//! [`Panel`]s of [`Line`]s and drawn by the one [`write_chart`], which owns
+//! the layout, the font and the file writing. Plotting lives here, in the CLI crate, so
 //! the planner and executor crates stay free of it; the numbers come from
 //! them (`residency_planner::heat::concentration`, the simulator's runs).
 //!
@@ -165,6 +166,26 @@ pub fn simulation_plot(
         });
     }
     write_chart(path, title, &panels)
+}
+
+/// Draws `residency kv-replay`'s results into `path` (format from its
+/// extension): the share of input tokens served from cached prefix blocks
+/// against the cache's capacity in blocks of `block_tokens`, one line per
+/// eviction policy.
+pub fn kv_replay_plot(
+    path: &Path,
+    title: &str,
+    block_tokens: u32,
+    hit_ratio: Vec<Line>,
+) -> Result<()> {
+    let panel = Panel {
+        title: "prefix hit ratio by capacity".into(),
+        x_desc: format!("cache capacity (blocks of {block_tokens} tokens)"),
+        y_desc: "hit tokens / input tokens".into(),
+        lines: hit_ratio,
+        y_range: None,
+    };
+    write_chart(path, title, &[panel])
 }
 
 fn fraction(part: usize, whole: usize) -> f64 {

@@ -50,11 +50,13 @@ fn store_config(capacity_bytes: u64) -> StoreConfig {
             capacity_bytes,
             tier: "ram".into(),
             policy: PolicyKind::Lru,
+            pin_share_bytes: None,
         }],
         tier_capacity_bytes: vec![],
         staging_bytes: 1 << 20,
         wait: Duration::from_secs(10),
         params: PolicyParams::default(),
+        knowledge: Default::default(),
     }
 }
 

@@ -10,6 +10,12 @@
 //! - `gpu`: the GPU tiers (CUDA, Vulkan; loaded at run time) and the loader
 //!   that uploads objects to them.
 //! - `apply`: a plan onto a checkpoint, through the store.
+//! - `kv`: KV-prefix residency (DESIGN 8): block keys, the block store (RAM
+//!   and disk tiers, leases, copy-on-write tails, slot routing), eviction
+//!   policies and the Mooncake trace replay.
+//! - `profile`: hardware profiles without hand-writing: detection (sysfs,
+//!   CUDA, Vulkan), calibration (CPU and GPU GEMV, drives, uploads, sync),
+//!   and values from engine logs, each with its origin as a YAML comment.
 //! - `ffi`: the C ABI (`include/residency.h`): open, acquire, release,
 //!   report routes, telemetry, close; no panic crosses it.
 //!
@@ -20,7 +26,10 @@ pub mod checkpoint;
 pub mod ffi;
 pub mod gpu;
 pub mod identity;
+pub mod kv;
 pub mod policy;
+pub mod profile;
 pub mod sim;
 pub mod storage;
+pub mod serve;
 pub mod store;

@@ -45,11 +45,13 @@ fn faults_fail_the_load_and_publish_nothing() {
             capacity_bytes: 1 << 30,
             tier: "ram".into(),
             policy: PolicyKind::Lru,
+            pin_share_bytes: None,
         }],
         tier_capacity_bytes: vec![],
         staging_bytes: 1 << 20,
         wait: Duration::from_millis(10),
         params: PolicyParams::default(),
+        knowledge: Default::default(),
     };
     let homes = Homes {
         place: vec![0; keys.len()],

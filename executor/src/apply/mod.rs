@@ -121,6 +121,7 @@ pub fn apply(
             capacity_bytes: u.capacity_bytes,
             tier: u.place.split(':').next().unwrap_or("ram").to_string(),
             policy: options.policy,
+            pin_share_bytes: None,
         })
         .collect();
     let place_of = |name: &str| places.iter().position(|p| p.name == name);
@@ -213,6 +214,7 @@ pub fn apply(
         staging_bytes: options.staging_bytes,
         wait: Duration::from_secs(30),
         params: PolicyParams::default(),
+        knowledge: Default::default(),
     };
     let homes = Homes {
         place: home.clone(),

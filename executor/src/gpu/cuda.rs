@@ -269,7 +269,7 @@ fn failed(ordinal: u32, action: &str) -> impl Fn(DriverError) -> GpuError {
 }
 
 /// `CUDA_ERROR_OUT_OF_MEMORY (out of memory)`.
-fn describe(e: DriverError) -> String {
+pub(crate) fn describe(e: DriverError) -> String {
     let text =
         |s: Result<&std::ffi::CStr, DriverError>| s.map(|s| s.to_string_lossy().into_owned()).ok();
     match (text(e.error_name()), text(e.error_string())) {

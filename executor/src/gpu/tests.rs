@@ -145,6 +145,7 @@ fn store_over(device: HostDevice) -> (Store, Arc<GpuLoader>) {
         capacity_bytes: 1 << 20,
         tier: name.split(':').next().unwrap().into(),
         policy: PolicyKind::Lru,
+        pin_share_bytes: None,
     };
     let config = StoreConfig {
         places: vec![place("gpu:0"), place("ram:0")],
@@ -152,6 +153,7 @@ fn store_over(device: HostDevice) -> (Store, Arc<GpuLoader>) {
         staging_bytes: 1 << 20,
         wait: Duration::from_millis(10),
         params: PolicyParams::default(),
+        knowledge: Default::default(),
     };
     let homes = Homes {
         place: vec![0, 0, 1],

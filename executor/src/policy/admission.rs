@@ -81,6 +81,13 @@ impl Policy for Admission {
     fn capacity_bytes(&self) -> u64 {
         self.inner().capacity_bytes()
     }
+
+    fn remove(&mut self, object: ObjectIndex) {
+        match self {
+            Admission::Frequency(f) => f.remove(object),
+            Admission::Cost(c) => c.remove(object),
+        }
+    }
 }
 
 pub(crate) struct Frequency {
@@ -140,6 +147,15 @@ impl Policy for Frequency {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// The object leaves the recency order. Its decayed count and prior
+    /// stay: a later request is judged by them as before.
+    fn remove(&mut self, object: ObjectIndex) {
+        if self.order.contains(object) {
+            self.order.remove(object);
+            self.used_bytes -= self.size_bytes[object as usize];
+        }
+    }
 }
 
 pub(crate) struct Cost {
@@ -198,6 +214,12 @@ impl Policy for Cost {
 
     fn capacity_bytes(&self) -> u64 {
         self.residents.capacity_bytes()
+    }
+
+    /// The object leaves the utility heap. Its decayed count and prior stay
+    /// (so its utility, should it be requested again).
+    fn remove(&mut self, object: ObjectIndex) {
+        self.residents.remove(object);
     }
 }
 

@@ -183,6 +183,18 @@ impl Policy for Arc {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object from T1 or T2. B1, B2 and `p` are unchanged: the
+    /// object does not become a ghost (that is for the policy's own
+    /// evictions; a resident is never in a ghost list), so a later request
+    /// is a cold miss into T1.
+    fn remove(&mut self, object: ObjectIndex) {
+        if self.t1.order.contains(object) {
+            self.t1.remove(object, &self.size_bytes);
+        } else if self.t2.order.contains(object) {
+            self.t2.remove(object, &self.size_bytes);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -48,6 +48,12 @@ impl Policy for Belady {
     fn capacity_bytes(&self) -> u64 {
         self.residents.capacity_bytes()
     }
+
+    /// The object leaves the resident heap; there is no history (its next
+    /// request brings its next access with it).
+    fn remove(&mut self, object: ObjectIndex) {
+        self.residents.remove(object);
+    }
 }
 
 #[cfg(test)]

@@ -71,6 +71,16 @@ impl Policy for Clock {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object and clears its reference bit. The hand is the
+    /// queue's tail, so it moves on to the next object by itself.
+    fn remove(&mut self, object: ObjectIndex) {
+        if self.order.contains(object) {
+            self.order.remove(object);
+            self.referenced[object as usize] = false;
+            self.used_bytes -= self.size_bytes[object as usize];
+        }
+    }
 }
 
 #[cfg(test)]

@@ -182,6 +182,15 @@ impl<K: Copy + PartialOrd + Default> ScoredResidents<K> {
         Outcome::Admitted
     }
 
+    /// Forgets a resident (a no-op for a non-resident): it leaves the heap
+    /// (O(log n)) and its bytes are freed.
+    pub fn remove(&mut self, o: ObjectIndex) {
+        if self.heap.contains(o) {
+            self.heap.remove(o);
+            self.used_bytes -= self.size_bytes[o as usize];
+        }
+    }
+
     /// Re-keys every resident (`new_key(o, size_bytes, old_key)`).
     pub fn rekey(&mut self, mut new_key: impl FnMut(ObjectIndex, u64, K) -> K) {
         let sizes = &self.size_bytes;

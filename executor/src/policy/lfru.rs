@@ -41,6 +41,11 @@ impl Policy for Lfru {
     fn capacity_bytes(&self) -> u64 {
         self.0.capacity_bytes()
     }
+
+    /// As `lfu`: the object leaves the residents, its heat counter stays.
+    fn remove(&mut self, object: ObjectIndex) {
+        self.0.remove(object);
+    }
 }
 
 #[cfg(test)]

@@ -68,6 +68,13 @@ impl Policy for Lfu {
     fn capacity_bytes(&self) -> u64 {
         self.residents.capacity_bytes()
     }
+
+    /// The object leaves the resident heap. Its decayed count stays (and
+    /// keeps decaying): counts are per object, resident or not, so a later
+    /// request finds it as if the object had been evicted.
+    fn remove(&mut self, object: ObjectIndex) {
+        self.residents.remove(object);
+    }
 }
 
 #[cfg(test)]

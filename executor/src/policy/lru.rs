@@ -23,6 +23,14 @@ impl Lru {
             move_on_hit,
         }
     }
+
+    /// Raises the capacity (`pinned-lru` hands an unpinned object's bytes to
+    /// its LRU part); nothing is evicted, so it must not fall below the used
+    /// bytes.
+    pub(super) fn set_capacity_bytes(&mut self, capacity_bytes: u64) {
+        assert!(self.used_bytes <= capacity_bytes);
+        self.capacity_bytes = capacity_bytes;
+    }
 }
 
 impl Policy for Lru {
@@ -60,11 +68,20 @@ impl Policy for Lru {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object from the order; the others keep their places. No
+    /// history to keep.
+    fn remove(&mut self, object: ObjectIndex) {
+        if self.order.contains(object) {
+            self.order.remove(object);
+            self.used_bytes -= self.size_bytes[object as usize];
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{misses, replay, setup, unit};
+    use super::super::testing::{misses, remove, replay, setup, unit};
     use super::*;
 
     #[test]
@@ -91,5 +108,27 @@ mod tests {
         assert_eq!(r[2], (Outcome::Admitted, vec![0]));
         assert_eq!(r[3], (Outcome::Bypassed, vec![]));
         assert_eq!(r[4], (Outcome::Admitted, vec![1, 2]));
+    }
+
+    #[test]
+    fn removing_the_lru_tail_makes_the_next_miss_evict_the_next_one() {
+        // Capacity 10; a=0(4) b=1(3) c=2(3) d=3(6). Order front..back.
+        //  1-3 a b c: [c b a] 10.  4 a hit: [a c b], b is the tail.
+        //  remove b: [a c] 7 (3 freed).  remove b again: a no-op.
+        //  5 d(6): 7 + 6 > 10 evicts the tail c (without the removal it
+        //    would have evicted b, then c); 4 + 6 fits: [d a] 10.
+        //  remove the head d: [a] 4.  6 b(3): 7, nothing evicted: [b a].
+        let mut lru = Lru::new(&setup(10, 4), true);
+        let r = replay(&mut lru, &[(0, 4), (1, 3), (2, 3), (0, 4)]);
+        assert_eq!(r[3].0, Outcome::Hit);
+        assert_eq!(remove(&mut lru, 1), 3);
+        assert_eq!(remove(&mut lru, 1), 0);
+        assert_eq!(lru.used_bytes(), 7);
+        assert_eq!(replay(&mut lru, &[(3, 6)]), [(Outcome::Admitted, vec![2])]);
+        assert_eq!(lru.order.iter_from_back().collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(remove(&mut lru, 3), 6);
+        assert_eq!(replay(&mut lru, &[(1, 3)]), [(Outcome::Admitted, vec![])]);
+        assert_eq!(lru.order.iter_from_back().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(lru.used_bytes(), 7);
     }
 }

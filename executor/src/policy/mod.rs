@@ -70,6 +70,15 @@ pub trait Policy {
     fn used_bytes(&self) -> u64;
     /// The capacity fixed at creation.
     fn capacity_bytes(&self) -> u64;
+    /// Forgets a resident the store dropped or took over from outside the
+    /// policy (an explicit eviction, a failed load, a re-planned pin): it is no
+    /// longer resident and its bytes are free. A no-op for a non-resident.
+    ///
+    /// Forgetting is not a request and not an eviction by the policy: nothing
+    /// is counted, no ghost entry is made, and what the policy learned about
+    /// the object (counters, sketches, ghosts of other objects) stays. Each
+    /// policy's `remove` says what it keeps. O(1) or O(log n).
+    fn remove(&mut self, object: ObjectIndex);
 }
 
 /// The policies by name (DESIGN 6).

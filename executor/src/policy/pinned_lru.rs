@@ -4,6 +4,11 @@
 //! charged to the capacity, and the rest of it is an ordinary LRU. An object
 //! that does not fit the LRU part is bypassed: it could only enter by
 //! evicting a pin.
+//!
+//! [`Policy::remove`] of a pin unpins it for good: it is no longer resident,
+//! its bytes go to the LRU part (whose capacity grows by them), and a later
+//! request for it is an ordinary LRU miss. A removed LRU object just leaves
+//! the LRU.
 
 use super::lru::Lru;
 use super::static_plan::pinned_set;
@@ -12,6 +17,8 @@ use super::{Knowledge, ObjectIndex, Outcome, Policy, PolicySetup, Request};
 pub(crate) struct PinnedLru {
     pinned: Vec<bool>,
     pinned_bytes: u64,
+    /// `knowledge.sizes_bytes`: what a pin is charged, and freed on removal.
+    sizes_bytes: Vec<u64>,
     capacity_bytes: u64,
     /// LRU over the capacity the pins leave.
     lru: Lru,
@@ -30,6 +37,7 @@ impl PinnedLru {
         PinnedLru {
             pinned,
             pinned_bytes,
+            sizes_bytes: setup.knowledge.sizes_bytes.clone(),
             capacity_bytes: setup.capacity_bytes,
             lru: Lru::new(&rest, true),
         }
@@ -55,11 +63,22 @@ impl Policy for PinnedLru {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unpins a pin (module doc) or takes an object out of the LRU part.
+    fn remove(&mut self, object: ObjectIndex) {
+        if std::mem::take(&mut self.pinned[object as usize]) {
+            self.pinned_bytes -= self.sizes_bytes[object as usize];
+            let rest = self.capacity_bytes.saturating_sub(self.pinned_bytes);
+            self.lru.set_capacity_bytes(rest);
+        } else {
+            self.lru.remove(object);
+        }
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{misses, replay, setup, unit};
+    use super::super::testing::{misses, remove, replay, setup, unit};
     use super::*;
     use Outcome::{Admitted as A, Bypassed as B, Hit as H};
 
@@ -96,5 +115,27 @@ mod tests {
         assert_eq!(outcomes, [H, A, A, B, H, B]);
         assert!(r.iter().all(|(_, evicted)| evicted.is_empty()));
         assert_eq!(p.used_bytes(), 10);
+    }
+
+    #[test]
+    fn a_removed_pin_is_unpinned_and_its_bytes_go_to_the_lru_part() {
+        // Capacity 10, pin 0 (4 B): LRU part 6 B. Sizes 1=3, 2=7.
+        // t0 1: [1] 3, used 7. t1 2 (7 B): over the LRU part: bypassed.
+        // remove 0: unpinned, 4 B freed; the LRU part is now 10 B.
+        // t2 2: 3 + 7 fits: admitted. t3 0: an LRU miss now: 10 + 4 > 10
+        // evicts the LRU tail 1, then 7 + 4 > 10 evicts 2.
+        let mut s = setup(10, 3);
+        s.knowledge.sizes_bytes = vec![4, 3, 7];
+        s.knowledge.pinned = vec![0];
+        let mut p = PinnedLru::new(&s);
+        let r = replay(&mut p, &[(1, 3), (2, 7)]);
+        assert_eq!(r[1], (B, vec![]));
+        assert_eq!(remove(&mut p, 0), 4);
+        assert_eq!(remove(&mut p, 0), 0);
+        let r = replay(&mut p, &[(2, 7), (0, 4)]);
+        assert_eq!(r, [(A, vec![]), (A, vec![1, 2])]);
+        assert_eq!(p.used_bytes(), 4);
+        assert_eq!(remove(&mut p, 0), 4);
+        assert_eq!(p.used_bytes(), 0);
     }
 }

@@ -186,6 +186,23 @@ impl Policy for S3Fifo {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object from small or main (its frequency reset). The
+    /// ghost keeps what it holds and does not take the object (it remembers
+    /// the policy's own evictions from small; a resident is never in it), so
+    /// a later request is a plain miss into small. Whether anything was
+    /// evicted yet (the warm-up rule) is unchanged.
+    fn remove(&mut self, object: ObjectIndex) {
+        let size = self.size(object);
+        if self.small.order.contains(object) {
+            self.small.remove(object, size);
+        } else if self.main.order.contains(object) {
+            self.main.remove(object, size);
+        } else {
+            return;
+        }
+        self.freq[object as usize] = 0;
+    }
 }
 
 #[cfg(test)]

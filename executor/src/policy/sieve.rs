@@ -79,11 +79,26 @@ impl Policy for Sieve {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object and clears its visited bit. A hand resting on it
+    /// moves to its neighbour towards the head (none: the tail), where it
+    /// would rest had the object been evicted; the sweep goes on from there.
+    fn remove(&mut self, object: ObjectIndex) {
+        if !self.queue.contains(object) {
+            return;
+        }
+        if self.hand == Some(object) {
+            self.hand = self.queue.before(object);
+        }
+        self.queue.remove(object);
+        self.visited[object as usize] = false;
+        self.used_bytes -= self.size_bytes[object as usize];
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::{misses, replay, setup, unit};
+    use super::super::testing::{misses, remove, replay, setup, unit};
     use super::*;
 
     #[test]
@@ -141,5 +156,45 @@ mod tests {
         assert_eq!(r[9], (Outcome::Admitted, vec![3]));
         assert_eq!(sieve.used_bytes(), 6);
         assert!(sieve.contains(2) && sieve.contains(5));
+    }
+
+    #[test]
+    fn removing_the_object_under_the_hand_moves_the_hand_towards_the_head() {
+        // Capacity 3, a=0 .. i=8. Queue head..tail with visited bits; ^ is
+        // the hand (none: the tail).
+        //  1-3 a b c: c0 b0 a0.  4 a hit: c0 b0 a1.
+        //  5 d: a1 -> a0, b0 evicted, hand -> c. d0 ^c0 a0
+        //  remove c (under the hand): the hand moves to d, where it would
+        //       rest had c been evicted. ^d0 a0, used 2.
+        //  6 e: fits. e0 ^d0 a0.
+        //  7 f: the hand is on d0: evicted (not the tail a), hand -> e.
+        //       f0 ^e0 a0
+        //  remove f (the head, not under the hand): ^e0 a0.
+        //  remove e (under the hand, now the head): no neighbour towards
+        //       the head, so the hand goes back to the tail. a0
+        //  8 g, 9 h: fit. h0 g0 a0.  10 a hit: a1.
+        // 11 i: from the tail: a1 -> a0, g0 evicted, hand -> h.
+        let mut sieve = Sieve::new(&setup(3, 9));
+        let r = replay(&mut sieve, &unit(&[0, 1, 2, 0, 3]));
+        assert_eq!(r[4].1, vec![1]);
+        assert_eq!(sieve.hand, Some(2));
+        assert_eq!(remove(&mut sieve, 2), 1);
+        assert_eq!(sieve.hand, Some(3));
+        let r = replay(&mut sieve, &unit(&[4, 5]));
+        assert_eq!(
+            r,
+            [(Outcome::Admitted, vec![]), (Outcome::Admitted, vec![3])]
+        );
+        assert_eq!(sieve.hand, Some(4));
+        assert_eq!(remove(&mut sieve, 5), 1);
+        assert_eq!(sieve.hand, Some(4));
+        assert_eq!(remove(&mut sieve, 4), 1);
+        assert_eq!((sieve.hand, sieve.used_bytes()), (None, 1));
+        let r = replay(&mut sieve, &unit(&[6, 7, 0, 8]));
+        let evicted: Vec<_> = r.iter().flat_map(|(_, e)| e.clone()).collect();
+        assert_eq!(evicted, vec![6]);
+        assert_eq!(r[2].0, Outcome::Hit);
+        assert_eq!(sieve.hand, Some(7));
+        assert!(sieve.contains(0) && sieve.contains(7) && sieve.contains(8));
     }
 }

@@ -130,6 +130,16 @@ impl Segmented {
         evicted.push(o);
     }
 
+    /// Forgets a resident (a no-op for a non-resident): it leaves its
+    /// segment, whose bytes and the total drop by its size. Nothing moves
+    /// between segments; the room is used by later inserts and demotions.
+    pub fn remove(&mut self, o: ObjectIndex) {
+        if self.contains(o) {
+            self.unlink(o);
+            self.used_bytes -= self.size_bytes[o as usize];
+        }
+    }
+
     /// Inserts a non-resident that fits the total capacity (the caller
     /// evicted) into the lowest segment with room, else into segment 0.
     pub fn insert(&mut self, o: ObjectIndex, size: u64) {
@@ -200,6 +210,11 @@ impl Policy for Slru {
 
     fn capacity_bytes(&self) -> u64 {
         self.cache.capacity_bytes()
+    }
+
+    /// [`Segmented::remove`]: the object leaves its segment; no history.
+    fn remove(&mut self, object: ObjectIndex) {
+        self.cache.remove(object);
     }
 }
 

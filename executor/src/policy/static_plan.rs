@@ -2,6 +2,10 @@
 //! the resident set from the start and for ever: requests for it hit, every
 //! other request runs from a transient slot (bypassed); nothing is evicted.
 //! Also owns the pinned-set bookkeeping `pinned-lru` and `build` share.
+//!
+//! [`Policy::remove`] takes an object out of the plan for good: its bytes
+//! are freed and later requests for it are bypassed (the plan admits
+//! nothing; a new plan is a new policy).
 
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
@@ -20,6 +24,8 @@ pub(super) fn pinned_set(setup: &PolicySetup) -> (Vec<bool>, u64) {
 
 pub(crate) struct StaticPlan {
     resident: Vec<bool>,
+    /// `knowledge.sizes_bytes`: what a planned object is charged.
+    sizes_bytes: Vec<u64>,
     used_bytes: u64,
     capacity_bytes: u64,
 }
@@ -30,6 +36,7 @@ impl StaticPlan {
         let (resident, used_bytes) = pinned_set(setup);
         StaticPlan {
             resident,
+            sizes_bytes: setup.knowledge.sizes_bytes.clone(),
             used_bytes,
             capacity_bytes: setup.capacity_bytes,
         }
@@ -55,6 +62,13 @@ impl Policy for StaticPlan {
 
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+
+    /// Drops the object from the plan (module doc).
+    fn remove(&mut self, object: ObjectIndex) {
+        if std::mem::take(&mut self.resident[object as usize]) {
+            self.used_bytes -= self.sizes_bytes[object as usize];
+        }
     }
 }
 

@@ -245,6 +245,20 @@ impl Policy for WTinyLfu {
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
+
+    /// Unlinks the object from the window or from main's segment
+    /// ([`Segmented::remove`]). The sketch keeps its counts (forgetting is
+    /// not a request: nothing is counted either), so a later request is
+    /// judged by the object's frequency as before; a sketch not yet built
+    /// is built as usual once the cache reaches half its capacity.
+    fn remove(&mut self, object: ObjectIndex) {
+        if self.window.contains(object) {
+            self.window.remove(object);
+            self.window_used_bytes -= self.window_size_bytes[object as usize];
+        } else {
+            self.main.remove(object);
+        }
+    }
 }
 
 #[cfg(test)]

@@ -18,41 +18,8 @@ pub fn miss_seconds_from_log(felt_wait_seconds: f64, physical_misses: u64) -> f6
 /// <f>s felt wait`): total felt wait over total misses, over every such
 /// line (one per run or serve turn). Loads per token never enter.
 pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
-    let text = read_text(path)?;
-    let (mut felt_seconds, mut misses) = (0.0, 0u64);
-    let mut lines = 0;
-    for (i, line) in text.lines().enumerate() {
-        let Some(at) = line.find("[PROF] expert I/O:") else {
-            continue;
-        };
-        let line = &line[at..];
-        let bad = |what: &str| {
-            PlannerError::input(
-                path,
-                format!("line {}", i + 1),
-                format!("a `[PROF] expert I/O:` line without {what}"),
-                "give the log as Colibri prints it (PROF=1), unedited",
-            )
-        };
-        let n: u64 = line
-            .split(" load)")
-            .next()
-            .filter(|_| line.contains(" load)"))
-            .and_then(|head| head.rsplit(' ').next())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| bad("`<misses> load)`"))?;
-        let f: f64 = line
-            .split("s felt wait")
-            .next()
-            .filter(|_| line.contains("s felt wait"))
-            .and_then(|head| head.rsplit(' ').next())
-            .and_then(|f| f.parse().ok())
-            .ok_or_else(|| bad("`<seconds>s felt wait`"))?;
-        felt_seconds += f;
-        misses += n;
-        lines += 1;
-    }
-    if lines == 0 {
+    let totals = prof_totals(&read_text(path)?, path)?;
+    if totals.lines.is_empty() {
         return Err(PlannerError::input(
             path,
             "whole file",
@@ -60,7 +27,7 @@ pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
             "run Colibri with PROF=1 and give that log, or pass --miss-cost",
         ));
     }
-    if misses == 0 {
+    if totals.physical_misses == 0 {
         return Err(PlannerError::input(
             path,
             "whole file",
@@ -68,7 +35,67 @@ pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
             "give a log of a run that read experts from disk, or pass --miss-cost",
         ));
     }
-    Ok(miss_seconds_from_log(felt_seconds, misses))
+    Ok(miss_seconds_from_log(
+        totals.felt_wait_seconds,
+        totals.physical_misses,
+    ))
+}
+
+/// The sums over a log's `[PROF] expert I/O:` lines (format in
+/// colibri-formats.md section 5).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ProfTotals {
+    /// The lines' numbers, from 1.
+    pub lines: Vec<usize>,
+    /// `<GB> GB fetched`, in bytes (GB = 1e9).
+    pub fetched_bytes: f64,
+    /// `<misses> load)`: demand misses, each a disk read.
+    pub physical_misses: u64,
+    /// `<s>s read service`: the loader threads' summed read time.
+    pub read_service_seconds: f64,
+    /// `<f>s felt wait`: time the compute thread stalled on reads.
+    pub felt_wait_seconds: f64,
+}
+
+/// Sums every `[PROF] expert I/O:` line of `text` (read from `path`, which
+/// errors name); none is not an error here.
+pub fn prof_totals(text: &str, path: &Path) -> Result<ProfTotals, PlannerError> {
+    let mut totals = ProfTotals::default();
+    for (i, line) in text.lines().enumerate() {
+        let Some(at) = line.find("[PROF] expert I/O:") else {
+            continue;
+        };
+        let line = &line[at..];
+        let missing = |what: &str| {
+            PlannerError::input(
+                path,
+                format!("line {}", i + 1),
+                format!("a `[PROF] expert I/O:` line without {what}"),
+                "give the log as Colibri prints it (PROF=1), unedited",
+            )
+        };
+        let misses: u64 =
+            number_before(line, " load)").ok_or_else(|| missing("`<misses> load)`"))?;
+        let felt: f64 = number_before(line, "s felt wait")
+            .ok_or_else(|| missing("`<seconds>s felt wait`"))?;
+        let service: f64 = number_before(line, "s read service")
+            .ok_or_else(|| missing("`<seconds>s read service`"))?;
+        let fetched_gb: f64 =
+            number_before(line, " GB fetched").ok_or_else(|| missing("`<GB> GB fetched`"))?;
+        totals.physical_misses += misses;
+        totals.felt_wait_seconds += felt;
+        totals.read_service_seconds += service;
+        totals.fetched_bytes += fetched_gb * 1e9;
+        totals.lines.push(i + 1);
+    }
+    Ok(totals)
+}
+
+/// The number just before `marker` in `line` (`3.1` in `| 3.1s read
+/// service`), as Colibri's log lines put their figures.
+pub fn number_before<T: std::str::FromStr>(line: &str, marker: &str) -> Option<T> {
+    let (head, _) = line.split_once(marker)?;
+    head.rsplit(' ').next()?.parse().ok()
 }
 
 /// Seconds to read `bytes` from the profile's fastest drive (highest read

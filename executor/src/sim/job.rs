@@ -66,7 +66,8 @@ impl Budget {
         }
     }
 
-    fn bytes(self, all_bytes: u64) -> u64 {
+    /// The budget in bytes, a share taken of `all_bytes`.
+    pub fn bytes(self, all_bytes: u64) -> u64 {
         match self {
             Budget::Bytes(b) => b,
             Budget::Share(s) => (all_bytes as f64 * s) as u64,
@@ -265,7 +266,7 @@ fn run_arms(
 }
 
 /// Applies the common options, saying what was cut.
-fn cut_trace(trace: &mut Trace, cut: &Cut, notes: &mut Vec<String>) {
+pub fn cut_trace(trace: &mut Trace, cut: &Cut, notes: &mut Vec<String>) {
     if let Some(keep) = &cut.categories {
         let before = trace.tokens.len();
         trace

@@ -56,6 +56,12 @@ impl DataFile {
         self.len_bytes
     }
 
+    /// Whether reads can bypass the page cache (the filesystem accepted
+    /// O_DIRECT); without it the `Direct` backend reads buffered.
+    pub fn has_direct(&self) -> bool {
+        self.direct.is_ok()
+    }
+
     pub(super) fn buffered(&self) -> &File {
         &self.buffered
     }

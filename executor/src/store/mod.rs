@@ -76,6 +76,10 @@ pub struct PlaceConfig {
     pub tier: String,
     /// Policy of the cached (non-pinned) part of the place.
     pub policy: PolicyKind,
+    /// Bytes reserved for pinned objects when pins change while serving
+    /// (`Store::repin`): the policy gets the rest. `None`: the pins given at
+    /// creation, which then never grow.
+    pub pin_share_bytes: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -87,6 +91,9 @@ pub struct StoreConfig {
     /// How long a load waits for budget before failing.
     pub wait: Duration,
     pub params: PolicyParams,
+    /// What the places' policies know (priors, miss costs); sizes come from
+    /// the loader, and missing miss and hit costs default to 1 s and 0 s.
+    pub knowledge: Knowledge,
 }
 
 /// Where each object lives and whether the plan pins it there.
@@ -179,6 +186,8 @@ struct Inner {
     staging: Arc<Budget>,
     slots: Vec<Arc<Mutex<Slot>>>,
     homes: Homes,
+    /// Pinned now (`homes.pinned` at creation, then `repin`'s).
+    pinned: Vec<AtomicBool>,
     clock: AtomicU64,
     wait: Duration,
     counters: Arc<Counters>,
@@ -286,32 +295,39 @@ impl Store {
                 tiers.push((p.tier.clone(), Budget::new(p.tier.clone(), capacity)));
             }
         }
+        let mut knowledge = config.knowledge.clone();
+        knowledge.sizes_bytes = (0..objects)
+            .map(|o| loader.size_bytes(o as ObjectIndex))
+            .collect();
+        if knowledge.miss_seconds.len() != objects {
+            knowledge.miss_seconds = vec![1.0; objects];
+        }
+        if knowledge.hit_seconds.len() != objects {
+            knowledge.hit_seconds = vec![0.0; objects];
+        }
         let mut places = Vec::new();
         for (i, p) in config.places.iter().enumerate() {
             let pinned_bytes: u64 = (0..objects)
                 .filter(|&o| homes.place[o] == i && homes.pinned[o])
                 .map(|o| loader.size_bytes(o as ObjectIndex))
                 .sum();
-            if pinned_bytes > p.capacity_bytes {
+            let share = p
+                .pin_share_bytes
+                .unwrap_or(pinned_bytes)
+                .min(p.capacity_bytes);
+            if pinned_bytes > share {
                 return Err(StoreError::PinsTooLarge {
                     place: p.name.clone(),
                     bytes: pinned_bytes,
-                    capacity_bytes: p.capacity_bytes,
+                    capacity_bytes: share,
                 });
             }
             // The policy sees only this place's cached objects, in its own
             // share of the capacity.
             let setup = PolicySetup {
-                capacity_bytes: p.capacity_bytes - pinned_bytes,
+                capacity_bytes: p.capacity_bytes - share,
                 objects,
-                knowledge: Knowledge {
-                    miss_seconds: vec![1.0; objects],
-                    hit_seconds: vec![0.0; objects],
-                    sizes_bytes: (0..objects)
-                        .map(|o| loader.size_bytes(o as ObjectIndex))
-                        .collect(),
-                    ..Knowledge::default()
-                },
+                knowledge: knowledge.clone(),
                 params: config.params.clone(),
             };
             let policy = build(p.policy, &setup).map_err(|source| StoreError::Policy {
@@ -334,6 +350,7 @@ impl Store {
                     .collect(),
                 counters: Arc::new(Counters::new(config.places.len(), objects)),
                 places,
+                pinned: homes.pinned.iter().map(|&p| AtomicBool::new(p)).collect(),
                 homes,
                 clock: AtomicU64::new(0),
                 wait: config.wait,
@@ -455,6 +472,55 @@ impl Store {
         }
     }
 
+    /// Changes which objects are pinned at their places while serving:
+    /// `demote` leave the pinned set and are dropped (now, or at their last
+    /// release if leased); `promote` join it, taken from the place's cache
+    /// when the policy holds them (the policy forgets them), else loaded.
+    /// The caller keeps the pinned bytes of a place within its
+    /// `pin_share_bytes`; budgets hold regardless (a load waits for room).
+    /// Returns the bytes loaded.
+    pub fn repin(
+        &self,
+        promote: &[ObjectIndex],
+        demote: &[ObjectIndex],
+    ) -> Result<u64, StoreError> {
+        let inner = &self.inner;
+        for &o in demote {
+            if inner.pinned[o as usize].swap(false, Ordering::Relaxed) {
+                self.evict_victim(o);
+            }
+        }
+        let mut loaded_bytes = 0;
+        for &o in promote {
+            if inner.pinned[o as usize].load(Ordering::Relaxed) {
+                continue;
+            }
+            let place = &inner.places[inner.homes.place[o as usize]];
+            // Under the policy lock, so that a hit cannot re-admit it meanwhile.
+            let mut policy = place.policy.lock().unwrap();
+            inner.pinned[o as usize].store(true, Ordering::Relaxed);
+            let cached = policy.contains(o);
+            policy.remove(o);
+            drop(policy);
+            if !cached || matches!(self.state(o), ObjectState::Absent) {
+                let size = inner.loader.size_bytes(o);
+                self.prefetch(o)?;
+                loaded_bytes += size;
+                inner.counters.migrations.fetch_add(1, Ordering::Relaxed);
+                inner
+                    .counters
+                    .migration_bytes
+                    .fetch_add(size, Ordering::Relaxed);
+            }
+        }
+        Ok(loaded_bytes)
+    }
+
+    /// Whether `o` is pinned now.
+    pub fn is_pinned(&self, o: ObjectIndex) -> bool {
+        self.inner.pinned[o as usize].load(Ordering::Relaxed)
+    }
+
     /// Drops `o` now if it is published and not leased (an explicit
     /// eviction, e.g. by re-planning); returns whether it was dropped.
     pub fn evict(&self, o: ObjectIndex) -> bool {
@@ -508,7 +574,7 @@ impl Store {
     }
 
     fn tell_policy_of_hit(&self, o: ObjectIndex, now: u64) {
-        if self.inner.homes.pinned[o as usize] {
+        if self.is_pinned(o) {
             return;
         }
         let place = &self.inner.places[self.inner.homes.place[o as usize]];
@@ -537,7 +603,7 @@ impl Store {
     fn load(&self, o: ObjectIndex, now: u64, flight: &Flight) -> Result<Loaded, StoreError> {
         let inner = &self.inner;
         let place = &inner.places[inner.homes.place[o as usize]];
-        let admitted = inner.homes.pinned[o as usize] || {
+        let admitted = self.is_pinned(o) || {
             let mut evicted = Vec::new();
             let outcome = place
                 .policy

@@ -90,11 +90,13 @@ fn store(
             capacity_bytes: capacity,
             tier: "ram".into(),
             policy,
+            pin_share_bytes: None,
         }],
         tier_capacity_bytes: vec![],
         staging_bytes: 25,
         wait,
         params: PolicyParams::default(),
+        knowledge: Default::default(),
     };
     Store::new(loader.clone(), homes, &config).unwrap()
 }

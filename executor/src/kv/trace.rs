@@ -1,0 +1,229 @@
+//! Request traces with prefix-block ids: the Mooncake FAST'25 JSONL format
+//! (`../shared/data/kv/mooncake-fast25/SOURCES.md`), one request per line
+//! with exactly `timestamp`, `input_length`, `output_length` and
+//! `hash_ids`. Each id names a whole prefix (a block and everything before
+//! it), so equal leading ids mean an equal prefix.
+//!
+//! The reader checks what the replay relies on and names the line and the
+//! fix when it does not hold: one id per block of the input (`len(hash_ids)
+//! == ceil(input_length / block_tokens)`), no id twice in a request, and one
+//! parent per id across the file (an id that follows two different blocks
+//! does not name a prefix).
+
+use super::KvError;
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+/// One request: when it came, its prompt and output lengths, and the ids
+/// of its prompt's blocks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KvRequest {
+    pub arrival_ms: u64,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub block_ids: Vec<u64>,
+}
+
+impl KvRequest {
+    /// Tokens in block `i`: full blocks, then what is left of the input.
+    pub fn block_token_count(&self, i: usize, block_tokens: u32) -> u32 {
+        let start = i as u64 * u64::from(block_tokens);
+        self.input_tokens
+            .saturating_sub(start)
+            .min(u64::from(block_tokens)) as u32
+    }
+}
+
+/// A trace, in file order.
+#[derive(Debug, Clone)]
+pub struct KvTrace {
+    pub path: PathBuf,
+    /// Tokens per block the ids stand for.
+    pub block_tokens: u32,
+    pub requests: Vec<KvRequest>,
+}
+
+impl KvTrace {
+    pub fn total_tokens(&self) -> u64 {
+        self.requests.iter().map(|r| r.input_tokens).sum()
+    }
+
+    pub fn block_references(&self) -> usize {
+        self.requests.iter().map(|r| r.block_ids.len()).sum()
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    timestamp: u64,
+    input_length: u64,
+    output_length: u64,
+    hash_ids: Vec<u64>,
+}
+
+/// Reads a Mooncake trace whose ids stand for blocks of `block_tokens`.
+pub fn read_mooncake(path: &Path, block_tokens: u32) -> Result<KvTrace, KvError> {
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        KvError::file(
+            path,
+            format!("cannot read the trace ({e})"),
+            "give --trace a readable Mooncake JSONL file",
+        )
+    })?;
+    read_mooncake_str(&text, path, block_tokens)
+}
+
+/// [`read_mooncake`] of text already read; `path` names it in errors.
+pub fn read_mooncake_str(text: &str, path: &Path, block_tokens: u32) -> Result<KvTrace, KvError> {
+    if block_tokens == 0 {
+        return Err(KvError::Argument(
+            "--block-tokens 0: give the tokens per block of the trace's ids (512 for Mooncake)"
+                .into(),
+        ));
+    }
+    let bad = |line: usize, problem: String, fix: &str| KvError::TraceLine {
+        file: path.to_path_buf(),
+        line,
+        problem,
+        fix: fix.to_string(),
+    };
+    // Each id's parent (`None`: a first block) and the line that said so.
+    let mut parents: HashMap<u64, (Option<u64>, usize)> = HashMap::new();
+    let mut requests = Vec::new();
+    for (n, raw) in text.lines().enumerate() {
+        let line = n + 1;
+        if raw.trim().is_empty() {
+            continue;
+        }
+        let parsed: Line = serde_json::from_str(raw).map_err(|e| {
+            bad(
+                line,
+                format!("not a trace request ({e})"),
+                "each line must be one JSON object with exactly timestamp, input_length, output_length and hash_ids (the Mooncake FAST'25 format)",
+            )
+        })?;
+        let blocks = parsed.input_length.div_ceil(u64::from(block_tokens));
+        if parsed.hash_ids.len() as u64 != blocks {
+            return Err(bad(
+                line,
+                format!(
+                    "{} hash_ids for input_length {}, which at {block_tokens} tokens per block is {blocks} blocks",
+                    parsed.hash_ids.len(),
+                    parsed.input_length
+                ),
+                "give --block-tokens the block size the trace's ids stand for (512 for the Mooncake traces)",
+            ));
+        }
+        let mut parent = None;
+        for (i, &id) in parsed.hash_ids.iter().enumerate() {
+            match parents.get(&id) {
+                Some(&(p, _)) if p == parent => {}
+                Some(&(p, first)) => {
+                    // A repeat within the request always shows up here too:
+                    // its first repeat has another parent than its first use.
+                    let name = |p: Option<u64>| match p {
+                        Some(p) => format!("block {p}"),
+                        None => "the start of a request".into(),
+                    };
+                    let problem = if parsed.hash_ids[..i].contains(&id) {
+                        format!("hash_ids repeats block id {id}")
+                    } else {
+                        format!(
+                            "block id {id} follows {} here but {} on line {first}",
+                            name(parent),
+                            name(p)
+                        )
+                    };
+                    return Err(bad(
+                        line,
+                        problem,
+                        "ids must name whole prefixes (a block and all before it), so an id has one parent and appears once per request; fix or drop the line",
+                    ));
+                }
+                None => {
+                    parents.insert(id, (parent, line));
+                }
+            }
+            parent = Some(id);
+        }
+        requests.push(KvRequest {
+            arrival_ms: parsed.timestamp,
+            input_tokens: parsed.input_length,
+            output_tokens: parsed.output_length,
+            block_ids: parsed.hash_ids,
+        });
+    }
+    if requests.is_empty() {
+        return Err(KvError::file(
+            path,
+            "the trace has no requests",
+            "give --trace a Mooncake JSONL file with one request per line",
+        ));
+    }
+    Ok(KvTrace {
+        path: path.to_path_buf(),
+        block_tokens,
+        requests,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn read(text: &str, block_tokens: u32) -> Result<KvTrace, KvError> {
+        read_mooncake_str(text, Path::new("t.jsonl"), block_tokens)
+    }
+
+    fn line(input: u64, ids: &[u64]) -> String {
+        format!(
+            "{{\"timestamp\": 5, \"input_length\": {input}, \"output_length\": 3, \"hash_ids\": {ids:?}}}\n"
+        )
+    }
+
+    #[test]
+    fn reads_requests_and_block_token_counts() {
+        let text = line(1100, &[0, 1, 2]) + "\n" + &line(512, &[0]);
+        let trace = read(&text, 512).unwrap();
+        assert_eq!(trace.requests.len(), 2);
+        let r = &trace.requests[0];
+        assert_eq!((r.arrival_ms, r.input_tokens, r.output_tokens), (5, 1100, 3));
+        // 1100 = 512 + 512 + 76.
+        let counts: Vec<u32> = (0..3).map(|i| r.block_token_count(i, 512)).collect();
+        assert_eq!(counts, [512, 512, 76]);
+        assert_eq!(trace.total_tokens(), 1612);
+        assert_eq!(trace.block_references(), 4);
+    }
+
+    fn error(text: &str, block_tokens: u32) -> String {
+        let e = read(text, block_tokens).unwrap_err().to_string();
+        assert_eq!(e.lines().count(), 1, "{e}");
+        e
+    }
+
+    #[test]
+    fn bad_lines_name_file_line_and_fix() {
+        let e = error(&(line(10, &[0]) + "{\"timestamp\": 1}\n"), 512);
+        assert!(e.starts_with("t.jsonl:2: not a trace request"), "{e}");
+        let e = error(&line(10, &[0]).replace("}", ", \"extra\": 1}"), 512);
+        assert!(e.contains("unknown field `extra`"), "{e}");
+        // 1100 tokens are 3 blocks of 512 but 5 of 256.
+        let e = error(&line(1100, &[0, 1, 2]), 256);
+        assert!(
+            e.starts_with("t.jsonl:1: 3 hash_ids for input_length 1100, which at 256 tokens per block is 5 blocks; give --block-tokens"),
+            "{e}"
+        );
+        let e = error(&line(2000, &[0, 1, 0, 2]), 512);
+        assert!(e.starts_with("t.jsonl:1: hash_ids repeats block id 0;"), "{e}");
+        let e = error(&(line(1024, &[0, 1]) + &line(1024, &[2, 1])), 512);
+        assert!(
+            e.starts_with("t.jsonl:2: block id 1 follows block 2 here but block 0 on line 1;"),
+            "{e}"
+        );
+        let e = error("\n", 512);
+        assert!(e.starts_with("t.jsonl: the trace has no requests;"), "{e}");
+        assert!(error(&line(1, &[0]), 0).contains("--block-tokens 0"));
+    }
+}

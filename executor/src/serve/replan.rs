@@ -1,0 +1,291 @@
+//! The re-planner of the serving loop (DESIGN 4.5, issue 5 item 2): every
+//! pass, from live use rates, which objects should be pinned in a place's
+//! pinned share, and which moves are worth their cost now.
+//!
+//! The target is the knapsack of the share by value per byte (`rate *
+//! miss_seconds / bytes`: the planner's objective restricted to one cache
+//! tier, as in the simulator). A move happens only when it pays: promoting
+//! `c` in place of victims `V` saves `(rate_c m_c - sum rate_v m_v)` seconds
+//! per token, which over the horizon `H` must exceed the move's seconds
+//! (`bytes_c / read_bytes_per_s`) times the hysteresis factor. Moves are
+//! further bounded by a minimum age of a pin, a minimum interval between two
+//! moves of one object, a bytes-moved allowance that accrues per token, and
+//! a maximum of promotions per pass, so churn never eats the gain.
+
+use crate::policy::ObjectIndex;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReplanParams {
+    /// Tokens between passes.
+    pub every_tokens: u64,
+    /// A move's saving over the horizon must exceed its cost times this.
+    pub hysteresis: f64,
+    /// Tokens `H` over which a move must pay for itself.
+    pub horizon_tokens: f64,
+    /// A pin stays at least this many tokens.
+    pub min_age_tokens: u64,
+    /// Tokens between two moves of one object.
+    pub min_move_interval_tokens: u64,
+    /// Bytes of promotions allowed per token served (accrues, capped at
+    /// the share).
+    pub bytes_per_token: u64,
+    /// Promotions per pass at most.
+    pub max_promotions: usize,
+}
+
+impl Default for ReplanParams {
+    fn default() -> Self {
+        ReplanParams {
+            every_tokens: 32,
+            hysteresis: 2.0,
+            horizon_tokens: 512.0,
+            min_age_tokens: 64,
+            min_move_interval_tokens: 128,
+            bytes_per_token: 64 << 20,
+            max_promotions: 16,
+        }
+    }
+}
+
+/// What one pass decided.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Moves {
+    pub promote: Vec<ObjectIndex>,
+    pub demote: Vec<ObjectIndex>,
+}
+
+pub struct Replanner {
+    params: ReplanParams,
+    share_bytes: u64,
+    sizes_bytes: Vec<u64>,
+    miss_seconds: Vec<f64>,
+    read_bytes_per_s: f64,
+    pinned: Vec<bool>,
+    pinned_bytes: u64,
+    pinned_at: Vec<u64>,
+    last_move: Vec<Option<u64>>,
+    allowance_bytes: u64,
+    last_pass: u64,
+}
+
+impl Replanner {
+    /// Starts from `pinned` (already in the share), at token 0.
+    pub fn new(
+        params: ReplanParams,
+        share_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        miss_seconds: Vec<f64>,
+        read_bytes_per_s: f64,
+        pinned: &[ObjectIndex],
+    ) -> Replanner {
+        let n = sizes_bytes.len();
+        let mut is_pinned = vec![false; n];
+        for &o in pinned {
+            is_pinned[o as usize] = true;
+        }
+        let pinned_bytes = pinned.iter().map(|&o| sizes_bytes[o as usize]).sum();
+        Replanner {
+            params,
+            share_bytes,
+            sizes_bytes,
+            miss_seconds,
+            read_bytes_per_s,
+            pinned: is_pinned,
+            pinned_bytes,
+            pinned_at: vec![0; n],
+            last_move: vec![None; n],
+            allowance_bytes: 0,
+            last_pass: 0,
+        }
+    }
+
+    pub fn params(&self) -> &ReplanParams {
+        &self.params
+    }
+
+    /// Whether a pass is due at `token`.
+    pub fn due(&self, token: u64) -> bool {
+        token >= self.last_pass + self.params.every_tokens
+    }
+
+    /// One pass at `token` with `rate[o]` = expected requests of `o` per
+    /// token. The moves returned are already taken as done.
+    pub fn pass(&mut self, token: u64, rate: &[f64]) -> Moves {
+        let p = &self.params;
+        self.allowance_bytes = (self.allowance_bytes
+            + p.bytes_per_token * (token - self.last_pass))
+            .min(self.share_bytes);
+        self.last_pass = token;
+        let saving = |o: usize| rate[o] * self.miss_seconds[o];
+        let density = |o: usize| saving(o) / self.sizes_bytes[o].max(1) as f64;
+        let mut order: Vec<usize> = (0..rate.len()).collect();
+        order.sort_by(|&a, &b| density(b).total_cmp(&density(a)).then(a.cmp(&b)));
+        // The target: the share filled by value per byte.
+        let mut target = vec![false; rate.len()];
+        let mut left = self.share_bytes;
+        for &o in &order {
+            if rate[o] > 0.0 && self.sizes_bytes[o] <= left {
+                left -= self.sizes_bytes[o];
+                target[o] = true;
+            }
+        }
+        let settled = |o: usize, s: &Self| {
+            s.last_move[o].is_none_or(|t| token >= t + s.params.min_move_interval_tokens)
+        };
+        // Victims: pinned, off target, old enough, coldest first.
+        let mut victims: Vec<usize> = order
+            .iter()
+            .rev()
+            .copied()
+            .filter(|&o| {
+                self.pinned[o]
+                    && !target[o]
+                    && token >= self.pinned_at[o] + p.min_age_tokens
+                    && settled(o, self)
+            })
+            .collect();
+        victims.reverse();
+        let mut moves = Moves::default();
+        let candidates: Vec<usize> = order
+            .iter()
+            .copied()
+            .filter(|&c| target[c] && !self.pinned[c])
+            .collect();
+        for c in candidates {
+            if moves.promote.len() >= self.params.max_promotions {
+                break;
+            }
+            let size = self.sizes_bytes[c];
+            if size > self.allowance_bytes || !settled(c, self) {
+                continue;
+            }
+            // Coldest victims until `c` fits.
+            let mut freed = self.share_bytes - self.pinned_bytes;
+            let mut taken = 0;
+            let mut lost = 0.0;
+            while freed < size && taken < victims.len() {
+                let v = victims[victims.len() - 1 - taken];
+                freed += self.sizes_bytes[v];
+                lost += saving(v);
+                taken += 1;
+            }
+            let move_seconds = size as f64 / self.read_bytes_per_s;
+            let pays = (saving(c) - lost) * self.params.horizon_tokens
+                > move_seconds * self.params.hysteresis;
+            if freed < size || !pays {
+                continue;
+            }
+            for _ in 0..taken {
+                let v = victims.pop().expect("counted above");
+                self.pinned[v] = false;
+                self.pinned_bytes -= self.sizes_bytes[v];
+                self.last_move[v] = Some(token);
+                moves.demote.push(v as ObjectIndex);
+            }
+            self.pinned[c] = true;
+            self.pinned_bytes += size;
+            self.pinned_at[c] = token;
+            self.last_move[c] = Some(token);
+            self.allowance_bytes -= size;
+            moves.promote.push(c as ObjectIndex);
+        }
+        moves
+    }
+
+    /// Pinned objects now.
+    pub fn pinned(&self) -> Vec<ObjectIndex> {
+        (0..self.pinned.len())
+            .filter(|&o| self.pinned[o])
+            .map(|o| o as ObjectIndex)
+            .collect()
+    }
+
+    pub fn pinned_bytes(&self) -> u64 {
+        self.pinned_bytes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Ten objects of 100 bytes, 1 ms per miss, read at 100 kB/s (a move
+    /// costs 1 ms), share of 3 objects.
+    fn replanner(params: ReplanParams, pinned: &[ObjectIndex]) -> Replanner {
+        Replanner::new(params, 300, vec![100; 10], vec![1e-3; 10], 1e5, pinned)
+    }
+
+    #[test]
+    fn a_move_must_pay_for_itself_over_the_horizon() {
+        // Pinned {0,1,2} at rates 0.10, 0.10, 0.05; object 3 rises to 0.06.
+        // Swapping 2 for 3 saves (0.06 - 0.05) * 1 ms = 10 us per token;
+        // over 512 tokens 5.12 ms against 1 ms x 2 (hysteresis): it pays.
+        // At 0.051 it saves 1 us per token, 0.512 ms: it does not.
+        let params = ReplanParams {
+            min_age_tokens: 0,
+            ..ReplanParams::default()
+        };
+        let mut rate = vec![0.0; 10];
+        rate[..4].copy_from_slice(&[0.10, 0.10, 0.05, 0.051]);
+        let mut r = replanner(params.clone(), &[0, 1, 2]);
+        assert_eq!(r.pass(32, &rate), Moves::default());
+        rate[3] = 0.06;
+        let mut r = replanner(params, &[0, 1, 2]);
+        assert_eq!(
+            r.pass(32, &rate),
+            Moves {
+                promote: vec![3],
+                demote: vec![2]
+            }
+        );
+        assert_eq!(r.pinned(), vec![0, 1, 3]);
+    }
+
+    #[test]
+    fn drift_is_followed_within_the_budgets() {
+        // Category A uses 0,1,2; then the heat moves to B: 7,8,9. With 2
+        // promotions per pass and 100 bytes of allowance per token, the pins
+        // follow in two passes; no pass promotes more than 2 objects, and
+        // the pinned bytes never exceed the share.
+        let params = ReplanParams {
+            every_tokens: 10,
+            min_age_tokens: 0,
+            max_promotions: 2,
+            bytes_per_token: 10,
+            ..ReplanParams::default()
+        };
+        let mut r = replanner(params, &[0, 1, 2]);
+        let mut rate = vec![0.0; 10];
+        rate[7..].copy_from_slice(&[0.3, 0.3, 0.3]);
+        let first = r.pass(10, &rate);
+        // 10 tokens x 10 bytes = 100 bytes of allowance: one promotion.
+        assert_eq!(first.promote.len(), 1);
+        let second = r.pass(30, &rate);
+        assert_eq!(second.promote.len(), 2);
+        assert_eq!(r.pinned(), vec![7, 8, 9]);
+        assert!(r.pinned_bytes() <= 300);
+        // Settled: nothing more moves.
+        assert_eq!(r.pass(60, &rate), Moves::default());
+    }
+
+    #[test]
+    fn young_pins_and_recent_movers_stay_put() {
+        let params = ReplanParams {
+            min_age_tokens: 100,
+            ..ReplanParams::default()
+        };
+        let mut r = replanner(params, &[0, 1, 2]);
+        let mut rate = vec![0.0; 10];
+        rate[5] = 1.0;
+        // Pins are at most 40 tokens old at token 40: none may go, and the
+        // share is full, so 5 waits.
+        assert_eq!(r.pass(40, &rate), Moves::default());
+        assert_eq!(
+            r.pass(100, &rate),
+            Moves {
+                promote: vec![5],
+                demote: vec![2]
+            }
+        );
+    }
+}

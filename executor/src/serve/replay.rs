@@ -1,0 +1,448 @@
+//! `residency replay` (issue 5 item 4): a real data path. Every token of a
+//! routing trace asks, layer by layer, for its routed experts through the
+//! store (misses read from the checkpoint with O_DIRECT, so the page cache
+//! hides nothing), and a CPU matrix-vector product over each expert's bytes
+//! puts compute on the critical path. Within a layer the misses load in
+//! parallel while the experts already there are computed, as an engine
+//! overlaps them; the compute thread's waits are the felt wait.
+//!
+//! Policies are arms run one after another on fresh stores, interleaved
+//! over rounds (A B B A), each cold except for its planned pins, which are
+//! loaded before the clock starts and reported as start-up. The outputs'
+//! checksum depends only on the expert bytes and the routes, so it must be
+//! identical for every placement policy.
+
+use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
+use super::replan::{ReplanParams, Replanner};
+use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
+use crate::checkpoint::Checkpoint;
+use crate::identity::ObjectKey;
+use crate::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
+use crate::sim::arms::knapsack;
+use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageError};
+use crate::store::{Homes, Lease, ObjectState, PlaceConfig, Store, StoreConfig, StoreError};
+use residency_planner::heat::TokenRoutes;
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// The policies `replay` runs (issue 5 item 3), the simulator's own code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServePolicy {
+    Lru,
+    Lfru,
+    /// Frequency admission with the training heat as prior.
+    Frequency,
+    /// Cost-aware admission with the training heat as prior.
+    Cost,
+    /// The training knapsack pinned, every other expert from a transient slot.
+    Plan,
+    /// Pins from the training knapsack in a share of the budget, re-planned
+    /// from live heat while serving; LRU in the rest.
+    Replan,
+}
+
+impl ServePolicy {
+    pub const ALL: [ServePolicy; 6] = [
+        ServePolicy::Lru,
+        ServePolicy::Lfru,
+        ServePolicy::Frequency,
+        ServePolicy::Cost,
+        ServePolicy::Plan,
+        ServePolicy::Replan,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ServePolicy::Lru => "lru",
+            ServePolicy::Lfru => "lfru",
+            ServePolicy::Frequency => "frequency",
+            ServePolicy::Cost => "cost",
+            ServePolicy::Plan => "plan",
+            ServePolicy::Replan => "replan",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ServePolicy> {
+        ServePolicy::ALL.into_iter().find(|p| p.name() == name)
+    }
+
+    /// The store's policy for the cached part of the budget.
+    fn cache_policy(self) -> PolicyKind {
+        match self {
+            ServePolicy::Lru | ServePolicy::Replan => PolicyKind::Lru,
+            ServePolicy::Lfru => PolicyKind::Lfru,
+            ServePolicy::Frequency => PolicyKind::Frequency,
+            ServePolicy::Cost => PolicyKind::Cost,
+            ServePolicy::Plan => PolicyKind::Plan,
+        }
+    }
+}
+
+impl fmt::Display for ServePolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    pub policies: Vec<ServePolicy>,
+    pub ram_budget_bytes: u64,
+    /// `replan`: share of the budget for pins.
+    pub pin_share: f64,
+    pub replan: ReplanParams,
+    /// Rounds of all arms, alternating their order (A B, B A, ...).
+    pub rounds: usize,
+    /// Felt seconds of one miss (the profile's drive), for the value of a
+    /// pin and the cost policy.
+    pub miss_seconds: f64,
+    /// What a move costs: bytes over this rate.
+    pub read_bytes_per_s: f64,
+    pub backend: BackendKind,
+}
+
+/// One arm's run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReplayRun {
+    pub policy: String,
+    pub round: usize,
+    pub tokens: u64,
+    pub seconds: f64,
+    pub tok_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Seconds the compute thread waited for experts.
+    pub felt_wait_seconds: f64,
+    pub read_service_seconds: f64,
+    /// Bytes read while serving (start-up excluded).
+    pub bytes_read: u64,
+    pub startup_bytes: u64,
+    pub startup_seconds: f64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub migration_bytes: u64,
+    pub output_checksum: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("the trace routes {trace} MoE layers of {trace_experts} experts; the checkpoint has {checkpoint} of {checkpoint_experts}; cut the trace with --layers or generate the checkpoint with that model and --layers")]
+    Geometry {
+        trace: usize,
+        trace_experts: usize,
+        checkpoint: usize,
+        checkpoint_experts: usize,
+    },
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// The objects a replay serves: every routed expert, numbered
+/// `l * experts + e` for MoE ordinal `l`.
+fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
+    let experts = checkpoint.config.experts as u32;
+    checkpoint
+        .config
+        .moe_layers()
+        .into_iter()
+        .flat_map(|layer| {
+            (0..experts).map(move |expert| ObjectKey::Expert {
+                layer: layer as u32,
+                expert,
+            })
+        })
+        .collect()
+}
+
+/// Replays `tokens` through every arm of `config`. `train_counts[o]`:
+/// requests for expert `o` in the training data (the evaluated tokens
+/// themselves for an in-sample run).
+pub fn replay(
+    checkpoint: &Checkpoint,
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+) -> Result<Vec<ReplayRun>, ReplayError> {
+    let layers = checkpoint.config.moe_layers().len();
+    let experts = checkpoint.config.experts;
+    let trace_layers = tokens.first().map_or(0, |t| t.routes.len());
+    let widest = tokens
+        .iter()
+        .flat_map(|t| t.routes.iter().flatten())
+        .max()
+        .map_or(0, |&e| e as usize + 1);
+    if trace_layers != layers || widest > experts {
+        return Err(ReplayError::Geometry {
+            trace: trace_layers,
+            trace_experts: widest,
+            checkpoint: layers,
+            checkpoint_experts: experts,
+        });
+    }
+    let mut runs = Vec::new();
+    for round in 0..config.rounds.max(1) {
+        let mut order = config.policies.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for policy in order {
+            runs.push(run_arm(
+                checkpoint,
+                tokens,
+                train_counts,
+                config,
+                policy,
+                round,
+            )?);
+        }
+    }
+    Ok(runs)
+}
+
+fn run_arm(
+    checkpoint: &Checkpoint,
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+    policy: ServePolicy,
+    round: usize,
+) -> Result<ReplayRun, ReplayError> {
+    let keys = expert_keys(checkpoint);
+    let n = keys.len();
+    let experts = checkpoint.config.experts;
+    let pool = HostPool::new(numa_nodes().first().copied(), RETAINED_BYTES);
+    let loader = Arc::new(
+        CheckpointLoader::new(checkpoint, keys.clone(), open_backend(config.backend), &[])?
+            .with_pools(vec![pool], vec![0; n]),
+    );
+    let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
+    let total: u64 = train_counts.iter().sum::<u64>().max(1);
+    let prior_rate: Vec<f64> = train_counts
+        .iter()
+        .map(|&c| c as f64 / total as f64)
+        .collect();
+    let miss_seconds = vec![config.miss_seconds; n];
+    let budget = config.ram_budget_bytes;
+    let share_bytes = match policy {
+        ServePolicy::Plan => budget,
+        ServePolicy::Replan => (budget as f64 * config.pin_share) as u64,
+        _ => 0,
+    };
+    let pins: Vec<ObjectIndex> = if share_bytes > 0 {
+        knapsack(&sizes, &prior_rate, &miss_seconds, share_bytes)
+    } else {
+        Vec::new()
+    };
+    let mut pinned = vec![false; n];
+    for &o in &pins {
+        pinned[o as usize] = true;
+    }
+    let store_config = StoreConfig {
+        places: vec![PlaceConfig {
+            name: "ram:0".into(),
+            capacity_bytes: budget,
+            tier: "ram".into(),
+            policy: policy.cache_policy(),
+            pin_share_bytes: Some(share_bytes),
+        }],
+        tier_capacity_bytes: Vec::new(),
+        staging_bytes: budget.max(sizes.iter().copied().max().unwrap_or(0) * 64),
+        wait: Duration::from_secs(60),
+        params: PolicyParams::default(),
+        knowledge: Knowledge {
+            miss_seconds: miss_seconds.clone(),
+            hit_seconds: vec![0.0; n],
+            prior_rate: prior_rate.clone(),
+            ..Knowledge::default()
+        },
+    };
+    let store = Store::new(
+        loader,
+        Homes {
+            place: vec![0; n],
+            pinned,
+        },
+        &store_config,
+    )?;
+    let started = Instant::now();
+    store.load_all(&pins, 8, &|_| {})?;
+    let startup_seconds = started.elapsed().as_secs_f64();
+    let startup = store.telemetry();
+    let mut replanner = (policy == ServePolicy::Replan).then(|| {
+        Replanner::new(
+            config.replan.clone(),
+            share_bytes,
+            sizes.clone(),
+            miss_seconds.clone(),
+            config.read_bytes_per_s,
+            &pins,
+        )
+    });
+    let mut heat = LiveHeat::new(
+        &vec![experts; checkpoint.config.moe_layers().len()],
+        DEFAULT_HALVE_EVERY_TOKENS,
+    );
+    let hidden = checkpoint.config.hidden;
+    let mut x = initial_activation(hidden);
+    let mut checksum = Sha256::new();
+    let mut latencies = Vec::with_capacity(tokens.len());
+    let mut felt = Duration::ZERO;
+    let serving = Instant::now();
+    for (t, token) in tokens.iter().enumerate() {
+        let token_started = Instant::now();
+        for (l, route) in token.routes.iter().enumerate() {
+            heat.report_route(l, route)
+                .expect("routes were checked against the checkpoint");
+            let objects: Vec<ObjectIndex> = route
+                .iter()
+                .map(|&e| (l * experts + e as usize) as ObjectIndex)
+                .collect();
+            let (outputs, waited) = layer(&store, &objects, &x)?;
+            felt += waited;
+            x = combine(&x, &outputs);
+            for v in &x {
+                checksum.update(v.to_le_bytes());
+            }
+        }
+        latencies.push(token_started.elapsed().as_secs_f64());
+        if let Some(r) = replanner.as_mut().filter(|r| r.due(t as u64 + 1)) {
+            let rates = heat_rates(&heat, experts);
+            let moves = r.pass(t as u64 + 1, &rates);
+            store.repin(&moves.promote, &moves.demote)?;
+        }
+    }
+    let seconds = serving.elapsed().as_secs_f64();
+    let end = store.telemetry();
+    latencies.sort_by(f64::total_cmp);
+    let percentile = |q: f64| {
+        latencies
+            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+            * 1e3
+    };
+    Ok(ReplayRun {
+        policy: policy.name().into(),
+        round,
+        tokens: tokens.len() as u64,
+        seconds,
+        tok_per_s: tokens.len() as f64 / seconds.max(1e-9),
+        p50_ms: percentile(0.5),
+        p99_ms: percentile(0.99),
+        felt_wait_seconds: felt.as_secs_f64(),
+        read_service_seconds: end.read_service_seconds - startup.read_service_seconds,
+        bytes_read: end.physical_bytes - startup.physical_bytes,
+        startup_bytes: startup.physical_bytes,
+        startup_seconds,
+        hits: end.tier_hits.iter().map(|h| h.1).sum::<u64>()
+            - startup.tier_hits.iter().map(|h| h.1).sum::<u64>(),
+        misses: end.physical_misses - startup.physical_misses,
+        evictions: end.evictions - startup.evictions,
+        migration_bytes: end.migration_bytes,
+        output_checksum: format!("{:x}", checksum.finalize()),
+    })
+}
+
+/// Expected requests per token of each expert, from live heat: a decayed
+/// count holds between one and two windows of requests, so it is taken as
+/// 1.5 windows.
+fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
+    let window = DEFAULT_HALVE_EVERY_TOKENS as f64 * 1.5;
+    (0..heat.layers())
+        .flat_map(|l| (0..experts as u32).map(move |e| heat.count(l, e) as f64 / window))
+        .collect()
+}
+
+/// Serves one layer of one token: acquires every routed expert (misses in
+/// parallel, published ones inline), multiplies each with `x` in route
+/// order as soon as it is there. Returns the outputs and the time the
+/// computing thread waited.
+fn layer(
+    store: &Store,
+    objects: &[ObjectIndex],
+    x: &[f32],
+) -> Result<(Vec<Vec<f32>>, Duration), StoreError> {
+    std::thread::scope(|scope| {
+        let pending: Vec<_> = objects
+            .iter()
+            .map(|&o| match store.state(o) {
+                ObjectState::Absent | ObjectState::Loading => {
+                    Err(scope.spawn(move || store.acquire(o)))
+                }
+                _ => Ok(o),
+            })
+            .collect();
+        let mut outputs = Vec::with_capacity(objects.len());
+        let mut waited = Duration::ZERO;
+        for p in pending {
+            let lease: Lease = match p {
+                Ok(o) => store.acquire(o)?,
+                Err(handle) => {
+                    let started = Instant::now();
+                    let lease = handle.join().expect("an acquire never panics")?;
+                    waited += started.elapsed();
+                    lease
+                }
+            };
+            let bytes = lease.host().expect("replay keeps experts in host memory");
+            outputs.push(matvec(bytes, x));
+        }
+        Ok((outputs, waited))
+    })
+}
+
+/// A deterministic start vector in [-0.5, 0.5).
+fn initial_activation(hidden: usize) -> Vec<f32> {
+    (0..hidden)
+        .map(|j| ((j * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// `W x` with the expert's bytes read as rows of `x.len()` signed bytes
+/// (the packed weights and scales alike: what matters is that every byte
+/// is read and multiplied, as a dequantising kernel does).
+pub fn matvec(bytes: &[u8], x: &[f32]) -> Vec<f32> {
+    bytes
+        .chunks_exact(x.len())
+        .map(|row| row.iter().zip(x).map(|(&w, &v)| (w as i8) as f32 * v).sum())
+        .collect()
+}
+
+/// The next activation: `x` plus the experts' outputs folded onto its
+/// width, scaled back to at most 1 in magnitude (keeps values finite).
+fn combine(x: &[f32], outputs: &[Vec<f32>]) -> Vec<f32> {
+    let mut next = x.to_vec();
+    for y in outputs {
+        for (i, v) in y.iter().enumerate() {
+            next[i % x.len()] += v * 1e-3;
+        }
+    }
+    let peak = next.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+    next.iter_mut().for_each(|v| *v /= peak);
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matvec_by_hand() {
+        // Rows [1, -1] and [2, 3] (bytes 1, 255, 2, 3) times x = [0.5, 2]:
+        // 0.5 - 2 = -1.5 and 1 + 6 = 7; a trailing partial row is ignored.
+        assert_eq!(matvec(&[1, 255, 2, 3, 9], &[0.5, 2.0]), vec![-1.5, 7.0]);
+    }
+
+    #[test]
+    fn combine_folds_and_bounds() {
+        // x = [0.5, 0.5]; outputs [1000, 0, 2000] fold to [3000, 0] * 1e-3
+        // = [3, 0]; next = [3.5, 0.5], scaled by 3.5: [1, 1/7].
+        let next = combine(&[0.5, 0.5], &[vec![1000.0, 0.0, 2000.0]]);
+        assert!((next[0] - 1.0).abs() < 1e-6 && (next[1] - 0.5 / 3.5).abs() < 1e-6);
+    }
+}

@@ -1,0 +1,165 @@
+//! `residency kv-replay`: a prefix-block trace (the Mooncake FAST'25
+//! format) through the KV prefix index, per eviction policy and capacity:
+//! arguments, the table, `--json` and `--plot`. The replay itself is
+//! `residency_executor::kv::replay`, on the block store's own index.
+//!
+//! DESIGN 6's common options are not offered: `--layers` has no meaning for
+//! KV blocks, the traces have no categories, and a whole Mooncake trace
+//! replays in well under a second per run, so `--tokens` would buy nothing.
+
+use crate::checkpoint_cmd::model_from_path;
+use crate::plot::{self, Line};
+use anyhow::{bail, Result};
+use residency_executor::kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
+use residency_executor::kv::trace::{read_mooncake, KvTrace};
+use residency_executor::kv::EvictionPolicy;
+use residency_planner::inputs::defaults;
+use residency_planner::model::Model;
+use residency_planner::units::{parse_size, Bytes};
+use std::path::{Path, PathBuf};
+
+/// Prefill speed assumed without `--prefill-tokens-per-second`: a round
+/// figure for one modern GPU prefilling a mid-size model, not a
+/// measurement. Seconds saved scale as 1 / rate; give the engine's own.
+pub const DEFAULT_PREFILL_TOKENS_PER_SECOND: f64 = 10_000.0;
+
+#[derive(clap::Args)]
+pub struct KvReplayArgs {
+    /// Trace in the Mooncake FAST'25 JSONL format: one request per line
+    /// with timestamp, input_length, output_length and hash_ids.
+    #[arg(long)]
+    trace: PathBuf,
+    /// Tokens each hash id stands for (512 in the Mooncake traces).
+    #[arg(long, default_value_t = 512)]
+    block_tokens: u32,
+    /// Cache capacities in blocks, comma-separated.
+    #[arg(long, value_delimiter = ',', required = true)]
+    capacity_blocks: Vec<usize>,
+    /// Eviction policies, comma-separated: lru, lru-leaf, utility.
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
+    policy: Vec<EvictionPolicy>,
+    /// Prefill speed: seconds saved = hit tokens / this.
+    #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS_PER_SECOND)]
+    prefill_tokens_per_second: f64,
+    /// KV bytes per token (`70272`, `68.6KiB`); default: the model's.
+    #[arg(long, value_parser = parse_size, conflicts_with = "model")]
+    kv_bytes_per_token: Option<Bytes>,
+    /// Model description or checkpoint directory whose
+    /// `kv_bytes_per_token` sizes the blocks; default: DeepSeek-V2-Lite.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Write the runs as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw hit ratio against capacity per policy (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+fn parse_policy(name: &str) -> Result<EvictionPolicy, String> {
+    EvictionPolicy::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = EvictionPolicy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown KV policy `{name}`; one of {}", names.join(", "))
+    })
+}
+
+/// KV bytes per token from the flag, the model, or the embedded default
+/// model, with where it came from.
+fn kv_bytes_per_token(args: &KvReplayArgs) -> Result<(u64, String)> {
+    if let Some(bytes) = args.kv_bytes_per_token {
+        return Ok((bytes.get(), "--kv-bytes-per-token".into()));
+    }
+    let (model, name) = match &args.model {
+        Some(path) => (model_from_path(path)?, path.display().to_string()),
+        None => (
+            Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?,
+            defaults::MODEL_NAME.to_string(),
+        ),
+    };
+    match model.description.kv_bytes_per_token {
+        Some(bytes) => Ok((bytes.get(), name)),
+        None => bail!(
+            "{name}: the model description has no kv_bytes_per_token; add it, or give --kv-bytes-per-token"
+        ),
+    }
+}
+
+pub fn run(args: &KvReplayArgs) -> Result<()> {
+    let rate = args.prefill_tokens_per_second;
+    if !(rate.is_finite() && rate > 0.0) {
+        bail!("--prefill-tokens-per-second {rate}: give a positive number of tokens per second");
+    }
+    if let Some(file) = &args.plot {
+        plot::PlotFormat::from_path(file)?;
+    }
+    let (kv_bytes_per_token, source) = kv_bytes_per_token(args)?;
+    eprintln!("note: {kv_bytes_per_token} KV bytes per token, from {source}");
+    let cost = KvCostModel {
+        prefill_tokens_per_second: rate,
+        kv_bytes_per_token,
+    };
+    let trace = read_mooncake(&args.trace, args.block_tokens)?;
+    let runs = replay_grid(&trace, &args.policy, &args.capacity_blocks, &cost);
+    print_table(&trace, &cost, &runs);
+    if let Some(path) = &args.json {
+        let text = serde_json::to_string_pretty(&runs_json(&trace, &cost, &runs))?;
+        residency_planner::error::write_atomic(path, text.as_bytes())?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.plot {
+        draw(path, &trace, &runs)?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
+fn print_table(trace: &KvTrace, cost: &KvCostModel, runs: &[ReplayRun]) {
+    println!(
+        "kv-replay: {} ({} requests, {} input tokens, {} block references, {} tokens per block)",
+        trace.path.display(),
+        trace.requests.len(),
+        trace.total_tokens(),
+        trace.block_references(),
+        trace.block_tokens
+    );
+    println!(
+        "  {:<9} {:>9} {:>11} {:>12} {:>7} {:>13} {:>11}",
+        "policy", "capacity", "bytes", "hit tokens", "hit %", "prefill saved", "hit bytes"
+    );
+    for run in runs {
+        println!(
+            "  {:<9} {:>9} {:>11} {:>12} {:>6.2}% {:>12.1}s {:>11}",
+            run.policy.name(),
+            run.capacity_blocks,
+            Bytes(run.capacity_bytes(trace.block_tokens, cost)).to_string(),
+            run.hit_tokens,
+            100.0 * run.hit_ratio(),
+            run.prefill_seconds_saved(cost),
+            Bytes(run.hit_bytes(cost)).to_string(),
+        );
+    }
+}
+
+/// Hit ratio against capacity, one line per policy.
+fn draw(path: &Path, trace: &KvTrace, runs: &[ReplayRun]) -> Result<()> {
+    let mut lines: Vec<Line> = Vec::new();
+    for run in runs {
+        let point = (run.capacity_blocks as f64, run.hit_ratio());
+        match lines.iter_mut().find(|l| l.label == run.policy.name()) {
+            Some(line) => line.points.push(point),
+            None => lines.push(Line {
+                label: run.policy.name().into(),
+                points: vec![point],
+            }),
+        }
+    }
+    for line in &mut lines {
+        line.points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
+    plot::kv_replay_plot(
+        path,
+        &format!("kv-replay: {}", trace.path.display()),
+        trace.block_tokens,
+        lines,
+    )
+}

@@ -1,0 +1,229 @@
+//! `residency replay`: a routing trace through the executor's real data
+//! path against a checkpoint, per policy (issue 5 item 4); arguments, the
+//! table and `--json`. The work is `residency_executor::serve::replay`.
+
+use crate::checkpoint_cmd::model_from_path;
+use anyhow::{bail, Result};
+use residency_executor::checkpoint::Checkpoint;
+use residency_executor::serve::replan::ReplanParams;
+use residency_executor::serve::replay::{replay, ReplayConfig, ServePolicy};
+use residency_executor::sim::felt::read_seconds;
+use residency_executor::sim::job::{cut_trace, Budget, Cut};
+use residency_executor::storage::BackendKind;
+use residency_planner::heat::{read_trace, HeatContext, HeatFormat};
+use residency_planner::inputs::defaults;
+use residency_planner::profile::HardwareProfile;
+use residency_planner::units::Bytes;
+use std::path::{Path, PathBuf};
+
+#[derive(clap::Args)]
+pub struct ReplayArgs {
+    /// Checkpoint directory (e.g. from `residency gen-checkpoint`).
+    #[arg(long)]
+    checkpoint: PathBuf,
+    /// Per-token routing trace (file or data-set directory).
+    #[arg(long)]
+    trace: PathBuf,
+    #[arg(long, value_parser = parse_format)]
+    trace_format: Option<HeatFormat>,
+    /// The model the trace was recorded on (description or checkpoint), to
+    /// read it; default: the checkpoint's own description.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Hardware profile whose fastest drive prices a miss (default: the
+    /// embedded two-card box).
+    #[arg(long)]
+    profile: Option<PathBuf>,
+    /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan.
+    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru,cost,replan")]
+    policy: Vec<ServePolicy>,
+    /// RAM for experts: a size (`2GiB`) or a share of all experts (`25%`).
+    #[arg(long, value_parser = Budget::parse, default_value = "25%")]
+    ram_budget: Budget,
+    /// Learn (frequency, cost, plan, replan) on these categories and replay
+    /// the others; default: learn on the replayed tokens (in-sample).
+    #[arg(long, value_delimiter = ',')]
+    train_categories: Option<Vec<String>>,
+    /// Rounds of all arms, alternating their order (A B, B A, ...).
+    #[arg(long, default_value_t = 1)]
+    rounds: usize,
+    /// `replan`: share of the budget for pins.
+    #[arg(long, default_value_t = 0.5)]
+    pin_share: f64,
+    /// `replan`: tokens between passes.
+    #[arg(long, default_value_t = ReplanParams::default().every_tokens)]
+    replan_every: u64,
+    /// Keep the first N tokens of each category.
+    #[arg(long)]
+    tokens: Option<usize>,
+    /// Keep these categories (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    categories: Option<Vec<String>>,
+    /// Read path for misses: direct (O_DIRECT) or io-uring.
+    #[arg(long, default_value = "direct", value_parser = parse_backend)]
+    backend: BackendKind,
+    /// Write `{"runs":[...]}` here.
+    #[arg(long)]
+    json: Option<PathBuf>,
+}
+
+fn parse_format(name: &str) -> Result<HeatFormat, String> {
+    HeatFormat::from_name(name).ok_or_else(|| format!("unknown trace format `{name}`"))
+}
+
+fn parse_policy(name: &str) -> Result<ServePolicy, String> {
+    ServePolicy::from_name(name).ok_or_else(|| {
+        let names: Vec<&str> = ServePolicy::ALL.iter().map(|p| p.name()).collect();
+        format!("unknown policy `{name}`; one of {}", names.join(", "))
+    })
+}
+
+fn parse_backend(name: &str) -> Result<BackendKind, String> {
+    BackendKind::from_name(name)
+        .ok_or_else(|| format!("unknown backend `{name}`; direct or io-uring"))
+}
+
+pub fn run(args: &ReplayArgs) -> Result<()> {
+    if !(0.0..=1.0).contains(&args.pin_share) {
+        bail!(
+            "--pin-share {}: give a share between 0 and 1",
+            args.pin_share
+        );
+    }
+    let checkpoint = Checkpoint::open(&args.checkpoint)?;
+    let model = match &args.model {
+        Some(path) => model_from_path(path)?,
+        None => model_from_path(&args.checkpoint)?,
+    };
+    let profile = match &args.profile {
+        Some(p) => HardwareProfile::from_yaml_file(p)?,
+        None => {
+            HardwareProfile::from_yaml_str(defaults::PROFILE, Path::new(defaults::PROFILE_NAME))?
+        }
+    };
+    let mut notes = Vec::new();
+    let mut trace = read_trace(
+        &args.trace,
+        args.trace_format,
+        &HeatContext::for_model(&model),
+        &mut notes,
+    )?;
+    let cut = Cut {
+        tokens: args.tokens,
+        layers: Some(checkpoint.config.moe_layers().len()),
+        categories: args.categories.clone(),
+    };
+    cut_trace(&mut trace, &cut, &mut notes);
+    let experts = checkpoint.config.experts;
+    let in_training = |c: &Option<String>| match &args.train_categories {
+        Some(train) => c.as_ref().is_some_and(|c| train.contains(c)),
+        None => true,
+    };
+    let eval: Vec<_> = match &args.train_categories {
+        Some(_) => trace
+            .tokens
+            .iter()
+            .filter(|t| !in_training(&t.category))
+            .cloned()
+            .collect(),
+        None => {
+            notes.push("learning policies learned on the replayed tokens (in-sample); --train-categories holds some out".into());
+            trace.tokens.clone()
+        }
+    };
+    if eval.is_empty() {
+        bail!(
+            "{}: no token left to replay (check --categories and --train-categories against the trace's categories)",
+            args.trace.display()
+        );
+    }
+    let mut train_counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
+    for t in trace.tokens.iter().filter(|t| in_training(&t.category)) {
+        for (l, route) in t.routes.iter().enumerate() {
+            for &e in route {
+                train_counts[l * experts + e as usize] += 1;
+            }
+        }
+    }
+    let expert_bytes = checkpoint.object_bytes(&residency_executor::identity::ObjectKey::Expert {
+        layer: checkpoint.config.moe_layers()[0] as u32,
+        expert: 0,
+    });
+    let all_bytes = expert_bytes * train_counts.len() as u64;
+    let fastest = profile
+        .drives
+        .iter()
+        .map(|d| d.read_bandwidth.0)
+        .fold(0.0, f64::max);
+    let config = ReplayConfig {
+        policies: args.policy.clone(),
+        ram_budget_bytes: args.ram_budget.bytes(all_bytes),
+        pin_share: args.pin_share,
+        replan: ReplanParams {
+            every_tokens: args.replan_every.max(1),
+            ..ReplanParams::default()
+        },
+        rounds: args.rounds,
+        miss_seconds: read_seconds(&profile, expert_bytes).unwrap_or(1e-3),
+        read_bytes_per_s: if fastest > 0.0 { fastest } else { 1e9 },
+        backend: args.backend,
+    };
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let runs = replay(&checkpoint, &eval, &train_counts, &config)?;
+    println!(
+        "replay: {} tokens of {} on {} ({} of RAM for experts)",
+        eval.len(),
+        args.trace.display(),
+        args.checkpoint.display(),
+        Bytes(config.ram_budget_bytes)
+    );
+    println!(
+        "  {:<10} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
+        "policy",
+        "round",
+        "tok/s",
+        "p50 ms",
+        "p99 ms",
+        "felt s",
+        "read",
+        "misses",
+        "evicted",
+        "moved"
+    );
+    for r in &runs {
+        println!(
+            "  {:<10} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
+            r.policy,
+            r.round,
+            r.tok_per_s,
+            r.p50_ms,
+            r.p99_ms,
+            r.felt_wait_seconds,
+            Bytes(r.bytes_read).to_string(),
+            r.misses,
+            r.evictions,
+            Bytes(r.migration_bytes).to_string()
+        );
+    }
+    if runs
+        .windows(2)
+        .any(|w| w[0].output_checksum != w[1].output_checksum)
+    {
+        bail!("the output checksums differ between policies, which only place bytes: a bug; please report it with this command");
+    }
+    println!(
+        "output checksum {} (equal for every policy)",
+        runs[0].output_checksum
+    );
+    if let Some(path) = &args.json {
+        let doc = serde_json::json!({ "runs": runs });
+        residency_planner::error::write_atomic(
+            path,
+            serde_json::to_string_pretty(&doc)?.as_bytes(),
+        )?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

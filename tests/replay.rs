@@ -1,0 +1,167 @@
+//! `residency replay` end to end on a generated checkpoint and a trace:
+//! every placement policy computes the same outputs (equal checksums), the
+//! counters add up, and bad input is one line with no output file.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Two MoE layers of 8 experts (64 x 32 bf16: 12 KiB each), top-2.
+const TINY: &str = r#"
+name: Mixtral-replay
+layers: 2
+moe_layers: "0..=1"
+experts: 8
+top_k: 2
+hidden: 64
+expert_intermediate: 32
+formats:
+  bf16: 12288
+tiers: { gpu: bf16, ram: bf16, disk: bf16 }
+trunk:
+  - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
+  - { name: lm_head, bytes: 12800, stage: head }
+"#;
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A checkpoint of `TINY` and a jsonl trace of 60 tokens in two categories
+/// whose hot experts differ (a: 0-3, b: 4-7), with some reuse.
+fn checkpoint_and_trace(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let yaml = dir.join("mixtral-replay.yaml");
+    std::fs::write(&yaml, TINY).unwrap();
+    let ckpt = dir.join("ckpt");
+    let o = run(&[
+        "gen-checkpoint",
+        "--model",
+        s(&yaml),
+        "--out",
+        s(&ckpt),
+        "--family",
+        "mixtral",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mut lines = String::new();
+    for t in 0..60u32 {
+        let (category, base) = if t < 30 { ("a", 0) } else { ("b", 4) };
+        let e = |k: u32| base + (t * k + k) % 4;
+        lines.push_str(&format!(
+            "{{\"seq\":\"{category}\",\"pos\":{t},\"category\":\"{category}\",\"routes\":[[{},{}],[{},{}]]}}\n",
+            e(1),
+            (e(1) + 1 - base) % 4 + base,
+            e(3),
+            (e(3) + 2 - base) % 4 + base,
+        ));
+    }
+    let trace = dir.join("trace.jsonl");
+    std::fs::write(&trace, lines).unwrap();
+    (yaml, ckpt, trace)
+}
+
+#[test]
+fn every_policy_computes_the_same_outputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let json = dir.path().join("replay.json");
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--model",
+        s(&yaml),
+        "--policy",
+        "lru,lfru,frequency,cost,plan,replan",
+        "--ram-budget",
+        "25%",
+        "--train-categories",
+        "a",
+        "--rounds",
+        "2",
+        "--replan-every",
+        "4",
+        "--json",
+        s(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("equal for every policy"),
+        "{}",
+        stdout(&o)
+    );
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    // 6 policies x 2 rounds, the second round in reverse order (A B, B A).
+    assert_eq!(runs.len(), 12);
+    assert_eq!(runs[0]["policy"], "lru");
+    assert_eq!(runs[6]["policy"], "replan");
+    let checksum = &runs[0]["output_checksum"];
+    for r in runs {
+        assert_eq!(&r["output_checksum"], checksum);
+        // Category b only (a trained): 30 tokens, 2 layers x 2 experts.
+        assert_eq!(r["tokens"], 30);
+        let (hits, misses) = (r["hits"].as_u64().unwrap(), r["misses"].as_u64().unwrap());
+        assert_eq!(hits + misses, 30 * 2 * 2, "{r}");
+        // Every miss reads one 12 KiB expert (bf16 64 x 32 x 3 x 2 bytes).
+        assert_eq!(r["bytes_read"].as_u64().unwrap(), misses * 12288, "{r}");
+        assert!(r["tok_per_s"].as_f64().unwrap() > 0.0);
+        assert!(r["p99_ms"].as_f64().unwrap() >= r["p50_ms"].as_f64().unwrap());
+    }
+    // plan pins category a's experts, trained on a: replaying b, its pins
+    // never hit, and it admits nothing: every request misses.
+    let plan = runs.iter().find(|r| r["policy"] == "plan").unwrap();
+    assert_eq!(plan["hits"], 0);
+}
+
+#[test]
+fn bad_replay_input_is_one_line_with_no_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let json = dir.path().join("replay.json");
+    // A trace routing an expert the checkpoint does not have.
+    let wide = dir.path().join("wide.jsonl");
+    std::fs::write(
+        &wide,
+        "{\"seq\":\"a\",\"pos\":0,\"routes\":[[9,1],[0,1]]}\n",
+    )
+    .unwrap();
+    assert_bad_input(
+        &[
+            "replay",
+            "--checkpoint",
+            s(&ckpt),
+            "--trace",
+            s(&wide),
+            "--json",
+            s(&json),
+        ],
+        &wide,
+        "expert",
+        &json,
+    );
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--model",
+        s(&yaml),
+        "--train-categories",
+        "a,b",
+        "--json",
+        s(&json),
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("no token left to replay"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!json.exists());
+}
