@@ -135,7 +135,12 @@ fn names<'a>(names: impl Iterator<Item = &'a str>) -> String {
 /// Writes the profile to `out` (or standard output) and says what was done:
 /// the lines on standard output when the profile went to a file, else on
 /// standard error; notes on standard error.
-fn emit(doc: &ProfileDoc, out: Option<&Path>, lines: &[impl Display], notes: &[String]) -> Result<()> {
+fn emit(
+    doc: &ProfileDoc,
+    out: Option<&Path>,
+    lines: &[impl Display],
+    notes: &[String],
+) -> Result<()> {
     match out {
         Some(path) => {
             doc.write(path)?;

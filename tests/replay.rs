@@ -118,6 +118,32 @@ fn every_policy_computes_the_same_outputs() {
     assert_eq!(plan["hits"], 0);
 }
 
+/// A budget of one expert while a layer asks for two at once: a finished
+/// load must not hold its lease while the computing thread waits for the
+/// other (whose load needs those bytes). This deadlocked until the
+/// replay consumed loads in arrival order.
+#[test]
+fn a_budget_of_one_expert_does_not_deadlock() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--model",
+        s(&yaml),
+        "--policy",
+        "lru,cost,replan",
+        "--ram-budget",
+        "12288",
+        "--train-categories",
+        "a",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+}
+
 #[test]
 fn bad_replay_input_is_one_line_with_no_output() {
     let dir = tempfile::tempdir().unwrap();

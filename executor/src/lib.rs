@@ -29,7 +29,7 @@ pub mod identity;
 pub mod kv;
 pub mod policy;
 pub mod profile;
+pub mod serve;
 pub mod sim;
 pub mod storage;
-pub mod serve;
 pub mod store;

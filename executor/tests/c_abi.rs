@@ -4,7 +4,8 @@
 //! generated checkpoint, acquires experts (one the plan keeps in RAM, one it
 //! leaves on the disk) and a trunk component whose bytes equal plain reads
 //! of their tensors, reports a route, reads heat and telemetry, gets
-//! one-line errors, closes.
+//! one-line errors, closes. A second C program uses the KV prefix cache:
+//! keys, lookup, insert, release.
 
 mod common;
 
@@ -209,21 +210,7 @@ fn a_c_program_acquires_experts_through_the_header() {
     let chosen = [find(false), find(true)];
 
     let program = dir.path().join("use_residency");
-    let compiled = Command::new("cc")
-        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
-        .arg(&program)
-        .arg("-I")
-        .arg(crate_dir().join("include"))
-        .arg(crate_dir().join("tests/c/use_residency.c"))
-        .arg(static_library())
-        .args(LINK_FLAGS)
-        .output()
-        .unwrap();
-    assert!(
-        compiled.status.success(),
-        "cc failed:\n{}",
-        String::from_utf8_lossy(&compiled.stderr)
-    );
+    compile_c("use_residency.c", &program);
     let mut run = Command::new(&program);
     run.arg(&plan_path).arg(&checkpoint.dir);
     for (layer, expert) in chosen {
@@ -301,5 +288,72 @@ fn a_c_program_acquires_experts_through_the_header() {
         null,
         format!("{RESIDENCY_ERR_ARGUMENT} `out_lease` is NULL; pass a valid pointer")
     );
+    assert!(stdout.ends_with("closed\n"), "{stdout}");
+}
+
+/// Compiles `tests/c/<source>` against the header and the static library.
+fn compile_c(source: &str, program: &Path) {
+    let compiled = Command::new("cc")
+        .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-o"])
+        .arg(program)
+        .arg("-I")
+        .arg(crate_dir().join("include"))
+        .arg(crate_dir().join("tests/c").join(source))
+        .arg(static_library())
+        .args(LINK_FLAGS)
+        .output()
+        .unwrap();
+    assert!(
+        compiled.status.success(),
+        "cc failed:\n{}",
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+}
+
+#[test]
+fn a_c_program_uses_the_kv_prefix_cache() {
+    use residency_executor::ffi::RESIDENCY_ERR_ARGUMENT;
+    use residency_executor::kv::{block_keys, KvIdentity};
+    if Command::new("cc").arg("--version").output().is_err() {
+        eprintln!("skipped: no C compiler (`cc`) on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("use_kv");
+    compile_c("use_kv.c", &program);
+    let ran = Command::new(&program).output().unwrap();
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    assert!(
+        ran.status.success(),
+        "the C program failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    // The keys the Rust API makes of the same identity and tokens.
+    let identity = KvIdentity {
+        model: "sha256:model".into(),
+        chat_template: "chatml".into(),
+        ..KvIdentity::default()
+    };
+    let tokens: Vec<u32> = (100..110).collect();
+    let keys = block_keys(&identity.digest(), b"tenant-a", &tokens, 4);
+    let hex: Vec<String> = keys.iter().map(|k| k.to_hex()).collect();
+    assert_eq!(line(&stdout, "keys", 0), format!("2 {}", hex.join(" ")));
+    assert_eq!(line(&stdout, "cold", 0), "0");
+    // Block k holds bytes k * 16 + b, b < 12, as the program wrote them.
+    let served: Vec<String> = (0..2u8)
+        .map(|k| {
+            let bytes: Vec<u8> = (0..12).map(|b| k * 16 + b).collect();
+            format!("12:{:016x}", fnv1a64(&bytes))
+        })
+        .collect();
+    assert_eq!(line(&stdout, "warm", 0), format!("2 {}", served.join(" ")));
+    assert!(
+        line(&stdout, "error", 0).starts_with(&format!(
+            "{RESIDENCY_ERR_ARGUMENT} KV insert of block {}: 5 bytes for 4 tokens",
+            hex[0]
+        )),
+        "{stdout}"
+    );
+    assert_eq!(line(&stdout, "counters", 0), "lookups 2 hits 2 inserted 2");
     assert!(stdout.ends_with("closed\n"), "{stdout}");
 }

@@ -65,7 +65,11 @@ fn io_error(path: &Path, action: &str, e: std::io::Error) -> KvError {
 
 fn fields(block: &DiskBlock) -> [u8; FIELDS_BYTES] {
     let mut out = [0u8; FIELDS_BYTES];
-    let flags = if block.parent.is_some() { FLAG_PARENT } else { 0 };
+    let flags = if block.parent.is_some() {
+        FLAG_PARENT
+    } else {
+        0
+    };
     let mut at = 0;
     for part in [
         &MAGIC[..],
@@ -133,7 +137,9 @@ fn read_file(path: &Path) -> std::io::Result<(Vec<u8>, Vec<u8>)> {
     use std::io::Read;
     let mut file = std::fs::File::open(path)?;
     let mut header = Vec::with_capacity(HEADER_BYTES);
-    (&mut file).take(HEADER_BYTES as u64).read_to_end(&mut header)?;
+    (&mut file)
+        .take(HEADER_BYTES as u64)
+        .read_to_end(&mut header)?;
     let mut payload = Vec::new();
     if header.len() == HEADER_BYTES {
         let len = u64::from_le_bytes(header[16..24].try_into().unwrap());
@@ -154,7 +160,9 @@ impl DiskDir {
         let mut report = OpenReport::default();
         let mut blocks = Vec::new();
         for entry in entries {
-            let path = entry.map_err(|e| io_error(dir, "list the directory", e))?.path();
+            let path = entry
+                .map_err(|e| io_error(dir, "list the directory", e))?
+                .path();
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
@@ -179,7 +187,9 @@ impl DiskDir {
                 Err(problem) => {
                     std::fs::remove_file(&path)
                         .map_err(|e| io_error(&path, "remove a corrupt block", e))?;
-                    report.discarded.push(format!("{}: {problem}", path.display()));
+                    report
+                        .discarded
+                        .push(format!("{}: {problem}", path.display()));
                 }
             }
         }
@@ -209,7 +219,11 @@ impl DiskDir {
     /// Writes a block atomically: temporary file, fsync, rename, fsync of
     /// the directory. Returns after the block is durable.
     pub fn write(&self, block: &DiskBlock, payload: &[u8]) -> Result<(), KvError> {
-        assert_eq!(block.len, payload.len() as u64, "DiskBlock.len of the payload");
+        assert_eq!(
+            block.len,
+            payload.len() as u64,
+            "DiskBlock.len of the payload"
+        );
         let fields = fields(block);
         let tmp = self
             .dir
@@ -278,7 +292,10 @@ mod tests {
         assert!(found.is_empty() && report == OpenReport::default());
         let payload: Vec<u8> = (0..1000u32).map(|i| (i * 7) as u8).collect();
         disk.write(&block(2, 1000), &payload).unwrap();
-        assert_eq!(disk.read(&block(2, 0).key).unwrap(), (block(2, 1000), payload));
+        assert_eq!(
+            disk.read(&block(2, 0).key).unwrap(),
+            (block(2, 1000), payload)
+        );
         let file = std::fs::read(disk.path(&block(2, 0).key)).unwrap();
         assert_eq!(file.len(), HEADER_BYTES + 1000);
         // The layout by hand: magic, version 1, flags 1, 64 tokens, length.
@@ -308,7 +325,7 @@ mod tests {
         edit(2, &|b| *b.last_mut().unwrap() ^= 1); // a flipped payload bit
         edit(3, &|b| b[12] = 65); // the tokens field: the checksum covers it
         edit(4, &|b| b.truncate(10)); // shorter than a header
-        // 5 under another block's name.
+                                      // 5 under another block's name.
         std::fs::rename(path(5), path(9)).unwrap();
         std::fs::write(dir.path().join(".abc.tmp77"), b"partial").unwrap();
         std::fs::write(dir.path().join("notes.txt"), b"not ours").unwrap();
@@ -318,9 +335,18 @@ mod tests {
         let mut why = report.discarded.clone();
         why.sort();
         assert_eq!(why.len(), 5, "{why:?}");
-        assert!(why.iter().any(|w| w.contains("says 300 bytes of KV, the file holds 100")));
-        assert!(why.iter().filter(|w| w.ends_with("checksum mismatch")).count() == 2);
-        assert!(why.iter().any(|w| w.contains("shorter than the 88-byte header")));
+        assert!(why
+            .iter()
+            .any(|w| w.contains("says 300 bytes of KV, the file holds 100")));
+        assert!(
+            why.iter()
+                .filter(|w| w.ends_with("checksum mismatch"))
+                .count()
+                == 2
+        );
+        assert!(why
+            .iter()
+            .any(|w| w.contains("shorter than the 88-byte header")));
         assert!(why.iter().any(|w| w.contains("the name says 09090909")));
         // Deleted, never served; what is not ours is left alone.
         assert!(disk.read(&BlockKey([2; KEY_BYTES])).is_err());
@@ -329,7 +355,10 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        assert_eq!(left, [format!("{}.kvb", block(6, 0).key), "notes.txt".into()]);
+        assert_eq!(
+            left,
+            [format!("{}.kvb", block(6, 0).key), "notes.txt".into()]
+        );
         // A read verifies too: corruption after the open is caught.
         edit(6, &|b| b[HEADER_BYTES] ^= 0x80);
         let problem = disk.read(&block(6, 0).key).unwrap_err();

@@ -213,7 +213,10 @@ impl<K: Hash + Eq + Clone, V> PrefixIndex<K, V> {
         let now = self.clock;
         let node = self.node(id);
         debug_assert!(node.leases > 0, "record_hit on an unleased block");
-        let (class, age) = (utility::class(node.hits, self.partial(node)), now - node.last_use);
+        let (class, age) = (
+            utility::class(node.hits, self.partial(node)),
+            now - node.last_use,
+        );
         if self.config.policy == EvictionPolicy::Utility {
             self.utility.observe_reuse(class, age);
         }
@@ -400,7 +403,9 @@ impl<K: Hash + Eq + Clone, V> PrefixIndex<K, V> {
             assert_eq!(node.candidate, eligible, "candidate flag of {id}");
             if node.candidate {
                 candidates += 1;
-                assert!(self.candidates[node.class as usize].contains(&(node.last_use, id as NodeId)));
+                assert!(
+                    self.candidates[node.class as usize].contains(&(node.last_use, id as NodeId))
+                );
             }
         }
         for (id, node) in self.nodes.iter().enumerate() {
@@ -572,8 +577,7 @@ mod tests {
                         if ix.get(&k).is_some() {
                             continue;
                         }
-                        let leased: Vec<u64> =
-                            held.iter().map(|&id| *ix.key(id)).collect();
+                        let leased: Vec<u64> = held.iter().map(|&id| *ix.key(id)).collect();
                         let Ok(victim) = ix.make_room() else { continue };
                         if let Some((v, ())) = victim {
                             assert!(!leased.contains(&v), "{policy:?} evicted leased {v}");
@@ -590,7 +594,7 @@ mod tests {
                         if parent == Some(None) {
                             continue; // the victim was the parent (lru)
                         }
-                        let tokens = if k % 5 == 0 { 2 } else { 4 };
+                        let tokens = if k.is_multiple_of(5) { 2 } else { 4 };
                         let id = ix.insert(k, (), parent.flatten(), tokens, u64::from(tokens));
                         held.push(id);
                     }
@@ -606,13 +610,17 @@ mod tests {
                     _ => {}
                 }
                 // Release one at random, and more while over 6 leases.
-                while !held.is_empty() && (held.len() > 6 || next(&mut rng) % 2 == 0) {
+                while !held.is_empty() && (held.len() > 6 || next(&mut rng).is_multiple_of(2)) {
                     let i = (next(&mut rng) % held.len() as u64) as usize;
                     ix.release(held.swap_remove(i));
                 }
                 ix.check();
             }
-            assert!(ix.counters().evicted_blocks > 500, "{policy:?}: {:?}", ix.counters());
+            assert!(
+                ix.counters().evicted_blocks > 500,
+                "{policy:?}: {:?}",
+                ix.counters()
+            );
         }
     }
 

@@ -53,8 +53,9 @@ pub enum KvError {
         problem: String,
         fix: String,
     },
-    /// Every block of a tier is leased: nothing can make room.
-    #[error("the {tier} tier's {capacity_blocks} blocks are all leased; release leases (drop Prefix, BlockLease or Sequence values) or give the store more {tier} blocks")]
+    /// Every block of a tier is leased (or, under the tree policies, an
+    /// ancestor of a leased block): nothing can make room.
+    #[error("the {tier} tier's {capacity_blocks} blocks are all leased or ancestors of leased blocks; release leases (drop Prefix, BlockLease or Sequence values) or give the store more {tier} blocks")]
     Full {
         tier: &'static str,
         capacity_blocks: usize,

@@ -189,7 +189,10 @@ mod tests {
         let trace = read(&text, 512).unwrap();
         assert_eq!(trace.requests.len(), 2);
         let r = &trace.requests[0];
-        assert_eq!((r.arrival_ms, r.input_tokens, r.output_tokens), (5, 1100, 3));
+        assert_eq!(
+            (r.arrival_ms, r.input_tokens, r.output_tokens),
+            (5, 1100, 3)
+        );
         // 1100 = 512 + 512 + 76.
         let counts: Vec<u32> = (0..3).map(|i| r.block_token_count(i, 512)).collect();
         assert_eq!(counts, [512, 512, 76]);
@@ -216,7 +219,10 @@ mod tests {
             "{e}"
         );
         let e = error(&line(2000, &[0, 1, 0, 2]), 512);
-        assert!(e.starts_with("t.jsonl:1: hash_ids repeats block id 0;"), "{e}");
+        assert!(
+            e.starts_with("t.jsonl:1: hash_ids repeats block id 0;"),
+            "{e}"
+        );
         let e = error(&(line(1024, &[0, 1]) + &line(1024, &[2, 1])), 512);
         assert!(
             e.starts_with("t.jsonl:2: block id 1 follows block 2 here but block 0 on line 1;"),

@@ -153,7 +153,7 @@ impl<K: Hash + Eq + Clone> UtilityModel<K> {
 
     fn observed(&mut self) {
         self.observed += 1;
-        if self.observed % HALVE_EVERY == 0 {
+        if self.observed.is_multiple_of(HALVE_EVERY) {
             for row in self.reuses.iter_mut().chain(self.ends.iter_mut()) {
                 row.iter_mut().for_each(|c| *c *= 0.5);
             }

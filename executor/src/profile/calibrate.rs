@@ -206,10 +206,12 @@ impl Run<'_> {
         let warm_up = Instant::now();
         trial(1)?;
         let one = warm_up.elapsed().as_secs_f64().max(1e-9);
-        let reps = ((budget.as_secs_f64() / TARGET_TRIALS as f64 / one) as usize).clamp(1, MAX_REPS);
+        let reps =
+            ((budget.as_secs_f64() / TARGET_TRIALS as f64 / one) as usize).clamp(1, MAX_REPS);
         let started = Instant::now();
         let mut values = Vec::new();
-        while values.len() < MIN_TRIALS || (values.len() < MAX_TRIALS && started.elapsed() < budget) {
+        while values.len() < MIN_TRIALS || (values.len() < MAX_TRIALS && started.elapsed() < budget)
+        {
             values.push(trial(reps)?);
             self.tell(step);
         }
@@ -257,18 +259,27 @@ impl Run<'_> {
             Ok((spread, bytes)) => {
                 let rate = round_rate(spread.median);
                 self.doc.profile.numa[i].gemv_bandwidth = rate;
+                let threads = node.core_cpus.len();
                 let what = format!(
-                    "{} {}, {}, {} threads pinned to node {}",
+                    "{} {}, {}, {threads} thread{} pinned to node {}",
                     packing.name(),
                     self.source.label,
                     Bytes(bytes),
-                    node.core_cpus.len(),
+                    if threads == 1 { "" } else { "s" },
                     node.sysfs_id
                 );
                 let shown = rate_text(rate);
-                self.record(&field("numa", i, "gemv_bandwidth"), shown, &spread, true, what);
+                self.record(
+                    &field("numa", i, "gemv_bandwidth"),
+                    shown,
+                    &spread,
+                    true,
+                    what,
+                );
             }
-            Err(e) => self.notes.push(format!("numa[{i}]: CPU GEMV not measured: {e}")),
+            Err(e) => self
+                .notes
+                .push(format!("numa[{i}]: CPU GEMV not measured: {e}")),
         }
     }
 
@@ -285,7 +296,13 @@ impl Run<'_> {
                 return None;
             }
         };
-        let Some(d) = self.doc.profile.drives.iter().position(|d| d.name == disk.name) else {
+        let Some(d) = self
+            .doc
+            .profile
+            .drives
+            .iter()
+            .position(|d| d.name == disk.name)
+        else {
             if !self.doc.profile.drives.is_empty() {
                 self.notes.push(format!(
                     "drives: {} holds {}, but the profile names no drive `{}`; not measured (give --model-dir a directory on a listed drive)",
@@ -310,7 +327,8 @@ impl Run<'_> {
             match TemporaryFile::write(dir, bytes) {
                 Ok(file) => Some(file),
                 Err(why) => {
-                    self.notes.push(format!("drives[{d}] ({name}): not measured: {why}"));
+                    self.notes
+                        .push(format!("drives[{d}] ({name}): not measured: {why}"));
                     return Ok(());
                 }
             }
@@ -351,17 +369,24 @@ impl Run<'_> {
                     shown_rate,
                     &bandwidth,
                     true,
-                    format!("O_DIRECT sequential {} MiB reads of {on}", SEQUENTIAL_READ_BYTES >> 20),
+                    format!(
+                        "O_DIRECT sequential {} MiB reads of {on}",
+                        SEQUENTIAL_READ_BYTES >> 20
+                    ),
                 );
                 self.record(
                     &field("drives", d, "read_latency"),
                     shown_time,
                     &latency,
                     false,
-                    format!("O_DIRECT random 4 KiB reads at queue depth 1 of {on}; each trial's median"),
+                    format!(
+                        "O_DIRECT random 4 KiB reads at queue depth 1 of {on}; each trial's median"
+                    ),
                 );
             }
-            Err(e) => self.notes.push(format!("drives[{d}] ({name}): not measured: {e}")),
+            Err(e) => self
+                .notes
+                .push(format!("drives[{d}] ({name}): not measured: {e}")),
         }
         Ok(())
     }
@@ -442,19 +467,23 @@ impl Run<'_> {
         let bench = match bench {
             Ok(b) => b,
             Err(e) => {
-                self.notes.push(format!("gpus[{g}] ({profile_name}): not measured: {e}"));
+                self.notes
+                    .push(format!("gpus[{g}] ({profile_name}): not measured: {e}"));
                 return;
             }
         };
         let quarter = self.share / 4;
         if let Err(e) = self.gpu_gemv(g, &bench, self.share / 2) {
-            self.notes.push(format!("gpus[{g}]: gemv_bandwidth not measured: {e}"));
+            self.notes
+                .push(format!("gpus[{g}]: gemv_bandwidth not measured: {e}"));
         }
         let upload = bench.upload(UPLOAD_BYTES).and_then(|mut u| {
             let bytes = u.bytes() as f64;
             let step = format!("gpus[{g}]: upload");
             self.repeat(&step, quarter, |copies| {
-                let seconds: f64 = (0..copies).map(|_| u.trial()).sum::<Result<f64, String>>()?;
+                let seconds: f64 = (0..copies)
+                    .map(|_| u.trial())
+                    .sum::<Result<f64, String>>()?;
                 Ok(bytes * copies as f64 / seconds)
             })
         });
@@ -462,10 +491,21 @@ impl Run<'_> {
             Ok((spread, _)) => {
                 let rate = round_rate(spread.median);
                 self.doc.profile.gpus[g].upload_bandwidth = rate;
-                let what = format!("cuMemcpyHtoD of {} from page-locked memory", Bytes(UPLOAD_BYTES as u64));
-                self.record(&field("gpus", g, "upload_bandwidth"), rate_text(rate), &spread, true, what);
+                let what = format!(
+                    "cuMemcpyHtoD of {} from page-locked memory",
+                    Bytes(UPLOAD_BYTES as u64)
+                );
+                self.record(
+                    &field("gpus", g, "upload_bandwidth"),
+                    rate_text(rate),
+                    &spread,
+                    true,
+                    what,
+                );
             }
-            Err(e) => self.notes.push(format!("gpus[{g}]: upload_bandwidth not measured: {e}")),
+            Err(e) => self
+                .notes
+                .push(format!("gpus[{g}]: upload_bandwidth not measured: {e}")),
         }
         let step = format!("gpus[{g}]: sync overhead");
         let sync = self.repeat(&step, quarter, |trips| bench.sync_round_trips(trips));
@@ -476,9 +516,17 @@ impl Run<'_> {
                 let what = format!(
                     "mean of {trips} round trips a trial of a 4-byte memset and a stream synchronize"
                 );
-                self.record(&field("gpus", g, "sync_overhead"), time_text(time), &spread, false, what);
+                self.record(
+                    &field("gpus", g, "sync_overhead"),
+                    time_text(time),
+                    &spread,
+                    false,
+                    what,
+                );
             }
-            Err(e) => self.notes.push(format!("gpus[{g}]: sync_overhead not measured: {e}")),
+            Err(e) => self
+                .notes
+                .push(format!("gpus[{g}]: sync_overhead not measured: {e}")),
         }
     }
 
@@ -493,7 +541,10 @@ impl Run<'_> {
                 .expert_rows(packing, target, None)
                 .map_err(|e| e.to_string())?;
             if let Some(why) = rows.iter().find_map(|m| packing.unfit_for(m.cols)) {
-                return Err(format!("the GPU kernel cannot run {}: {why}", packing.name()));
+                return Err(format!(
+                    "the GPU kernel cannot run {}: {why}",
+                    packing.name()
+                ));
             }
             let inputs = inputs_for(&rows);
             self.gpu_experts = Some((rows, inputs));
@@ -505,7 +556,10 @@ impl Run<'_> {
             let sample = matrix.rows.min(256);
             let gpu = resident.y(m, sample)?;
             let cpu: Vec<f32> = (0..sample).map(|r| matrix.row_dot(x, r)).collect();
-            let scale = cpu.iter().fold(0f32, |a, v| a.max(v.abs())).max(f32::MIN_POSITIVE);
+            let scale = cpu
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()))
+                .max(f32::MIN_POSITIVE);
             if let Some(r) = (0..sample).find(|&r| (gpu[r] - cpu[r]).abs() > 1e-3 * scale) {
                 return Err(format!(
                     "the PTX kernel's row {r} is {} where the CPU kernel's is {}; a kernel bug, please report it",
@@ -526,7 +580,13 @@ impl Run<'_> {
             Bytes(resident.bytes()),
             self.source.label
         );
-        self.record(&field("gpus", g, "gemv_bandwidth"), rate_text(rate), &spread, true, what);
+        self.record(
+            &field("gpus", g, "gemv_bandwidth"),
+            rate_text(rate),
+            &spread,
+            true,
+            what,
+        );
         Ok(())
     }
 }
@@ -562,7 +622,10 @@ fn parallel_gemv(rows: &[PackedRows], inputs: &[QuantizedInput], cpus: &[u32]) -
                 })
             })
             .collect();
-        workers.into_iter().map(|w| w.join().expect("a GEMV thread")).sum()
+        workers
+            .into_iter()
+            .map(|w| w.join().expect("a GEMV thread"))
+            .sum()
     })
 }
 
@@ -602,7 +665,10 @@ impl ExpertSource {
             };
             let c = &checkpoint.config;
             return Ok(ExpertSource {
-                label: format!("generated experts of {}'s geometry (its experts are BF16)", dir.display()),
+                label: format!(
+                    "generated experts of {}'s geometry (its experts are BF16)",
+                    dir.display()
+                ),
                 shapes: expert_shapes(c.hidden, c.expert_intermediate),
                 cpu: int4,
                 gpu: int4,
@@ -613,7 +679,8 @@ impl ExpertSource {
         let model = match &options.model {
             Some(m) => m,
             None => {
-                default_model = Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?;
+                default_model =
+                    Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?;
                 &default_model
             }
         };
@@ -637,7 +704,10 @@ impl ExpertSource {
         })
     }
 
-    fn of_checkpoint(checkpoint: &Checkpoint, packing: Packing) -> Result<ExpertSource, ProfileError> {
+    fn of_checkpoint(
+        checkpoint: &Checkpoint,
+        packing: Packing,
+    ) -> Result<ExpertSource, ProfileError> {
         let specs: BTreeMap<String, family::TensorSpec> = family::tensors(&checkpoint.config)
             .into_iter()
             .map(|s| (s.name.clone(), s))
@@ -704,7 +774,9 @@ impl ExpertSource {
         }
         let expert_bytes: u64 = rows_per_expert
             .iter()
-            .map(|(&cols, &rows)| (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64)
+            .map(|(&cols, &rows)| {
+                (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64
+            })
             .sum();
         let experts = (target_bytes / expert_bytes).max(1) as usize;
         let mut matrices: Vec<PackedRows> = rows_per_expert
@@ -715,7 +787,10 @@ impl ExpertSource {
             Some((all, _)) => {
                 let mut at = vec![0usize; matrices.len()];
                 for projection in all.iter().cycle().take(experts).flatten() {
-                    let m = rows_per_expert.keys().position(|&c| c == projection.cols).expect("shapes of every expert");
+                    let m = rows_per_expert
+                        .keys()
+                        .position(|&c| c == projection.cols)
+                        .expect("shapes of every expert");
                     let weights = read_extent(&projection.weights)?;
                     let scales = read_extent(&projection.scales)?;
                     at[m] += matrices[m].copy_rows(at[m], &weights, &scales);
@@ -734,7 +809,11 @@ impl ExpertSource {
 /// One expert's projections: gate and up (`intermediate` rows of `hidden`
 /// features each), down (`hidden` rows of `intermediate` features).
 fn expert_shapes(hidden: usize, intermediate: usize) -> Vec<(usize, usize)> {
-    vec![(intermediate, hidden), (intermediate, hidden), (hidden, intermediate)]
+    vec![
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+    ]
 }
 
 fn read_extent(e: &Extent) -> Result<Vec<u8>, ProfileError> {
@@ -761,7 +840,8 @@ impl TemporaryFile {
     /// Writes `bytes` of incompressible data under `dir` and syncs them to
     /// the drive; `Err` says why not (no room, not writable).
     fn write(dir: &Path, bytes: u64) -> Result<TemporaryFile, String> {
-        let free = free_bytes(dir).ok_or_else(|| format!("cannot tell the free space of {}", dir.display()))?;
+        let free = free_bytes(dir)
+            .ok_or_else(|| format!("cannot tell the free space of {}", dir.display()))?;
         if free < 2 * bytes {
             return Err(format!(
                 "{} has {} free; timing needs a {} temporary file and as much to spare",
@@ -776,7 +856,12 @@ impl TemporaryFile {
             .write(true)
             .create_new(true)
             .open(&file.path)
-            .map_err(|e| format!("cannot write {} ({e}); give --model-dir a writable directory on the drive", file.path.display()))?;
+            .map_err(|e| {
+                format!(
+                    "cannot write {} ({e}); give --model-dir a writable directory on the drive",
+                    file.path.display()
+                )
+            })?;
         let mut piece = vec![0u8; SEQUENTIAL_READ_BYTES];
         let mut written = 0u64;
         while written < bytes {
@@ -785,7 +870,8 @@ impl TemporaryFile {
                 .map_err(|e| format!("writing {} ({e})", file.path.display()))?;
             written += piece.len() as u64;
         }
-        out.sync_all().map_err(|e| format!("syncing {} ({e})", file.path.display()))?;
+        out.sync_all()
+            .map_err(|e| format!("syncing {} ({e})", file.path.display()))?;
         Ok(file)
     }
 }
@@ -833,21 +919,35 @@ mod tests {
         let c = calibrate(doc, &options(dir.path(), 1.5), &|_, _| {}).unwrap();
         // Setup (1 GiB at most of generated experts, the temporary file)
         // comes on top of the budget.
-        assert!(started.elapsed() < Duration::from_secs(20), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            started.elapsed()
+        );
         let p = &c.doc.profile;
         assert!(p.numa.iter().all(|n| n.gemv_bandwidth.0 > 0.0));
         let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
-        assert!(gemv.starts_with("measured: median") && gemv.contains("trials ["), "{gemv}");
+        assert!(
+            gemv.starts_with("measured: median") && gemv.contains("trials ["),
+            "{gemv}"
+        );
         if p.drives.is_empty() {
             assert!(c.measured.len() == p.numa.len(), "{:?}", c.measured);
         } else {
             // Measured, or a note says why not (a file system without O_DIRECT).
             let timed = c.doc.origin("drives[0].read_latency").unwrap_or("");
-            assert!(timed.starts_with("measured:") || !c.notes.is_empty(), "{:?}", c.notes);
+            assert!(
+                timed.starts_with("measured:") || !c.notes.is_empty(),
+                "{:?}",
+                c.notes
+            );
         }
         for m in &c.measured {
             let s = m.spread.unwrap();
-            assert!(s.min > 0.0 && s.min <= s.median && s.median <= s.max && s.count >= MIN_TRIALS, "{m}");
+            assert!(
+                s.min > 0.0 && s.min <= s.median && s.median <= s.max && s.count >= MIN_TRIALS,
+                "{m}"
+            );
         }
         // The temporary file is gone.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
@@ -884,8 +984,15 @@ mod tests {
         opts.model_dir = None;
         let c = calibrate(doc, &opts, &|_, _| {}).unwrap();
         let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
-        assert!(gemv.contains(&format!("int4 experts of {}", ckpt.display())), "{gemv}");
-        if let Some(read) = c.doc.origin("drives[0].read_bandwidth").filter(|o| o.starts_with("measured")) {
+        assert!(
+            gemv.contains(&format!("int4 experts of {}", ckpt.display())),
+            "{gemv}"
+        );
+        if let Some(read) = c
+            .doc
+            .origin("drives[0].read_bandwidth")
+            .filter(|o| o.starts_with("measured"))
+        {
             assert!(read.contains("1 shard(s) of the checkpoint"), "{read}");
         }
         // The checkpoint's experts, repeated: 4 x 2 experts of 3 projections.
@@ -894,8 +1001,8 @@ mod tests {
         assert_eq!(rows.iter().map(|m| m.cols).collect::<Vec<_>>(), [64, 128]);
         let first = &source.checkpoint.as_ref().unwrap().0[0];
         let weights = read_extent(&first[0].weights).unwrap();
-        let gate_up = &rows[1];
-        assert_eq!(&gate_up.weights()[..weights.len()], &weights[..]);
+        let matrix = rows.iter().find(|m| m.cols == first[0].cols).unwrap();
+        assert_eq!(&matrix.weights()[..weights.len()], &weights[..]);
     }
 
     #[test]
@@ -908,11 +1015,17 @@ mod tests {
         let e = calibrate(doc.clone(), &options(dir.path(), 0.0), &|_, _| {})
             .unwrap_err()
             .to_string();
-        assert_eq!(e, "--seconds: is 0; give a positive number of seconds, e.g. --seconds 20");
+        assert_eq!(
+            e,
+            "--seconds: is 0; give a positive number of seconds, e.g. --seconds 20"
+        );
         let absent = dir.path().join("absent");
         let e = calibrate(doc, &options(&absent, 1.0), &|_, _| {})
             .unwrap_err()
             .to_string();
-        assert!(e.starts_with(&format!("{}: is not a directory", absent.display())), "{e}");
+        assert!(
+            e.starts_with(&format!("{}: is not a directory", absent.display())),
+            "{e}"
+        );
     }
 }

@@ -49,7 +49,9 @@ impl CudaBench {
         }
         guarded(|| {
             let ctx = CudaContext::new(ordinal).map_err(failed(ordinal, "opening"))?;
-            let stream = ctx.new_stream().map_err(failed(ordinal, "creating a stream"))?;
+            let stream = ctx
+                .new_stream()
+                .map_err(failed(ordinal, "creating a stream"))?;
             Ok(CudaBench {
                 ordinal,
                 ctx,
@@ -59,7 +61,11 @@ impl CudaBench {
     }
 
     pub fn name(&self) -> Result<String, String> {
-        guarded(|| self.ctx.name().map_err(failed(self.ordinal, "reading the name")))
+        guarded(|| {
+            self.ctx
+                .name()
+                .map_err(failed(self.ordinal, "reading the name"))
+        })
     }
 
     /// Device memory free now.
@@ -86,7 +92,11 @@ impl CudaBench {
             let mut resident = Vec::new();
             for (m, x) in matrices.iter().zip(inputs) {
                 let terms: Vec<f32> = x.chunk_terms().into_iter().flatten().collect();
-                let entry = if m.packing.bits == 8 { "gemv_int8" } else { "gemv_int4" };
+                let entry = if m.packing.bits == 8 {
+                    "gemv_int8"
+                } else {
+                    "gemv_int4"
+                };
                 resident.push(DeviceRows {
                     function: module.function(entry)?,
                     weights: self.stream.clone_htod(m.weights()).map_err(&copying)?,
@@ -98,7 +108,11 @@ impl CudaBench {
                     chunks: (m.packing.row_bytes(m.cols) / CHUNK_BYTES) as u32,
                     groups: m.groups() as u32,
                     shift: (m.packing.group / m.packing.chunk_features()).trailing_zeros(),
-                    odd: if m.packing.bits == 8 { 0 } else { (m.cols / 2) as u32 },
+                    odd: if m.packing.bits == 8 {
+                        0
+                    } else {
+                        (m.cols / 2) as u32
+                    },
                 });
             }
             let event = || {
@@ -124,8 +138,8 @@ impl CudaBench {
             let allocating = failed(self.ordinal, "allocating the upload buffers");
             // SAFETY: filled below before any copy reads it. Flags 0: plain
             // page-locked memory, not write-combined.
-            let mut pinned = unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }
-                .map_err(&allocating)?;
+            let mut pinned =
+                unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(&allocating)?;
             pinned
                 .as_mut_slice()
                 .map_err(&allocating)?
@@ -172,7 +186,8 @@ impl<'a> Module<'a> {
         let text = CString::new(ptx()).expect("PTX text has no NUL");
         // SAFETY: `text` is a NUL-terminated PTX image that outlives the
         // call; the driver compiles it for this device.
-        let module = unsafe { result::module::load_data(text.as_ptr().cast()) }.map_err(&loading)?;
+        let module =
+            unsafe { result::module::load_data(text.as_ptr().cast()) }.map_err(&loading)?;
         Ok(Module { bench, module })
     }
 

@@ -87,7 +87,8 @@ impl Facts {
             nodes,
             gpus,
             no_gpu,
-            model_dir: model_dir.to_path_buf(),
+            // Absolute, for the comment that names it.
+            model_dir: std::fs::canonicalize(model_dir).unwrap_or_else(|_| model_dir.to_path_buf()),
             drive: system::block_device_of(model_dir),
             notes,
         })
@@ -108,7 +109,12 @@ pub fn detect(options: &DetectOptions) -> Result<ProfileDoc, ProfileError> {
 
 /// The profile index of sysfs node `sysfs_id`, and the comment saying how
 /// it was found (`what` is the device, for the comment).
-fn node_of(nodes: &[NodeFacts], sysfs_id: Option<u32>, what: &str, source: &str) -> (usize, Origin) {
+fn node_of(
+    nodes: &[NodeFacts],
+    sysfs_id: Option<u32>,
+    what: &str,
+    source: &str,
+) -> (usize, Origin) {
     match sysfs_id.and_then(|id| nodes.iter().position(|n| n.sysfs_id == id)) {
         Some(i) => (
             i,
@@ -185,7 +191,8 @@ pub fn profile_of(facts: &Facts) -> ProfileDoc {
     doc.set(
         "fixed_token_seconds",
         Origin::Default(
-            "per-token time outside the stages not modelled; `calibrate --from-log` derives it".into(),
+            "per-token time outside the stages not modelled; `calibrate --from-log` derives it"
+                .into(),
         ),
     );
     doc
@@ -225,7 +232,8 @@ fn add_node(doc: &mut ProfileDoc, i: usize, node: &NodeFacts) {
         gemv_bandwidth: gemv,
         host: None,
     });
-    let set = |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("numa", i, key), origin);
+    let set =
+        |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("numa", i, key), origin);
     set(
         doc,
         "id",
@@ -289,7 +297,8 @@ fn add_gpu(doc: &mut ProfileDoc, i: usize, gpu: &GpuFacts, nodes: &[NodeFacts]) 
         ),
         None => (
             GPU_GEMV_FALLBACK_BYTES_PER_S,
-            "the driver gives no memory bus; a mid-range card's figure; calibrate measures it".into(),
+            "the driver gives no memory bus; a mid-range card's figure; calibrate measures it"
+                .into(),
         ),
     };
     let link = gpu.pci.as_ref().and_then(|p| p.link.as_ref());
@@ -328,7 +337,8 @@ fn add_gpu(doc: &mut ProfileDoc, i: usize, gpu: &GpuFacts, nodes: &[NodeFacts]) 
     }
     summary.push_str(&format!(", NUMA node {}", nodes[numa].sysfs_id));
     doc.describe_item(&format!("gpus[{i}]"), vec![summary]);
-    let set = |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("gpus", i, key), origin);
+    let set =
+        |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("gpus", i, key), origin);
     set(doc, "id", Origin::Detected(gpu.label.clone()));
     set(doc, "name", Origin::Detected("the driver's name".into()));
     set(
@@ -383,11 +393,16 @@ fn add_drive(doc: &mut ProfileDoc, disk: &BlockFacts, model_dir: &Path, nodes: &
         read_bandwidth: round_rate(bandwidth),
         read_latency: Seconds(latency),
     });
-    let set = |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("drives", 0, key), origin);
+    let set =
+        |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("drives", 0, key), origin);
     set(
         doc,
         "id",
-        Origin::Detected(format!("the drive holding {} ({})", model_dir.display(), disk.via)),
+        Origin::Detected(format!(
+            "the drive holding {} ({})",
+            model_dir.display(),
+            disk.via
+        )),
     );
     let mut name = format!("/sys/block/{}", disk.name);
     if let Some(model) = &disk.model {
@@ -410,7 +425,9 @@ fn add_drive(doc: &mut ProfileDoc, disk: &BlockFacts, model_dir: &Path, nodes: &
     set(
         doc,
         "read_latency",
-        Origin::Default(format!("{why}; calibrate measures 4 KiB reads at queue depth 1")),
+        Origin::Default(format!(
+            "{why}; calibrate measures 4 KiB reads at queue depth 1"
+        )),
     );
 }
 
@@ -550,7 +567,10 @@ mod tests {
         })
         .unwrap_err()
         .to_string();
-        assert!(e.starts_with("/no/such/dir: is not a directory; give --model-dir"), "{e}");
+        assert!(
+            e.starts_with("/no/such/dir: is not a directory; give --model-dir"),
+            "{e}"
+        );
     }
 
     use crate::profile::doc;

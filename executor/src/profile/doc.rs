@@ -15,7 +15,9 @@
 use super::ProfileError;
 use residency_planner::error::write_atomic;
 use residency_planner::profile::{Drive, Gpu, HardwareProfile, Host, NumaNode};
-use residency_planner::units::{parse_rate, parse_size, parse_time, Bytes, BytesPerSecond, Seconds};
+use residency_planner::units::{
+    parse_rate, parse_size, parse_time, Bytes, BytesPerSecond, Seconds,
+};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::Path;
@@ -373,9 +375,10 @@ fn scan_comments(text: &str) -> (Vec<String>, BTreeMap<String, Note>) {
                     let rest = rest.trim();
                     let above = std::mem::take(&mut pending);
                     if rest.starts_with('{') {
-                        let note = notes.entry(item).or_default();
-                        note.above.extend(above);
-                        note.above.extend(after);
+                        let lines: Vec<String> = above.into_iter().chain(after).collect();
+                        if !lines.is_empty() {
+                            notes.entry(item).or_default().above.extend(lines);
+                        }
                         continue;
                     }
                     if !above.is_empty() {
@@ -546,7 +549,11 @@ pub fn round_size(bytes: u64, up: bool) -> Bytes {
 
 /// `value` and the figures `others` in the unit of `value`, for comments:
 /// (`31.2`, [`30.1`, `32.0`], `GB/s`).
-pub fn figures_in_unit(value: f64, others: &[f64], rate: bool) -> (String, Vec<String>, &'static str) {
+pub fn figures_in_unit(
+    value: f64,
+    others: &[f64],
+    rate: bool,
+) -> (String, Vec<String>, &'static str) {
     let units: &[(&'static str, f64)] = if rate { &RATE_UNITS } else { &TIME_UNITS };
     let (unit, factor) = unit_for(value, units);
     let main = significant(value / factor, 3);
@@ -564,7 +571,15 @@ mod tests {
 
     #[test]
     fn unit_text_reads_back_exactly() {
-        for bytes in [0, 1, 4096, 8 << 30, 141_000_000_000, 2_590_000_000, 16_815_525_887] {
+        for bytes in [
+            0,
+            1,
+            4096,
+            8 << 30,
+            141_000_000_000,
+            2_590_000_000,
+            16_815_525_887,
+        ] {
             let text = size_text(Bytes(bytes));
             assert_eq!(parse_size(&text), Ok(Bytes(bytes)), "{text}");
         }
@@ -642,6 +657,34 @@ io_overlaps_compute: true  # assumed
             "    gemv_bandwidth: 41.27 GB/s     # measured: median 41.3 GB/s over 5 trials [40.1..42.0]\n"
         ), "{text}");
         assert!(!text.contains("Colibri: 39"));
+    }
+
+    #[test]
+    fn every_shipped_profile_rewrites_to_itself() {
+        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../profiles/hardware"));
+        let mut count = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let doc = ProfileDoc::read(&path).unwrap();
+            let text = doc.to_yaml_checked(&path).unwrap();
+            assert_eq!(
+                ProfileDoc::parse(&text, &path).unwrap(),
+                doc,
+                "{}",
+                path.display()
+            );
+            count += 1;
+        }
+        assert!(count >= 4);
+        // Hosts and their references too.
+        let hosts = "name: two\nnuma:\n  - { id: 0, ram: 8 GiB, cores: 4, gemv_bandwidth: 9 GB/s, host: a }\n\
+                     hosts:\n  - { name: a, network_bandwidth: 12.5 GB/s, network_latency: 5 us }\n";
+        let doc = ProfileDoc::parse(hosts, Path::new("two.yaml")).unwrap();
+        let text = doc.to_yaml_checked(Path::new("two.yaml")).unwrap();
+        assert!(
+            text.contains("    host: \"a\"") && text.contains("network_latency: 5 us"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -65,7 +65,10 @@ impl Packing {
     pub fn unfit_for(self, cols: usize) -> Option<String> {
         let chunk = self.chunk_features();
         if !cols.is_multiple_of(self.group) {
-            return Some(format!("group {} does not divide {cols} features", self.group));
+            return Some(format!(
+                "group {} does not divide {cols} features",
+                self.group
+            ));
         }
         let chunks = self.group / chunk;
         if !self.group.is_multiple_of(chunk) || !chunks.is_power_of_two() {
@@ -90,7 +93,12 @@ pub struct PackedRows {
 
 impl PackedRows {
     /// Zeroed rows, in `pool`'s memory where given.
-    pub fn zeroed(packing: Packing, cols: usize, rows: usize, pool: Option<&Arc<HostPool>>) -> PackedRows {
+    pub fn zeroed(
+        packing: Packing,
+        cols: usize,
+        rows: usize,
+        pool: Option<&Arc<HostPool>>,
+    ) -> PackedRows {
         let slab = |bytes: usize| match pool {
             Some(pool) => AlignedSlab::in_pool(pool, bytes),
             None => AlignedSlab::new(bytes),
@@ -169,16 +177,19 @@ impl PackedRows {
 /// Fills `bytes` with xorshift64* output seeded per 1 MiB piece, in
 /// parallel (a calibration buffer is up to a GiB).
 pub(crate) fn fill_random(bytes: &mut [u8], seed: u64) {
-    bytes.par_chunks_mut(1 << 20).enumerate().for_each(|(i, piece)| {
-        let mut state = (seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-        for chunk in piece.chunks_mut(8) {
-            state ^= state >> 12;
-            state ^= state << 25;
-            state ^= state >> 27;
-            let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-            chunk.copy_from_slice(&r[..chunk.len()]);
-        }
-    });
+    bytes
+        .par_chunks_mut(1 << 20)
+        .enumerate()
+        .for_each(|(i, piece)| {
+            let mut state = (seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
+            for chunk in piece.chunks_mut(8) {
+                state ^= state >> 12;
+                state ^= state << 25;
+                state ^= state >> 27;
+                let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
+                chunk.copy_from_slice(&r[..chunk.len()]);
+            }
+        });
 }
 
 /// An input vector quantised to int8, one scale per weight group.
@@ -363,7 +374,8 @@ mod avx2 {
                 let v = &x.values[g * group..(g + 1) * group];
                 for (w, v) in chunks(w).zip(chunks(v)) {
                     let (w, v) = (load(w), load(v));
-                    let pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w));
+                    let pairs =
+                        _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(v, w));
                     lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, ones));
                 }
             } else {
@@ -381,10 +393,14 @@ mod avx2 {
                     );
                     lanes = _mm256_add_epi32(lanes, _mm256_madd_epi16(pairs, ones));
                 }
-                lanes = _mm256_sub_epi32(lanes, _mm256_setr_epi32(8 * x.sums[g], 0, 0, 0, 0, 0, 0, 0));
+                lanes =
+                    _mm256_sub_epi32(lanes, _mm256_setr_epi32(8 * x.sums[g], 0, 0, 0, 0, 0, 0, 0));
             }
             let scale = f16_to_f32(u16::from_le_bytes([s[0], s[1]])) * x.scales[g];
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale)));
+            acc = _mm256_add_ps(
+                acc,
+                _mm256_mul_ps(_mm256_cvtepi32_ps(lanes), _mm256_set1_ps(scale)),
+            );
         }
         let mut out = [0f32; 8];
         // SAFETY: `out` is 8 writable floats; the store needs no alignment.
@@ -581,7 +597,13 @@ mod tests {
 
     #[test]
     fn the_kernel_computes_the_container_s_dot_products() {
-        for packing in [Packing { bits: 8, group: 128 }, Packing { bits: 4, group: 64 }] {
+        for packing in [
+            Packing {
+                bits: 8,
+                group: 128,
+            },
+            Packing { bits: 4, group: 64 },
+        ] {
             let cols = 1408;
             let mut m = PackedRows::zeroed(packing, cols, 5, None);
             m.fill_generated(7);
@@ -615,7 +637,14 @@ mod tests {
         let sum: i32 = (0..32).map(|k| x.feature(k).0 as i32).sum();
         assert_eq!(terms[0], [x.scales[0], 8.0 * sum as f32 * x.scales[0]]);
         assert_eq!(terms[2][0], x.scales[1]);
-        let int8 = QuantizedInput::seeded(128, Packing { bits: 8, group: 128 }, 1);
+        let int8 = QuantizedInput::seeded(
+            128,
+            Packing {
+                bits: 8,
+                group: 128,
+            },
+            1,
+        );
         assert!(int8.chunk_terms().iter().all(|t| t[1] == 0.0));
     }
 
@@ -629,9 +658,17 @@ mod tests {
         assert!(int4.unfit_for(2048).is_none());
         assert!(int4.unfit_for(1000).is_some());
         assert!(Packing { bits: 4, group: 96 }.unfit_for(192).is_some());
-        assert!(Packing { bits: 8, group: 128 }.unfit_for(1408).is_none());
+        assert!(Packing {
+            bits: 8,
+            group: 128
+        }
+        .unfit_for(1408)
+        .is_none());
         let text = ptx();
-        assert!(text.contains(".visible .entry gemv_int8(") && text.contains(".visible .entry gemv_int4("));
+        assert!(
+            text.contains(".visible .entry gemv_int8(")
+                && text.contains(".visible .entry gemv_int4(")
+        );
         assert!(!text.contains("NAME") && !text.contains("DOT"));
     }
 }

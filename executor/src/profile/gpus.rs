@@ -31,7 +31,10 @@ pub struct GpuFacts {
 /// each backend gave none.
 pub fn detect_gpus() -> (Vec<GpuFacts>, Vec<String>) {
     let mut reasons = Vec::new();
-    for backend in [cuda_gpus as fn() -> Result<Vec<GpuFacts>, String>, vulkan_gpus] {
+    for backend in [
+        cuda_gpus as fn() -> Result<Vec<GpuFacts>, String>,
+        vulkan_gpus,
+    ] {
         match backend() {
             Ok(gpus) if !gpus.is_empty() => return (gpus, Vec::new()),
             Ok(_) => {}
@@ -58,7 +61,12 @@ fn cuda_gpus() -> Result<Vec<GpuFacts>, String> {
         }
         (0..count).map(cuda_gpu).collect()
     }))
-    .unwrap_or_else(|_| Err("CUDA: the driver library failed (a symbol is missing); update the NVIDIA driver".into()))
+    .unwrap_or_else(|_| {
+        Err(
+            "CUDA: the driver library failed (a symbol is missing); update the NVIDIA driver"
+                .into(),
+        )
+    })
 }
 
 fn cuda_gpu(ordinal: i32) -> Result<GpuFacts, String> {
@@ -71,7 +79,8 @@ fn cuda_gpu(ordinal: i32) -> Result<GpuFacts, String> {
     let dev = result::device::get(ordinal).map_err(failed("opening"))?;
     let name = result::device::get_name(dev).map_err(failed("reading the name"))?;
     // SAFETY: `dev` came from cuDeviceGet.
-    let vram_bytes = unsafe { result::device::total_mem(dev) }.map_err(failed("reading the memory size"))? as u64;
+    let vram_bytes = unsafe { result::device::total_mem(dev) }
+        .map_err(failed("reading the memory size"))? as u64;
     // SAFETY: as above; an attribute the driver lacks is an error, not UB.
     let attribute = |a: Attribute| unsafe { result::device::get_attribute(dev, a) }.ok();
     let pci = match (

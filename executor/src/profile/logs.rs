@@ -102,7 +102,11 @@ fn profile_lines(text: &str) -> Vec<Figure> {
     for (i, line) in text.lines().enumerate() {
         if let Some(at) = line.find("PROFILE: expert-disk") {
             let line = &line[at..];
-            let prefill = previous.to_uppercase().contains("PREFILL");
+            // Colibri heads the prefill profile `PROFILO PREFILL (11.61s):`.
+            let header = previous.trim_start();
+            let prefill = ["PROFILO PREFILL", "PROFILE PREFILL"]
+                .iter()
+                .any(|h| header.starts_with(h));
             let service: Option<f64> = number_before(line, "s service");
             let wait: Option<f64> = number_before(line, "s wait");
             if let (false, Some(service), Some(wait)) = (prefill, service, wait) {
@@ -158,7 +162,11 @@ pub fn calibrate_from_log(
     }
     let mut notes = Vec::new();
     let mut measured = Vec::new();
-    let mut set = |doc: &mut ProfileDoc, path: String, value: String, comment: String, spread: Option<Spread>| {
+    let mut set = |doc: &mut ProfileDoc,
+                   path: String,
+                   value: String,
+                   comment: String,
+                   spread: Option<Spread>| {
         let m = Measurement {
             path,
             value,
@@ -184,7 +192,11 @@ pub fn calibrate_from_log(
                 miss_seconds_from_log(prof.felt_wait_seconds, prof.physical_misses) * 1e3
             ));
         }
-        Some((prof.felt_wait_seconds / prof.read_service_seconds, comment, None))
+        Some((
+            prof.felt_wait_seconds / prof.read_service_seconds,
+            comment,
+            None,
+        ))
     } else if !profile.is_empty() {
         let s = spread_of(&profile, |f| f);
         let comment = format!(
@@ -209,7 +221,13 @@ pub fn calibrate_from_log(
             // reads queue behind each other).
             let fraction = ((fraction * 1e4).round() / 1e4).min(1.0);
             doc.profile.felt_fraction = Some(fraction);
-            set(&mut doc, "felt_fraction".into(), fraction.to_string(), comment, spread);
+            set(
+                &mut doc,
+                "felt_fraction".into(),
+                fraction.to_string(),
+                comment,
+                spread,
+            );
         }
     }
 
@@ -235,7 +253,13 @@ pub fn calibrate_from_log(
                 time_text(doc.profile.drives[d].read_latency),
                 lines_of(&prof.lines.iter().map(|&l| (0.0, l)).collect::<Vec<_>>(), log)
             );
-            set(&mut doc, field("drives", d, "read_bandwidth"), rate_text(rate), comment, None);
+            set(
+                &mut doc,
+                field("drives", d, "read_bandwidth"),
+                rate_text(rate),
+                comment,
+                None,
+            );
         }
     }
 
@@ -300,7 +324,13 @@ pub fn calibrate_from_log(
             s.describe(false, "runs"),
             lines_of(&outsides, log)
         );
-        set(&mut doc, "fixed_token_seconds".into(), time_text(time), comment, Some(s));
+        set(
+            &mut doc,
+            "fixed_token_seconds".into(),
+            time_text(time),
+            comment,
+            Some(s),
+        );
     }
     if measured.is_empty() {
         let problem = if notes.is_empty() {
@@ -374,15 +404,28 @@ tiers: { gpu: int4, ram: int4, disk: int4 }
         let line = |gb: f64, misses: u32, felt: f64| {
             format!("[PROF] expert I/O: {gb:.3} GB fetched (12.0 MB/token, 1.10 GB/s over the run) | hit 81.2% (900 pin + 400 lru / {misses} load) | 525.0 loads/token | 3.1s read service / {felt:.1}s felt wait\n")
         };
-        let path = log(dir.path(), &format!("decode\n{}{}", line(4.2, 300, 1.4), line(1.0, 100, 0.6)));
+        let path = log(
+            dir.path(),
+            &format!("decode\n{}{}", line(4.2, 300, 1.4), line(1.0, 100, 0.6)),
+        );
         let c = calibrate_from_log(doc(), &path, None).unwrap();
         // Felt 1.4 + 0.6 = 2.0 s of 3.1 + 3.1 = 6.2 s read service: 0.3226.
         assert_eq!(c.doc.profile.felt_fraction, Some(0.3226));
         // 5.2 GB over (6.2 s - 400 misses x 80 us = 6.168 s) = 843.06 MB/s.
-        assert_eq!(rate_text(c.doc.profile.drives[0].read_bandwidth), "843.1 MB/s");
+        assert_eq!(
+            rate_text(c.doc.profile.drives[0].read_bandwidth),
+            "843.1 MB/s"
+        );
         let comment = c.doc.origin("felt_fraction").unwrap();
-        assert!(comment.starts_with("measured: felt wait 2.0 s / read service 6.2 s"), "{comment}");
-        assert!(comment.contains("lines 2 and 3 of") && comment.contains("5.000 ms felt per physical miss"), "{comment}");
+        assert!(
+            comment.starts_with("measured: felt wait 2.0 s / read service 6.2 s"),
+            "{comment}"
+        );
+        assert!(
+            comment.contains("lines 2 and 3 of")
+                && comment.contains("5.000 ms felt per physical miss"),
+            "{comment}"
+        );
         // The rest is untouched.
         assert_eq!(rate_text(c.doc.profile.gpus[0].gemv_bandwidth), "500 GB/s");
     }
@@ -429,7 +472,10 @@ tiers: { gpu: int4, ram: int4, disk: int4 }
         // Outside the phases: 1.5 and 1.3 ms, median 1.4 ms.
         assert_eq!(time_text(p.fixed_token_seconds), "1.4 ms");
         let sync = c.doc.origin("gpus[0].sync_overhead").unwrap();
-        assert!(sync.contains("over 2 runs") && sync.contains("lines 4 and 9 of"), "{sync}");
+        assert!(
+            sync.contains("over 2 runs") && sync.contains("lines 4 and 9 of"),
+            "{sync}"
+        );
         // Without the model only the time outside the phases follows.
         let c = calibrate_from_log(doc(), &path, None).unwrap();
         assert_eq!(c.measured.len(), 1);
@@ -440,8 +486,13 @@ tiers: { gpu: int4, ram: int4, disk: int4 }
     fn a_log_without_lines_or_values_is_one_line() {
         let dir = tempfile::tempdir().unwrap();
         let path = log(dir.path(), "nothing to see\n");
-        let e = calibrate_from_log(doc(), &path, None).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("{}: has no `[PROF] expert I/O:`", path.display())), "{e}");
+        let e = calibrate_from_log(doc(), &path, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("{}: has no `[PROF] expert I/O:`", path.display())),
+            "{e}"
+        );
         assert!(e.contains("COLI_TIMERS=1") && !e.contains('\n'), "{e}");
         // Lines that give nothing this profile takes (a sync, but no GPU;
         // a felt share, but no overlap) are an error too, saying why.
@@ -451,10 +502,20 @@ tiers: { gpu: int4, ram: int4, disk: int4 }
         );
         let serial = format!("{BOX}io_overlaps_compute: false\n");
         let serial = ProfileDoc::parse(&serial, Path::new("box.yaml")).unwrap();
-        let e = calibrate_from_log(serial, &path, None).unwrap_err().to_string();
-        assert!(e.contains("io_overlaps_compute: false") && !e.contains('\n'), "{e}");
+        let e = calibrate_from_log(serial, &path, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("io_overlaps_compute: false") && !e.contains('\n'),
+            "{e}"
+        );
         let missing = dir.path().join("absent.log");
-        let e = calibrate_from_log(doc(), &missing, None).unwrap_err().to_string();
-        assert!(e.starts_with(&format!("{}: cannot read it", missing.display())), "{e}");
+        let e = calibrate_from_log(doc(), &missing, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with(&format!("{}: cannot read it", missing.display())),
+            "{e}"
+        );
     }
 }

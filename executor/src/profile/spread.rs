@@ -63,7 +63,10 @@ mod tests {
         );
         let t = Spread::of(&[34.25e-6, 40.75e-6]).unwrap();
         // Even count: the mean of the middle two.
-        assert_eq!(t.describe(false, "runs"), "median 37.5 us over 2 runs [34.2..40.8]");
+        assert_eq!(
+            t.describe(false, "runs"),
+            "median 37.5 us over 2 runs [34.2..40.8]"
+        );
         assert!(Spread::of(&[]).is_none());
     }
 }

@@ -106,13 +106,16 @@ pub fn available_bytes() -> Option<u64> {
 
 /// The memory limit of this process's cgroup, where one is set.
 fn cgroup_memory_limit() -> Option<(u64, &'static str)> {
-    ["/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"]
-        .into_iter()
-        .find_map(|path| {
-            let limit: u64 = read_trimmed(path)?.parse().ok()?;
-            // cgroup v1 says "no limit" with a number near 2^63.
-            (limit < 1 << 60).then_some((limit, path))
-        })
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .into_iter()
+    .find_map(|path| {
+        let limit: u64 = read_trimmed(path)?.parse().ok()?;
+        // cgroup v1 says "no limit" with a number near 2^63.
+        (limit < 1 << 60).then_some((limit, path))
+    })
 }
 
 /// One CPU per physical core among `cpus` (the first of its hyperthreads),
@@ -490,7 +493,11 @@ mod tests {
         };
         assert_eq!(h200.name(), "PCIe 5.0 x16");
         // 32 GT/s x 128/130 / 8 bits x 16 lanes = 63.0 GB/s.
-        assert!((h200.bytes_per_s() - 63.015e9).abs() < 1e7, "{}", h200.bytes_per_s());
+        assert!(
+            (h200.bytes_per_s() - 63.015e9).abs() < 1e7,
+            "{}",
+            h200.bytes_per_s()
+        );
         let gen3 = PcieLink {
             gigatransfers: 8.0,
             width: 8,
@@ -515,7 +522,10 @@ mod tests {
     fn the_working_directory_has_a_disk_or_a_reason() {
         match block_device_of(Path::new(".")) {
             Ok(disk) => assert!(!disk.name.is_empty() && !disk.via.is_empty()),
-            Err(why) => assert!(why.contains("block device") || why.contains("mount"), "{why}"),
+            Err(why) => assert!(
+                why.contains("block device") || why.contains("mount"),
+                "{why}"
+            ),
         }
     }
 }

@@ -358,42 +358,51 @@ fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Serves one layer of one token: acquires every routed expert (misses in
-/// parallel, published ones inline), multiplies each with `x` in route
-/// order as soon as it is there. Returns the outputs and the time the
-/// computing thread waited.
+/// Serves one layer of one token: acquires every routed expert (the
+/// published ones inline, the misses in parallel) and multiplies each with
+/// `x` as soon as it is there, in whatever order they arrive, so that no
+/// finished load holds its lease while the computing thread waits for
+/// another (a load may need the bytes that lease holds). Outputs come back
+/// in route order, so the result is the same whatever the timing. Returns
+/// them and the time the computing thread waited.
 fn layer(
     store: &Store,
     objects: &[ObjectIndex],
     x: &[f32],
 ) -> Result<(Vec<Vec<f32>>, Duration), StoreError> {
+    let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
+    let mut waited = Duration::ZERO;
     std::thread::scope(|scope| {
-        let pending: Vec<_> = objects
-            .iter()
-            .map(|&o| match store.state(o) {
+        let (sender, arrivals) = std::sync::mpsc::channel();
+        let mut ready = Vec::new();
+        for (i, &o) in objects.iter().enumerate() {
+            match store.state(o) {
                 ObjectState::Absent | ObjectState::Loading => {
-                    Err(scope.spawn(move || store.acquire(o)))
+                    let sender = sender.clone();
+                    scope.spawn(move || sender.send((i, store.acquire(o))));
                 }
-                _ => Ok(o),
-            })
-            .collect();
-        let mut outputs = Vec::with_capacity(objects.len());
-        let mut waited = Duration::ZERO;
-        for p in pending {
-            let lease: Lease = match p {
-                Ok(o) => store.acquire(o)?,
-                Err(handle) => {
-                    let started = Instant::now();
-                    let lease = handle.join().expect("an acquire never panics")?;
-                    waited += started.elapsed();
-                    lease
-                }
-            };
-            let bytes = lease.host().expect("replay keeps experts in host memory");
-            outputs.push(matvec(bytes, x));
+                _ => ready.push(i),
+            }
         }
-        Ok((outputs, waited))
-    })
+        drop(sender);
+        let compute = |i: usize, lease: Lease, outputs: &mut Vec<Vec<f32>>| {
+            let bytes = lease.host().expect("replay keeps experts in host memory");
+            outputs[i] = matvec(bytes, x);
+        };
+        for i in ready {
+            compute(i, store.acquire(objects[i])?, &mut outputs);
+        }
+        loop {
+            let started = Instant::now();
+            let Ok((i, lease)) = arrivals.recv() else {
+                break;
+            };
+            waited += started.elapsed();
+            compute(i, lease?, &mut outputs);
+        }
+        Ok::<_, StoreError>(())
+    })?;
+    Ok((outputs, waited))
 }
 
 /// A deterministic start vector in [-0.5, 0.5).
@@ -407,9 +416,27 @@ fn initial_activation(hidden: usize) -> Vec<f32> {
 /// (the packed weights and scales alike: what matters is that every byte
 /// is read and multiplied, as a dequantising kernel does).
 pub fn matvec(bytes: &[u8], x: &[f32]) -> Vec<f32> {
+    const LANES: usize = 16;
     bytes
         .chunks_exact(x.len())
-        .map(|row| row.iter().zip(x).map(|(&w, &v)| (w as i8) as f32 * v).sum())
+        .map(|row| {
+            // Independent partial sums per lane, so the compiler can keep
+            // them in vector registers (a single f32 sum is a serial chain).
+            let mut acc = [0f32; LANES];
+            let (row_body, row_tail) = row.split_at(row.len() / LANES * LANES);
+            let (x_body, x_tail) = x.split_at(row_body.len());
+            for (w, v) in row_body.chunks_exact(LANES).zip(x_body.chunks_exact(LANES)) {
+                for k in 0..LANES {
+                    acc[k] += (w[k] as i8) as f32 * v[k];
+                }
+            }
+            let tail: f32 = row_tail
+                .iter()
+                .zip(x_tail)
+                .map(|(&w, &v)| (w as i8) as f32 * v)
+                .sum();
+            acc.iter().sum::<f32>() + tail
+        })
         .collect()
 }
 

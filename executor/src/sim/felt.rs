@@ -76,8 +76,8 @@ pub fn prof_totals(text: &str, path: &Path) -> Result<ProfTotals, PlannerError> 
         };
         let misses: u64 =
             number_before(line, " load)").ok_or_else(|| missing("`<misses> load)`"))?;
-        let felt: f64 = number_before(line, "s felt wait")
-            .ok_or_else(|| missing("`<seconds>s felt wait`"))?;
+        let felt: f64 =
+            number_before(line, "s felt wait").ok_or_else(|| missing("`<seconds>s felt wait`"))?;
         let service: f64 = number_before(line, "s read service")
             .ok_or_else(|| missing("`<seconds>s read service`"))?;
         let fetched_gb: f64 =
