@@ -30,8 +30,7 @@
 use crate::apply::{apply, Applied, ApplyError, ApplyOptions};
 use crate::checkpoint::Checkpoint;
 use crate::identity::ObjectKey;
-use crate::policy::counts::DecayedCounts;
-use crate::policy::{Knowledge, PolicyParams, PolicySetup};
+use crate::serve::heat::LiveHeat;
 use crate::storage::{open_backend, BackendKind};
 use crate::store::{Lease, StoreError};
 use residency_planner::plan::Plan;
@@ -248,7 +247,10 @@ impl ResidencyHandle {
             n => n,
         };
         Ok(ResidencyHandle {
-            heat: Mutex::new(LiveHeat::new(moe_layers.len(), experts, halve_every_tokens)),
+            heat: Mutex::new(LiveHeat::new(
+                &vec![experts; moe_layers.len()],
+                halve_every_tokens,
+            )),
             applied,
             moe_layers,
             experts,
@@ -277,86 +279,6 @@ impl ResidencyHandle {
         let mut slot = self.text.lock().unwrap_or_else(PoisonError::into_inner);
         *slot = text;
         slot.as_ptr()
-    }
-}
-
-/// Live heat from reported routes: per MoE layer, a decayed count per
-/// expert (DESIGN 3.3 counts), halved as Colibri's tier halves its heat.
-/// Each layer's clock is the tokens reported for it, so a caller never has
-/// to say where a token ends.
-struct LiveHeat {
-    layers: Vec<LayerHeat>,
-    experts: usize,
-}
-
-struct LayerHeat {
-    counts: DecayedCounts,
-    tokens: u64,
-}
-
-impl LiveHeat {
-    fn new(moe_layers: usize, experts: usize, halve_every_tokens: u64) -> LiveHeat {
-        // The policies' own decayed counters, over a layer's experts.
-        let setup = PolicySetup {
-            capacity_bytes: 0,
-            objects: experts,
-            knowledge: Knowledge::default(),
-            params: PolicyParams {
-                halve_every_ticks: halve_every_tokens,
-                ..PolicyParams::default()
-            },
-        };
-        LiveHeat {
-            layers: (0..moe_layers)
-                .map(|_| LayerHeat {
-                    counts: DecayedCounts::new(&setup, false),
-                    tokens: 0,
-                })
-                .collect(),
-            experts,
-        }
-    }
-
-    /// Counts one token of MoE ordinal `moe_layer` routed to `experts`;
-    /// counts nothing when any of them is outside the model.
-    fn record(&mut self, moe_layer: u32, experts: &[u32]) -> Result<(), Failure> {
-        let layers = self.layers.len();
-        let Some(layer) = self.layers.get_mut(moe_layer as usize) else {
-            return Err(Failure::new(
-                RESIDENCY_ERR_ARGUMENT,
-                format!("moe_layer {moe_layer}: the model has {layers} MoE layers (ordinals from 0, not transformer layers)"),
-            ));
-        };
-        if let Some(e) = experts.iter().find(|&&e| e as usize >= self.experts) {
-            return Err(Failure::new(
-                RESIDENCY_ERR_ARGUMENT,
-                format!(
-                    "expert {e} in a route of moe_layer {moe_layer}: the model has {} experts per layer",
-                    self.experts
-                ),
-            ));
-        }
-        for &e in experts {
-            layer.counts.record(e, layer.tokens);
-        }
-        layer.tokens += 1;
-        Ok(())
-    }
-
-    /// Our `json` heat format (DESIGN 3.3), readable by `residency plan
-    /// --heat`. Without `tokens`: decayed counts are not counts over a
-    /// number of tokens, so the planner takes `top_k * c / sum c`.
-    fn to_json(&self, model: &str) -> String {
-        let layers: Vec<Vec<u32>> = self
-            .layers
-            .iter()
-            .map(|l| {
-                (0..self.experts as u32)
-                    .map(|e| l.counts.count(e))
-                    .collect()
-            })
-            .collect();
-        serde_json::json!({ "model": model, "layers": layers }).to_string()
     }
 }
 
@@ -559,7 +481,8 @@ pub unsafe extern "C" fn residency_report_route(
             _ => return Err(Failure::null("experts")),
         };
         let mut heat = handle.heat.lock().unwrap_or_else(PoisonError::into_inner);
-        heat.record(moe_layer, experts)
+        heat.report_route(moe_layer as usize, experts)
+            .map_err(|e| Failure::new(RESIDENCY_ERR_ARGUMENT, e.to_string()))
     }))
 }
 
@@ -1185,48 +1108,6 @@ mod tests {
         assert!(last_error().ends_with("two lines"));
     }
 
-    #[test]
-    fn live_heat_halves_each_layer_on_its_own_tokens() {
-        let mut heat = LiveHeat::new(2, 4, 2);
-        for route in [&[0, 1][..], &[0, 2]] {
-            assert!(heat.record(0, route).is_ok());
-        }
-        assert!(heat.record(1, &[3]).is_ok());
-        let counts = |heat: &LiveHeat| -> serde_json::Value {
-            serde_json::from_str::<serde_json::Value>(&heat.to_json("m")).unwrap()["layers"].clone()
-        };
-        assert_eq!(
-            counts(&heat),
-            serde_json::json!([[2, 1, 1, 0], [0, 0, 0, 1]])
-        );
-        // Layer 0's third token halves it first (2 1 1 -> 1 0 0); layer 1,
-        // one token in, keeps its count.
-        assert!(heat.record(0, &[0]).is_ok());
-        assert_eq!(
-            counts(&heat),
-            serde_json::json!([[2, 0, 0, 0], [0, 0, 0, 1]])
-        );
-        // Out of range: an error, and nothing counted.
-        let bad_layer = heat.record(2, &[0]).unwrap_err();
-        assert_eq!(bad_layer.status, RESIDENCY_ERR_ARGUMENT);
-        assert!(
-            bad_layer.message.contains("2 MoE layers"),
-            "{}",
-            bad_layer.message
-        );
-        let bad_expert = heat.record(1, &[1, 4]).unwrap_err();
-        assert!(
-            bad_expert.message.contains("expert 4"),
-            "{}",
-            bad_expert.message
-        );
-        assert_eq!(
-            counts(&heat),
-            serde_json::json!([[2, 0, 0, 0], [0, 0, 0, 1]])
-        );
-        let doc: serde_json::Value = serde_json::from_str(&heat.to_json("m")).unwrap();
-        assert_eq!(doc["model"], "m");
-    }
     #[test]
     fn kv_blocks_are_looked_up_inserted_and_released_through_the_abi() {
         let dir = tempfile::tempdir().unwrap();

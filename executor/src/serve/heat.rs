@@ -153,5 +153,10 @@ mod tests {
             })
         ));
         assert_eq!(heat.table().counts[0], vec![2.0, 0.0, 0.0, 0.0]);
+        let doc: serde_json::Value = serde_json::from_str(&heat.to_json("m")).unwrap();
+        assert_eq!(
+            doc,
+            serde_json::json!({"model": "m", "layers": [[2, 0, 0, 0], [0, 0, 0, 0]]})
+        );
     }
 }
