@@ -104,6 +104,9 @@ pub struct Resources {
     pub drive_latency_seconds: Vec<f64>,
     pub felt_fraction: f64,
     pub fixed_token_seconds: f64,
+    /// Host of each GPU (`None`: the profile names no hosts); exports to
+    /// multi-node engines number ranks host by host.
+    pub gpu_hosts: Vec<Option<String>>,
 }
 
 impl Resources {
@@ -123,6 +126,7 @@ impl Resources {
             drive_read_bytes_per_s: profile.drives.iter().map(|d| d.read_bandwidth.0).collect(),
             drive_latency_seconds: profile.drives.iter().map(|d| d.read_latency.0).collect(),
             felt_fraction: profile.felt_fraction(),
+            gpu_hosts: profile.gpus.iter().map(|g| g.host.clone()).collect(),
             fixed_token_seconds: profile.fixed_token_seconds.0,
         }
     }

@@ -24,7 +24,20 @@
 //!   per-expert decisions gives the cost model's token time of what
 //!   llama.cpp will run beside the plan's.
 //!
-//! GPU `g` of the profile is CUDA ordinal `g` in both engines (reorder
+//! - `ktransformers`: optimize-rule YAML (`--optimize_config_path`): one
+//!   `match`/`replace` rule per (device, layers) of routed experts
+//!   (`model.layers.N.mlp.experts`, `KTransformersExperts` with
+//!   `generate_device` `cuda:G` or `cpu`) and `class: default` rules moving
+//!   trunk modules; a layer has one device, chosen as for llama.cpp.
+//! - `sglang`: `--init-expert-location` JSON (`physical_to_logical_map`, one
+//!   row per layer) and the `--ep-size`/`--ep-num-redundant-experts` it needs.
+//! - `vllm`: the EPLB map (`physical_to_logical_map` over MoE layers) and
+//!   per-rank expert lists, ranks grouped by the profile's hosts.
+//!   Expert-parallel engines hold every expert on some GPU in equal slots
+//!   per rank: experts the plan leaves off the GPUs, and the padding
+//!   replicas, are the warnings' business.
+//!
+//! GPU `g` of the profile is CUDA ordinal `g` in every engine (reorder
 //! `CUDA_VISIBLE_DEVICES` if the machine numbers its cards otherwise).
 
 use crate::cost::{Instance, Place};
@@ -49,15 +62,27 @@ pub struct Export {
 pub enum Engine {
     ColiPlace,
     LlamaCpp,
+    Ktransformers,
+    Sglang,
+    Vllm,
 }
 
 impl Engine {
-    pub const ALL: [Engine; 2] = [Engine::ColiPlace, Engine::LlamaCpp];
+    pub const ALL: [Engine; 5] = [
+        Engine::ColiPlace,
+        Engine::LlamaCpp,
+        Engine::Ktransformers,
+        Engine::Sglang,
+        Engine::Vllm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
             Engine::ColiPlace => "coli-place",
             Engine::LlamaCpp => "llama-cpp",
+            Engine::Ktransformers => "ktransformers",
+            Engine::Sglang => "sglang",
+            Engine::Vllm => "vllm",
         }
     }
 
@@ -77,6 +102,9 @@ pub fn export(engine: Engine, plan: &Plan, inst: &Instance, dir: &Path) -> Resul
     match engine {
         Engine::ColiPlace => coli_place(plan, inst, dir),
         Engine::LlamaCpp => llama_cpp(plan, inst, dir),
+        Engine::Ktransformers => ktransformers(plan, inst, dir),
+        Engine::Sglang => sglang(plan, inst, dir),
+        Engine::Vllm => vllm(plan, inst, dir),
     }
 }
 
@@ -84,6 +112,11 @@ pub const COLI_ENV_FILE: &str = "coli_place.env";
 pub const COLI_HEAT_FILE: &str = "coli_heat.bin";
 pub const LLAMA_OT_FILE: &str = "llama_cpp_override_tensor.txt";
 pub const LLAMA_ARGS_FILE: &str = "llama_cpp_args.txt";
+pub const KT_RULES_FILE: &str = "ktransformers_optimize_rules.yaml";
+pub const SGLANG_FILE: &str = "sglang_expert_location.json";
+pub const SGLANG_ARGS_FILE: &str = "sglang_args.txt";
+pub const VLLM_FILE: &str = "vllm_expert_placement.json";
+pub const VLLM_ARGS_FILE: &str = "vllm_args.txt";
 
 /// The placement the plan encodes, checked against the instance.
 fn placement(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
@@ -898,54 +931,26 @@ fn llama_placement(inst: &Instance, placement: &[usize], chosen: &[Buffer]) -> V
     out
 }
 
-/// Writes `llama_cpp_override_tensor.txt` (one `-ot REGEX=BUFFER` line per
-/// rule) and `llama_cpp_args.txt` (one command-line fragment).
-///
-/// Each MoE layer's routed experts go to the buffer with the most of the
-/// layer's use-rate mass in the plan (then the most experts, then the lower
-/// buffer). Where whole layers then overflow a card's capacity, the layers
-/// with the least of the plan's mass on that card go to the CPU until the
-/// card fits. Trunk components go where the plan puts them.
-pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
-    let placement = placement(plan, inst)?;
+/// One buffer per MoE layer, for engines that place a layer's routed
+/// experts as one module or tensor (llama.cpp, ktransformers): the buffer
+/// with the most of the layer's use-rate mass in the plan (then the most
+/// experts, then the lower buffer). Where whole layers then overflow a card
+/// beside `trunk_gpu`, the layers with the least of the plan's mass on that
+/// card go to their next buffer by mass with room, else the CPU. Returns the
+/// buffers and the warnings, the lost per-expert decisions priced with the
+/// cost model; `layers_of` gives each MoE ordinal's transformer layer and
+/// `layout` says why the engine cannot hold per-expert decisions.
+fn layer_buffers(
+    plan: &Plan,
+    inst: &Instance,
+    placement: &[usize],
+    layers_of: &[usize],
+    trunk_gpu: &[u64],
+    layout: &str,
+) -> (Vec<Buffer>, Vec<String>) {
     let place = |o: usize| inst.places[placement[o]];
-    let layers_of = moe_layers(inst)?;
     let gpus = inst.resources.gpus();
     let mut warnings = Vec::new();
-    let mut rules: BTreeMap<(Tensors, Buffer), BTreeSet<usize>> = BTreeMap::new();
-
-    // Trunk.
-    let mut trunk_gpu = vec![0u64; gpus];
-    let mut unknown: Vec<String> = Vec::new();
-    for (o, name, layer) in inst.trunk() {
-        let buffer = Buffer::of(place(o));
-        match (Tensors::for_trunk(name), layer) {
-            (Some(Tensors::Output), _) => {
-                rules.entry((Tensors::Output, buffer)).or_default();
-            }
-            (Some(t), Some(layer)) => {
-                rules.entry((t, buffer)).or_default().insert(layer);
-            }
-            _ => {
-                if !unknown.iter().any(|u| u == name) {
-                    unknown.push(name.to_string());
-                }
-                continue;
-            }
-        }
-        if let Buffer::Cuda(g) = buffer {
-            trunk_gpu[g] += inst.objects[o].gpu_bytes;
-        }
-    }
-    if !unknown.is_empty() {
-        warnings.push(format!(
-            "llama.cpp: no GGUF tensor name is known for trunk component(s) {} (known: {}); no rule is written, so llama.cpp places them by -ngl",
-            join(unknown.iter().map(|n| format!("`{n}`")), ", "),
-            LLAMA_TRUNK_NAMES.join(", ")
-        ));
-    }
-
-    // Routed experts: one buffer per layer.
     let shares: Vec<BTreeMap<Buffer, (f64, usize)>> = inst
         .expert_ids
         .iter()
@@ -979,7 +984,7 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
         .map(|ids| ids.iter().map(|&o| inst.objects[o].gpu_bytes).sum())
         .collect();
     let capacity = &inst.resources.gpu_capacity_bytes;
-    let mut load = trunk_gpu.clone();
+    let mut load = trunk_gpu.to_vec();
     for (l, &b) in chosen.iter().enumerate() {
         if let Buffer::Cuda(g) = b {
             load[g] += layer_bytes[l];
@@ -1060,14 +1065,10 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
                 m.1 += p;
             }
         }
-        rules
-            .entry((Tensors::RoutedExperts, chosen[l]))
-            .or_default()
-            .insert(layers_of[l]);
     }
     if moved > 0 {
         let exported = inst
-            .evaluate(&llama_placement(inst, &placement, &chosen))
+            .evaluate(&llama_placement(inst, placement, &chosen))
             .token_seconds;
         let percent = if total_mass > 0.0 {
             100.0 * moved_mass / total_mass
@@ -1075,7 +1076,7 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
             0.0
         };
         warnings.push(format!(
-            "llama.cpp holds all routed experts of a layer in one tensor per projection (blk.N.ffn_*_exps), so a layer has one buffer: {mixed} of {} MoE layers mix places in the plan, and {moved} experts whose per-expert decision cannot be expressed move (use-rate mass {moved_mass:.3} of {total_mass:.3} per token, {percent:.1}%; the cost model gives {:.3} ms per token as exported, the plan {:.3} ms): {}",
+            "{layout}, so a layer has one buffer: {mixed} of {} MoE layers mix places in the plan, and {moved} experts whose per-expert decision cannot be expressed move (use-rate mass {moved_mass:.3} of {total_mass:.3} per token, {percent:.1}%; the cost model gives {:.3} ms per token as exported, the plan {:.3} ms): {}",
             inst.expert_ids.len(),
             exported * 1e3,
             plan.objective.token_seconds * 1e3,
@@ -1086,6 +1087,71 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
                 ", "
             )
         ));
+    }
+    (chosen, warnings)
+}
+
+/// Writes `llama_cpp_override_tensor.txt` (one `-ot REGEX=BUFFER` line per
+/// rule) and `llama_cpp_args.txt` (one command-line fragment).
+///
+/// Each MoE layer's routed experts go to the buffer with the most of the
+/// layer's use-rate mass in the plan (then the most experts, then the lower
+/// buffer). Where whole layers then overflow a card's capacity, the layers
+/// with the least of the plan's mass on that card go to the CPU until the
+/// card fits. Trunk components go where the plan puts them.
+pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    let placement = placement(plan, inst)?;
+    let place = |o: usize| inst.places[placement[o]];
+    let layers_of = moe_layers(inst)?;
+    let gpus = inst.resources.gpus();
+    let mut warnings = Vec::new();
+    let mut rules: BTreeMap<(Tensors, Buffer), BTreeSet<usize>> = BTreeMap::new();
+
+    // Trunk.
+    let mut trunk_gpu = vec![0u64; gpus];
+    let mut unknown: Vec<String> = Vec::new();
+    for (o, name, layer) in inst.trunk() {
+        let buffer = Buffer::of(place(o));
+        match (Tensors::for_trunk(name), layer) {
+            (Some(Tensors::Output), _) => {
+                rules.entry((Tensors::Output, buffer)).or_default();
+            }
+            (Some(t), Some(layer)) => {
+                rules.entry((t, buffer)).or_default().insert(layer);
+            }
+            _ => {
+                if !unknown.iter().any(|u| u == name) {
+                    unknown.push(name.to_string());
+                }
+                continue;
+            }
+        }
+        if let Buffer::Cuda(g) = buffer {
+            trunk_gpu[g] += inst.objects[o].gpu_bytes;
+        }
+    }
+    if !unknown.is_empty() {
+        warnings.push(format!(
+            "llama.cpp: no GGUF tensor name is known for trunk component(s) {} (known: {}); no rule is written, so llama.cpp places them by -ngl",
+            join(unknown.iter().map(|n| format!("`{n}`")), ", "),
+            LLAMA_TRUNK_NAMES.join(", ")
+        ));
+    }
+
+    let (chosen, buffer_warnings) = layer_buffers(
+        plan,
+        inst,
+        &placement,
+        &layers_of,
+        &trunk_gpu,
+        "llama.cpp holds all routed experts of a layer in one tensor per projection (blk.N.ffn_*_exps)",
+    );
+    warnings.extend(buffer_warnings);
+    for (l, &b) in chosen.iter().enumerate() {
+        rules
+            .entry((Tensors::RoutedExperts, b))
+            .or_default()
+            .insert(layers_of[l]);
     }
 
     let on_disk = inst
@@ -1124,6 +1190,512 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
         files: vec![ot_path, args_path],
         warnings,
     })
+}
+
+// ---------------------------------------------------------------------------
+// ktransformers: optimize-rule YAML
+// ---------------------------------------------------------------------------
+
+/// One rule of a ktransformers optimize-rule file: modules whose name
+/// matches `match.name` (Python `re.match`) are replaced by `replace`; the
+/// first matching rule wins, so specific rules come first.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KtRule {
+    #[serde(rename = "match")]
+    pub matches: KtMatch,
+    pub replace: KtReplace,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recursive: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KtMatch {
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct KtReplace {
+    pub class: String,
+    pub kwargs: BTreeMap<String, String>,
+}
+
+/// The ktransformers experts operator (CPU or GPU kernels by `generate_op`).
+pub const KT_EXPERTS_CLASS: &str = "ktransformers.operators.experts.KTransformersExperts";
+
+/// ktransformers' device name of a buffer.
+fn kt_device(buffer: Buffer) -> String {
+    match buffer {
+        Buffer::Cuda(g) => format!("cuda:{g}"),
+        Buffer::Cpu => "cpu".into(),
+    }
+}
+
+/// Module-name pattern of a trunk component in ktransformers' (Hugging
+/// Face) models, over the given layers.
+fn kt_trunk_pattern(name: &str, layers: &BTreeSet<usize>) -> Option<String> {
+    let alt = join(layers, "|");
+    match name {
+        "attn" => Some(format!(r"^model\.layers\.({alt})\.self_attn$")),
+        "dense_ffn" => Some(format!(r"^model\.layers\.({alt})\.mlp$")),
+        "shared_expert" => Some(format!(r"^model\.layers\.({alt})\.mlp\.shared_experts$")),
+        "lm_head" => Some(r"^lm_head$".into()),
+        _ => None,
+    }
+}
+
+/// Writes `ktransformers_optimize_rules.yaml` (`--optimize_config_path`).
+///
+/// ktransformers replaces `model.layers.N.mlp.experts` as one module, so
+/// each MoE layer gets one device, chosen like llama.cpp's buffer
+/// ([`layer_buffers`]): GPU layers run `KExpertsMarlin` there, CPU layers
+/// `KExpertsCPU` with their output sent to the layer's attention card.
+/// Trunk components go where the plan puts them (`class: default`).
+pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    let placement = placement(plan, inst)?;
+    let place = |o: usize| inst.places[placement[o]];
+    let layers_of = moe_layers(inst)?;
+    let mut warnings = Vec::new();
+
+    // Trunk: (component, buffer) -> layers, in model order of components.
+    let mut trunk_gpu = vec![0u64; inst.resources.gpus()];
+    let mut trunk_rules: Vec<((String, Buffer), BTreeSet<usize>)> = Vec::new();
+    let mut attn_buffer: BTreeMap<usize, Buffer> = BTreeMap::new();
+    let mut unknown: Vec<String> = Vec::new();
+    for (name, members) in trunk_groups(inst) {
+        if kt_trunk_pattern(&name, &BTreeSet::new()).is_none() {
+            unknown.push(format!("`{name}`"));
+            continue;
+        }
+        for (layer, o) in members {
+            let buffer = Buffer::of(place(o));
+            if let Buffer::Cuda(g) = buffer {
+                trunk_gpu[g] += inst.objects[o].gpu_bytes;
+            }
+            if let (Some(layer), "attn") = (layer, name.as_str()) {
+                attn_buffer.insert(layer, buffer);
+            }
+            let key = (name.clone(), buffer);
+            match trunk_rules.iter_mut().find(|(k, _)| *k == key) {
+                Some((_, layers)) => layers.extend(layer),
+                None => trunk_rules.push((key, layer.into_iter().collect())),
+            }
+        }
+    }
+    if !unknown.is_empty() {
+        warnings.push(format!(
+            "ktransformers: no module name is known for trunk component(s) {} (known: {}); no rule is written, so they stay where ktransformers' defaults put them",
+            unknown.join(", "),
+            LLAMA_TRUNK_NAMES.join(", ")
+        ));
+    }
+
+    let (chosen, buffer_warnings) = layer_buffers(
+        plan,
+        inst,
+        &placement,
+        &layers_of,
+        &trunk_gpu,
+        "ktransformers replaces the routed experts of a layer as one module (model.layers.N.mlp.experts)",
+    );
+    warnings.extend(buffer_warnings);
+    let first_gpu = (inst.resources.gpus() > 0).then_some(Buffer::Cuda(0));
+    let mut expert_rules: BTreeMap<(Buffer, Buffer), BTreeSet<usize>> = BTreeMap::new();
+    for (&layer, &buffer) in layers_of.iter().zip(&chosen) {
+        // CPU experts hand their output to the card that runs the layer's
+        // attention (else the first card, else the CPU).
+        let out = match buffer {
+            Buffer::Cuda(_) => buffer,
+            Buffer::Cpu => match attn_buffer.get(&layer) {
+                Some(&b @ Buffer::Cuda(_)) => b,
+                _ => first_gpu.unwrap_or(Buffer::Cpu),
+            },
+        };
+        expert_rules.entry((buffer, out)).or_default().insert(layer);
+    }
+    let on_disk = inst
+        .expert_ids
+        .iter()
+        .flatten()
+        .filter(|&&o| matches!(place(o), Place::Disk(_)))
+        .count();
+    if on_disk > 0 {
+        warnings.push(format!(
+            "ktransformers has no disk tier: the {on_disk} experts the plan streams from disk are loaded with their layer (into RAM when the layer is on the CPU)"
+        ));
+    }
+    let numa = numa_nodes_used(inst, &placement);
+    if !numa.is_empty() {
+        warnings.push(format!(
+            "ktransformers' CPU experts use one memory pool: the plan's choices between {} are not expressed",
+            join(&numa, ", ")
+        ));
+    }
+
+    let kwargs = |pairs: &[(&str, String)]| -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    };
+    let mut rules: Vec<KtRule> = expert_rules
+        .iter()
+        .map(|(&(buffer, out), layers)| {
+            let (op, device) = match buffer {
+                Buffer::Cuda(_) => ("KExpertsMarlin", kt_device(buffer)),
+                Buffer::Cpu => ("KExpertsCPU", "cpu".into()),
+            };
+            KtRule {
+                matches: KtMatch {
+                    name: format!(r"^model\.layers\.({})\.mlp\.experts$", join(layers, "|")),
+                },
+                replace: KtReplace {
+                    class: KT_EXPERTS_CLASS.into(),
+                    kwargs: kwargs(&[
+                        ("prefill_device", kt_device(out)),
+                        ("prefill_op", "KExpertsTorch".into()),
+                        ("generate_device", device),
+                        ("generate_op", op.into()),
+                        ("out_device", kt_device(out)),
+                    ]),
+                },
+                // The experts' own submodules are the operator's business.
+                recursive: Some(false),
+            }
+        })
+        .collect();
+    for ((name, buffer), layers) in &trunk_rules {
+        let Some(pattern) = kt_trunk_pattern(name, layers) else {
+            continue;
+        };
+        rules.push(KtRule {
+            matches: KtMatch { name: pattern },
+            replace: KtReplace {
+                class: "default".into(),
+                kwargs: kwargs(&[
+                    ("generate_device", kt_device(*buffer)),
+                    ("prefill_device", kt_device(*buffer)),
+                ]),
+            },
+            recursive: None,
+        });
+    }
+    let yaml = serde_norway::to_string(&rules)
+        .map_err(|e| PlannerError::Solver(format!("cannot write ktransformers rules: {e}")))?;
+    create_dir(dir)?;
+    let path = dir.join(KT_RULES_FILE);
+    write_atomic(&path, yaml.as_bytes())?;
+    Ok(Export {
+        files: vec![path],
+        warnings,
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Expert parallelism: SGLang --init-expert-location, vLLM EPLB map
+// ---------------------------------------------------------------------------
+
+/// Physical expert slots of an expert-parallel engine: every rank (one GPU)
+/// holds `slots` experts of each MoE layer; physical expert `r * slots + i`
+/// is slot `i` of rank `r`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EpLayout {
+    /// GPU of each rank, grouped by host (hosts in order of their first GPU).
+    pub rank_gpus: Vec<usize>,
+    pub slots: usize,
+    /// `map[l][p]`: logical expert of physical expert `p` of MoE ordinal `l`.
+    pub map: Vec<Vec<usize>>,
+    /// Physical experts beyond one per logical expert.
+    pub redundant: usize,
+}
+
+/// The plan's GPU experts as EP slots. Engines with expert parallelism keep
+/// every expert on some GPU, so experts the plan leaves in RAM or on disk
+/// go, hottest first, to the rank with the fewest experts of their layer
+/// (lower rank on ties); ranks short of `slots` (the fullest rank of any
+/// layer) fill up with replicas of the layer's hottest experts they lack.
+/// Returns the layout and the off-GPU experts moved, `(ordinal, expert, gpu)`.
+fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<(EpLayout, Vec<(usize, usize, usize)>)> {
+    let gpus = inst.resources.gpus();
+    if gpus == 0 {
+        return Err(PlannerError::Solver(
+            "expert-parallel exports need at least one GPU in the profile; use coli-place, llama-cpp or ktransformers for a CPU-only plan".into(),
+        ));
+    }
+    let hosts = &inst.resources.gpu_hosts;
+    let mut host_order: Vec<&Option<String>> = Vec::new();
+    for h in hosts {
+        if !host_order.contains(&h) {
+            host_order.push(h);
+        }
+    }
+    let rank_gpus: Vec<usize> = host_order
+        .iter()
+        .flat_map(|&h| (0..gpus).filter(move |&g| &hosts[g] == h))
+        .collect();
+    let rate = |l: usize, e: usize| inst.objects[inst.expert_ids[l][e]].use_rate;
+    let mut moved = Vec::new();
+    let per_rank: Vec<Vec<Vec<usize>>> = inst
+        .expert_ids
+        .iter()
+        .enumerate()
+        .map(|(l, ids)| {
+            let mut ranks: Vec<Vec<usize>> = rank_gpus
+                .iter()
+                .map(|&g| {
+                    let at = inst.place_index(Place::Gpu(g));
+                    (0..ids.len()).filter(|&e| placement[ids[e]] == at).collect()
+                })
+                .collect();
+            let mut off: Vec<usize> = (0..ids.len())
+                .filter(|&e| !matches!(inst.places[placement[ids[e]]], Place::Gpu(_)))
+                .collect();
+            off.sort_by(|&a, &b| rate(l, b).total_cmp(&rate(l, a)).then(a.cmp(&b)));
+            for e in off {
+                let r = (0..ranks.len()).min_by_key(|&r| ranks[r].len()).unwrap_or(0);
+                ranks[r].push(e);
+                moved.push((l, e, rank_gpus[r]));
+            }
+            ranks
+        })
+        .collect();
+    let slots = per_rank.iter().flatten().map(Vec::len).max().unwrap_or(0);
+    let map = per_rank
+        .into_iter()
+        .enumerate()
+        .map(|(l, ranks)| {
+            let mut hottest: Vec<usize> = (0..inst.expert_ids[l].len()).collect();
+            hottest.sort_by(|&a, &b| rate(l, b).total_cmp(&rate(l, a)).then(a.cmp(&b)));
+            ranks
+                .into_iter()
+                .flat_map(|mut experts| {
+                    let replicas: Vec<usize> = hottest
+                        .iter()
+                        .copied()
+                        .filter(|e| !experts.contains(e))
+                        .take(slots - experts.len())
+                        .collect();
+                    experts.extend(replicas);
+                    experts
+                })
+                .collect()
+        })
+        .collect();
+    let experts = inst.expert_ids.first().map_or(0, Vec::len);
+    Ok((
+        EpLayout {
+            redundant: rank_gpus.len() * slots - experts,
+            rank_gpus,
+            slots,
+            map,
+        },
+        moved,
+    ))
+}
+
+/// Warnings shared by the expert-parallel exports: experts moved onto GPUs
+/// (priced with the cost model, replicas left out: it has one place per
+/// object), cards past their capacity, and the trunk the engine replicates.
+fn ep_warnings(
+    engine: &str,
+    plan: &Plan,
+    inst: &Instance,
+    placement: &[usize],
+    layout: &EpLayout,
+    moved: &[(usize, usize, usize)],
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !moved.is_empty() {
+        let mut exported = placement.to_vec();
+        let mut mass = 0.0;
+        for &(l, e, g) in moved {
+            let o = inst.expert_ids[l][e];
+            exported[o] = inst.place_index(Place::Gpu(g));
+            mass += inst.objects[o].use_rate;
+        }
+        warnings.push(format!(
+            "{engine} keeps every expert on a GPU: the {} experts the plan leaves in RAM or on disk (use-rate mass {mass:.3} per token) go to the rank with the fewest experts of their layer; the cost model gives {:.3} ms per token as exported (replicas not counted), the plan {:.3} ms",
+            moved.len(),
+            inst.evaluate(&exported).token_seconds * 1e3,
+            plan.objective.token_seconds * 1e3
+        ));
+    }
+    for (r, &g) in layout.rank_gpus.iter().enumerate() {
+        let bytes: u64 = layout
+            .map
+            .iter()
+            .enumerate()
+            .flat_map(|(l, row)| {
+                row[r * layout.slots..(r + 1) * layout.slots]
+                    .iter()
+                    .map(move |&e| inst.objects[inst.expert_ids[l][e]].gpu_bytes)
+            })
+            .sum();
+        let capacity = inst.resources.gpu_capacity_bytes[g];
+        if bytes > capacity {
+            warnings.push(format!(
+                "rank {r} (gpu:{g}) gets {} ({bytes} bytes) of experts, more than gpu:{g}'s capacity {} ({capacity} bytes): expect an out-of-memory error at load; give the plan more GPUs or a smaller expert format",
+                Bytes(bytes),
+                Bytes(capacity)
+            ));
+        }
+    }
+    if inst.trunk().next().is_some() {
+        warnings.push(format!(
+            "{engine} runs the trunk (attention, dense and shared layers, lm_head) on every rank by its own parallelism: the plan's trunk placement is not expressed"
+        ));
+    }
+    warnings
+}
+
+/// The `--init-expert-location` file of SGLang: `physical_to_logical_map`,
+/// one row per transformer layer (SGLang indexes by layer id; rows of dense
+/// layers are the trivial map `p % experts` and unused).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SglangExpertLocation {
+    pub physical_to_logical_map: Vec<Vec<usize>>,
+}
+
+/// Writes `sglang_expert_location.json` and `sglang_args.txt`
+/// (`--ep-size`, `--ep-num-redundant-experts`, `--init-expert-location`).
+/// Only the map is written: SGLang passes every key of the file to
+/// `init_by_mapping`, so a `logical_count` beside it would be an error.
+pub fn sglang(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    let placement = placement(plan, inst)?;
+    let layers_of = moe_layers(inst)?;
+    let (layout, moved) = ep_layout(inst, &placement)?;
+    let warnings = ep_warnings("SGLang", plan, inst, &placement, &layout, &moved);
+    let layers = model_layers(inst).max(layers_of.iter().max().map_or(0, |&l| l + 1));
+    let experts = inst.expert_ids.first().map_or(0, Vec::len);
+    let physical = layout.rank_gpus.len() * layout.slots;
+    let mut rows: Vec<Vec<usize>> = (0..layers)
+        .map(|_| (0..physical).map(|p| p % experts.max(1)).collect())
+        .collect();
+    for (l, &layer) in layers_of.iter().enumerate() {
+        rows[layer] = layout.map[l].clone();
+    }
+    let file = SglangExpertLocation {
+        physical_to_logical_map: rows,
+    };
+    let json = serde_json::to_string(&file).expect("a map of integers serialises");
+    create_dir(dir)?;
+    let path = dir.join(SGLANG_FILE);
+    let args_path = dir.join(SGLANG_ARGS_FILE);
+    write_atomic(&path, (json + "\n").as_bytes())?;
+    let args = format!(
+        "--ep-size {} --ep-num-redundant-experts {} --init-expert-location {}\n",
+        layout.rank_gpus.len(),
+        layout.redundant,
+        path.display()
+    );
+    write_atomic(&args_path, args.as_bytes())?;
+    Ok(Export {
+        files: vec![path, args_path],
+        warnings,
+    })
+}
+
+/// One EP rank of the vLLM export.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VllmRank {
+    pub rank: usize,
+    /// The profile's host of the GPU, null when it names none.
+    pub host: Option<String>,
+    pub gpu: usize,
+    /// `experts[l]`: logical experts of MoE ordinal `l` in this rank's slots.
+    pub experts: Vec<Vec<usize>>,
+}
+
+/// vLLM's EPLB state as a file: `physical_to_logical_map` over MoE layers
+/// (EPLB's `(moe_layers, physical)` shape) and the same map rank by rank.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VllmPlacement {
+    pub num_redundant_experts: usize,
+    pub moe_layers: Vec<usize>,
+    pub physical_to_logical_map: Vec<Vec<usize>>,
+    pub ranks: Vec<VllmRank>,
+}
+
+/// Writes `vllm_expert_placement.json` and `vllm_args.txt`. Ranks are GPUs
+/// grouped by host (vLLM numbers EP ranks node by node); the arguments give
+/// the data-parallel sizes per host and EPLB's redundant experts.
+pub fn vllm(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    let placement = placement(plan, inst)?;
+    let moe = moe_layers(inst)?;
+    let (layout, moved) = ep_layout(inst, &placement)?;
+    let mut warnings = ep_warnings("vLLM", plan, inst, &placement, &layout, &moved);
+    warnings.push(
+        "vLLM has no option to load an expert map at start: it begins from the trivial map and EPLB rebalances from its load windows; load physical_to_logical_map into EplbState (or compare it with EPLB's) to serve the plan's placement".into(),
+    );
+    let hosts = &inst.resources.gpu_hosts;
+    let ranks: Vec<VllmRank> = layout
+        .rank_gpus
+        .iter()
+        .enumerate()
+        .map(|(r, &g)| VllmRank {
+            rank: r,
+            host: hosts[g].clone(),
+            gpu: g,
+            experts: layout
+                .map
+                .iter()
+                .map(|row| row[r * layout.slots..(r + 1) * layout.slots].to_vec())
+                .collect(),
+        })
+        .collect();
+    let mut per_host: Vec<(Option<String>, usize)> = Vec::new();
+    for rank in &ranks {
+        match per_host.iter_mut().find(|(h, _)| *h == rank.host) {
+            Some((_, n)) => *n += 1,
+            None => per_host.push((rank.host.clone(), 1)),
+        }
+    }
+    let file = VllmPlacement {
+        num_redundant_experts: layout.redundant,
+        moe_layers: moe,
+        physical_to_logical_map: layout.map.clone(),
+        ranks,
+    };
+    let json = serde_json::to_string_pretty(&file).expect("a map of integers serialises");
+    let eplb = format!(
+        "--enable-expert-parallel --data-parallel-size {} --enable-eplb --eplb-config '{{\"num_redundant_experts\":{}}}'",
+        layout.rank_gpus.len(),
+        layout.redundant
+    );
+    let args = if per_host.len() > 1 {
+        join(
+            per_host.iter().enumerate().map(|(i, (h, n))| {
+                format!(
+                    "# host {}: {eplb} --data-parallel-size-local {n} --data-parallel-start-rank {}",
+                    h.as_deref().unwrap_or("(unnamed)"),
+                    per_host[..i].iter().map(|(_, n)| n).sum::<usize>()
+                )
+            }),
+            "\n",
+        )
+    } else {
+        eplb
+    };
+    create_dir(dir)?;
+    let path = dir.join(VLLM_FILE);
+    let args_path = dir.join(VLLM_ARGS_FILE);
+    write_atomic(&path, (json + "\n").as_bytes())?;
+    write_atomic(&args_path, (args + "\n").as_bytes())?;
+    Ok(Export {
+        files: vec![path, args_path],
+        warnings,
+    })
+}
+
+/// Transformer layers of the model, from the stage names `L<layer>.<kind>`.
+fn model_layers(inst: &Instance) -> usize {
+    inst.stages
+        .iter()
+        .filter_map(|s| s.name.strip_prefix('L')?.split('.').next()?.parse::<usize>().ok())
+        .max()
+        .map_or(0, |l| l + 1)
 }
 
 #[cfg(test)]
@@ -1885,6 +2457,6 @@ trunk:
         for e in Engine::ALL {
             assert_eq!(Engine::from_name(e.name()), Some(e));
         }
-        assert_eq!(Engine::from_name("vllm"), None);
+        assert_eq!(Engine::from_name("tgi"), None);
     }
 }
