@@ -15,7 +15,7 @@
 //!   it must pay back its move within the horizon and beat every victim.
 
 use super::counts::DecayedCounts;
-use super::heap::ScoredResidents;
+use super::heap::{resident_accessors, ScoredResidents};
 use super::recency::RecencyList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
@@ -204,17 +204,7 @@ impl Policy for Cost {
             })
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.residents.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.residents.used_bytes()
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.residents.capacity_bytes()
-    }
+    resident_accessors!();
 
     /// The object leaves the utility heap. Its decayed count and prior stay
     /// (so its utility, should it be requested again).

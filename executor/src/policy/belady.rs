@@ -8,7 +8,7 @@
 
 use std::cmp::Reverse;
 
-use super::heap::ScoredResidents;
+use super::heap::{resident_accessors, ScoredResidents};
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request, NEVER};
 
 pub(crate) struct Belady {
@@ -37,17 +37,7 @@ impl Policy for Belady {
             })
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.residents.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.residents.used_bytes()
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.residents.capacity_bytes()
-    }
+    resident_accessors!();
 
     /// The object leaves the resident heap; there is no history (its next
     /// request brings its next access with it).

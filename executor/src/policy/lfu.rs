@@ -4,7 +4,7 @@
 //! this policy with Colibri's admission test ([`Lfu::gated`]).
 
 use super::counts::DecayedCounts;
-use super::heap::ScoredResidents;
+use super::heap::{resident_accessors, ScoredResidents};
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 /// Whether a candidate with count `hot` may displace a resident with count
@@ -57,17 +57,7 @@ impl Policy for Lfu {
         )
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.residents.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.residents.used_bytes()
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.residents.capacity_bytes()
-    }
+    resident_accessors!();
 
     /// The object leaves the resident heap. Its decayed count stays (and
     /// keeps decaying): counts are per object, resident or not, so a later
