@@ -44,6 +44,10 @@ pub struct ReplayArgs {
     /// the others; default: learn on the replayed tokens (in-sample).
     #[arg(long, value_delimiter = ',')]
     train_categories: Option<Vec<String>>,
+    /// Replay each category on its own (cold stores each time) and report
+    /// it apart, for the "no category worse" check.
+    #[arg(long)]
+    per_category: bool,
     /// Rounds of all arms, alternating their order (A B, B A, ...).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
@@ -171,7 +175,26 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     for note in &notes {
         eprintln!("note: {note}");
     }
-    let runs = replay(&checkpoint, &eval, &train_counts, &config)?;
+    let runs = if args.per_category {
+        let mut categories: Vec<Option<String>> = eval.iter().map(|t| t.category.clone()).collect();
+        categories.sort();
+        categories.dedup();
+        let mut runs = Vec::new();
+        for category in categories {
+            let tokens: Vec<_> = eval
+                .iter()
+                .filter(|t| t.category == category)
+                .cloned()
+                .collect();
+            for mut run in replay(&checkpoint, &tokens, &train_counts, &config)? {
+                run.category = category.clone();
+                runs.push(run);
+            }
+        }
+        runs
+    } else {
+        replay(&checkpoint, &eval, &train_counts, &config)?
+    };
     println!(
         "replay: {} tokens of {} on {} ({} of RAM for experts)",
         eval.len(),
@@ -194,8 +217,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     );
     for r in &runs {
         println!(
-            "  {:<10} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
+            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
             r.policy,
+            r.category.as_deref().unwrap_or("all"),
             r.round,
             r.tok_per_s,
             r.p50_ms,
@@ -207,15 +231,22 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             Bytes(r.migration_bytes).to_string()
         );
     }
-    if runs
-        .windows(2)
-        .any(|w| w[0].output_checksum != w[1].output_checksum)
-    {
+    // Runs of the same tokens must compute the same outputs.
+    let differs = runs.iter().any(|a| {
+        runs.iter()
+            .any(|b| a.category == b.category && a.output_checksum != b.output_checksum)
+    });
+    if differs {
         bail!("the output checksums differ between policies, which only place bytes: a bug; please report it with this command");
     }
     println!(
-        "output checksum {} (equal for every policy)",
-        runs[0].output_checksum
+        "output checksum {} (equal for every policy{})",
+        runs[0].output_checksum,
+        if args.per_category {
+            ", per category"
+        } else {
+            ""
+        }
     );
     if let Some(path) = &args.json {
         let doc = serde_json::json!({ "runs": runs });

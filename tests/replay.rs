@@ -145,6 +145,45 @@ fn a_budget_of_one_expert_does_not_deadlock() {
 }
 
 #[test]
+fn per_category_runs_are_reported_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let json = dir.path().join("replay.json");
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--model",
+        s(&yaml),
+        "--policy",
+        "lru,cost",
+        "--per-category",
+        "--json",
+        s(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    // In-sample, both categories replayed: 2 categories x 2 policies, 30
+    // tokens each, equal checksums within a category, not across.
+    assert_eq!(runs.len(), 4);
+    assert!(runs.iter().all(|r| r["tokens"] == 30));
+    let of = |c: &str| {
+        runs.iter()
+            .filter(|r| r["category"] == c)
+            .map(|r| r["output_checksum"].clone())
+            .collect::<Vec<_>>()
+    };
+    let (a, b) = (of("a"), of("b"));
+    assert_eq!((a.len(), b.len()), (2, 2));
+    assert_eq!(a[0], a[1]);
+    assert_eq!(b[0], b[1]);
+    assert_ne!(a[0], b[0]);
+}
+
+#[test]
 fn bad_replay_input_is_one_line_with_no_output() {
     let dir = tempfile::tempdir().unwrap();
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());

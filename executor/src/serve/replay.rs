@@ -107,6 +107,9 @@ pub struct ReplayConfig {
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct ReplayRun {
     pub policy: String,
+    /// The category replayed, when runs are per category.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
     pub round: usize,
     pub tokens: u64,
     pub seconds: f64,
@@ -328,6 +331,7 @@ fn run_arm(
     };
     Ok(ReplayRun {
         policy: policy.name().into(),
+        category: None,
         round,
         tokens: tokens.len() as u64,
         seconds,
