@@ -78,7 +78,9 @@ enum Command {
         #[arg(long, default_value_t = 10.0)]
         time_limit: f64,
         /// Also write engine settings for the plan: coli-place (Colibri's
-        /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules).
+        /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules),
+        /// ktransformers (optimize-rule YAML), sglang (--init-expert-location
+        /// JSON), vllm (EPLB expert map per rank, ranks grouped by host).
         /// Repeatable, or a comma list.
         #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
         export: Vec<Engine>,

@@ -1379,8 +1379,7 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
             recursive: None,
         });
     }
-    let yaml = serde_norway::to_string(&rules)
-        .map_err(|e| PlannerError::Solver(format!("cannot write ktransformers rules: {e}")))?;
+    let yaml = serde_norway::to_string(&rules).expect("rules of strings serialise");
     create_dir(dir)?;
     let path = dir.join(KT_RULES_FILE);
     write_atomic(&path, yaml.as_bytes())?;
@@ -1406,6 +1405,9 @@ pub struct EpLayout {
     pub map: Vec<Vec<usize>>,
     /// Physical experts beyond one per logical expert.
     pub redundant: usize,
+    /// Experts the plan keeps off the GPUs, placed on one:
+    /// `(ordinal, expert, gpu)`.
+    pub moved: Vec<(usize, usize, usize)>,
 }
 
 /// The plan's GPU experts as EP slots. Engines with expert parallelism keep
@@ -1413,12 +1415,11 @@ pub struct EpLayout {
 /// go, hottest first, to the rank with the fewest experts of their layer
 /// (lower rank on ties); ranks short of `slots` (the fullest rank of any
 /// layer) fill up with replicas of the layer's hottest experts they lack.
-/// Returns the layout and the off-GPU experts moved, `(ordinal, expert, gpu)`.
-fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<(EpLayout, Vec<(usize, usize, usize)>)> {
+fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<EpLayout> {
     let gpus = inst.resources.gpus();
     if gpus == 0 {
-        return Err(PlannerError::Solver(
-            "expert-parallel exports need at least one GPU in the profile; use coli-place, llama-cpp or ktransformers for a CPU-only plan".into(),
+        return Err(PlannerError::Infeasible(
+            "the sglang and vllm exports need at least one GPU in the profile; use coli-place, llama-cpp or ktransformers for a CPU-only plan".into(),
         ));
     }
     let hosts = &inst.resources.gpu_hosts;
@@ -1443,7 +1444,9 @@ fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<(EpLayout, Vec<(usi
                 .iter()
                 .map(|&g| {
                     let at = inst.place_index(Place::Gpu(g));
-                    (0..ids.len()).filter(|&e| placement[ids[e]] == at).collect()
+                    (0..ids.len())
+                        .filter(|&e| placement[ids[e]] == at)
+                        .collect()
                 })
                 .collect();
             let mut off: Vec<usize> = (0..ids.len())
@@ -1451,7 +1454,9 @@ fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<(EpLayout, Vec<(usi
                 .collect();
             off.sort_by(|&a, &b| rate(l, b).total_cmp(&rate(l, a)).then(a.cmp(&b)));
             for e in off {
-                let r = (0..ranks.len()).min_by_key(|&r| ranks[r].len()).unwrap_or(0);
+                let r = (0..ranks.len())
+                    .min_by_key(|&r| ranks[r].len())
+                    .unwrap_or(0);
                 ranks[r].push(e);
                 moved.push((l, e, rank_gpus[r]));
             }
@@ -1481,15 +1486,13 @@ fn ep_layout(inst: &Instance, placement: &[usize]) -> Result<(EpLayout, Vec<(usi
         })
         .collect();
     let experts = inst.expert_ids.first().map_or(0, Vec::len);
-    Ok((
-        EpLayout {
-            redundant: rank_gpus.len() * slots - experts,
-            rank_gpus,
-            slots,
-            map,
-        },
+    Ok(EpLayout {
+        redundant: rank_gpus.len() * slots - experts,
+        rank_gpus,
+        slots,
+        map,
         moved,
-    ))
+    })
 }
 
 /// Warnings shared by the expert-parallel exports: experts moved onto GPUs
@@ -1501,13 +1504,13 @@ fn ep_warnings(
     inst: &Instance,
     placement: &[usize],
     layout: &EpLayout,
-    moved: &[(usize, usize, usize)],
 ) -> Vec<String> {
     let mut warnings = Vec::new();
+    let moved = &layout.moved;
     if !moved.is_empty() {
         let mut exported = placement.to_vec();
         let mut mass = 0.0;
-        for &(l, e, g) in moved {
+        for &(l, e, g) in moved.iter() {
             let o = inst.expert_ids[l][e];
             exported[o] = inst.place_index(Place::Gpu(g));
             mass += inst.objects[o].use_rate;
@@ -1563,8 +1566,8 @@ pub struct SglangExpertLocation {
 pub fn sglang(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let placement = placement(plan, inst)?;
     let layers_of = moe_layers(inst)?;
-    let (layout, moved) = ep_layout(inst, &placement)?;
-    let warnings = ep_warnings("SGLang", plan, inst, &placement, &layout, &moved);
+    let layout = ep_layout(inst, &placement)?;
+    let warnings = ep_warnings("SGLang", plan, inst, &placement, &layout);
     let layers = model_layers(inst).max(layers_of.iter().max().map_or(0, |&l| l + 1));
     let experts = inst.expert_ids.first().map_or(0, Vec::len);
     let physical = layout.rank_gpus.len() * layout.slots;
@@ -1624,8 +1627,8 @@ pub struct VllmPlacement {
 pub fn vllm(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let placement = placement(plan, inst)?;
     let moe = moe_layers(inst)?;
-    let (layout, moved) = ep_layout(inst, &placement)?;
-    let mut warnings = ep_warnings("vLLM", plan, inst, &placement, &layout, &moved);
+    let layout = ep_layout(inst, &placement)?;
+    let mut warnings = ep_warnings("vLLM", plan, inst, &placement, &layout);
     warnings.push(
         "vLLM has no option to load an expert map at start: it begins from the trivial map and EPLB rebalances from its load windows; load physical_to_logical_map into EplbState (or compare it with EPLB's) to serve the plan's placement".into(),
     );
@@ -1693,7 +1696,14 @@ pub fn vllm(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
 fn model_layers(inst: &Instance) -> usize {
     inst.stages
         .iter()
-        .filter_map(|s| s.name.strip_prefix('L')?.split('.').next()?.parse::<usize>().ok())
+        .filter_map(|s| {
+            s.name
+                .strip_prefix('L')?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
         .max()
         .map_or(0, |l| l + 1)
 }
@@ -2450,6 +2460,286 @@ trunk:
             "{all}"
         );
         assert!(!all.contains("out-of-memory"), "{all}");
+    }
+
+    /// The layer of each MoE ordinal's experts rule in a ktransformers file,
+    /// read back: `(generate_device, out_device)` of the first rule whose
+    /// pattern names the layer (ktransformers applies the first match).
+    fn kt_devices(rules: &[KtRule], layer: usize) -> (String, String) {
+        let name = format!("model.layers.{layer}.mlp.experts");
+        let rule = rules
+            .iter()
+            .find(|r| {
+                let p = &r.matches.name;
+                let alt = p
+                    .strip_prefix(r"^model\.layers\.(")
+                    .and_then(|p| p.strip_suffix(r")\.mlp\.experts$"));
+                alt.is_some_and(|alt| {
+                    alt.split('|')
+                        .any(|l| format!("model.layers.{l}.mlp.experts") == name)
+                })
+            })
+            .unwrap_or_else(|| panic!("no rule for {name}"));
+        assert_eq!(rule.replace.class, KT_EXPERTS_CLASS);
+        assert_eq!(rule.recursive, Some(false));
+        let kw = &rule.replace.kwargs;
+        (kw["generate_device"].clone(), kw["out_device"].clone())
+    }
+
+    #[test]
+    fn export_ktransformers_rules_parse_back_to_one_device_per_layer() {
+        let inst = instance();
+        // Scenario A: as for llama.cpp, L1 -> cuda:0, L2 -> CPU (more mass
+        // in RAM), L3 -> CPU (demoted: gpu:0 would hold 12 MB > 10 MB). CPU
+        // layers send their output to the first card (their attention is in
+        // RAM).
+        let plan = plan_of(&inst, scenario_a());
+        let dir = tempfile::tempdir().unwrap();
+        let out = ktransformers(&plan, &inst, dir.path()).unwrap();
+        let path = dir.path().join(KT_RULES_FILE);
+        assert_eq!(out.files, vec![path.clone()]);
+        let rules: Vec<KtRule> =
+            serde_norway::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let cuda0 = ("cuda:0".to_string(), "cuda:0".to_string());
+        let cpu = ("cpu".to_string(), "cuda:0".to_string());
+        assert_eq!(kt_devices(&rules, 1), cuda0);
+        assert_eq!(kt_devices(&rules, 2), cpu);
+        assert_eq!(kt_devices(&rules, 3), cpu);
+        let ops: Vec<&str> = rules[..2]
+            .iter()
+            .map(|r| r.replace.kwargs["generate_op"].as_str())
+            .collect();
+        assert_eq!(ops, ["KExpertsMarlin", "KExpertsCPU"]);
+        // Trunk rules after the experts, in model order; router_bias has no
+        // module name.
+        let trunk: Vec<(&str, &str)> = rules[2..]
+            .iter()
+            .map(|r| {
+                assert_eq!(r.replace.class, "default");
+                (
+                    r.matches.name.as_str(),
+                    r.replace.kwargs["generate_device"].as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            trunk,
+            [
+                (r"^model\.layers\.(0|1)\.self_attn$", "cuda:0"),
+                (r"^model\.layers\.(2|3)\.self_attn$", "cpu"),
+                (r"^model\.layers\.(0)\.mlp$", "cpu"),
+                (r"^model\.layers\.(1|2|3)\.mlp\.shared_experts$", "cpu"),
+                (r"^lm_head$", "cuda:1"),
+            ]
+        );
+        // The same lost decisions as llama.cpp: 5 experts, mass 2.7 of 6.0.
+        let all = out.warnings.join("\n");
+        assert!(all.contains("ktransformers replaces the routed experts of a layer as one module (model.layers.N.mlp.experts), so a layer has one buffer: 3 of 3 MoE layers mix places in the plan, and 5 experts whose per-expert decision cannot be expressed move (use-rate mass 2.700 of 6.000 per token, 45.0%; "), "{all}");
+        assert!(all.contains("layer(s) 3 to CPU"), "{all}");
+        assert!(all.contains("`router_bias`"), "{all}");
+        assert!(all.contains("no disk tier: the 1 experts"), "{all}");
+        assert_eq!(out.warnings.len(), 4, "{all}");
+    }
+
+    #[test]
+    fn export_ktransformers_round_trips_whole_layers_silently() {
+        let inst = instance();
+        let placement = placement([[G0; 4], [RAM; 4], [G1; 4]], [G0, G1, RAM, RAM], G1);
+        let plan = plan_of(&inst, placement);
+        let dir = tempfile::tempdir().unwrap();
+        let out = ktransformers(&plan, &inst, dir.path()).unwrap();
+        let text = std::fs::read_to_string(dir.path().join(KT_RULES_FILE)).unwrap();
+        let rules: Vec<KtRule> = serde_norway::from_str(&text).unwrap();
+        // Every expert of the plan is where its layer's rule puts it; L2's
+        // CPU experts hand their output to attn L2's place: RAM, so cuda:0.
+        let device = |p: usize| match inst.places[p] {
+            Place::Gpu(g) => format!("cuda:{g}"),
+            _ => "cpu".into(),
+        };
+        for (l, layer) in [1, 2, 3].into_iter().enumerate() {
+            for e in 0..4 {
+                assert_eq!(
+                    kt_devices(&rules, layer).0,
+                    device(plan.experts[l][e]),
+                    "L{layer} e{e}"
+                );
+            }
+        }
+        assert_eq!(kt_devices(&rules, 2).1, "cuda:0");
+        assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+        assert!(out.warnings[0].contains("`router_bias`"));
+    }
+
+    /// Experts of MoE ordinal `l` rank by rank, from a physical-to-logical row.
+    fn ranks_of(row: &[usize], slots: usize) -> Vec<Vec<usize>> {
+        row.chunks(slots).map(<[usize]>::to_vec).collect()
+    }
+
+    #[test]
+    fn export_sglang_maps_each_card_to_its_planned_experts() {
+        let inst = instance();
+        // Scenario B: l0 gpu:0 {0}, gpu:1 {1}; l1 gpu:1 {0}, gpu:0 {1};
+        // l2 gpu:0 {0}. Off the GPUs, hottest first, to the emptier rank
+        // (rank 0 on ties): l0 e2 (.4) -> 0, e3 (.2) -> 1; l1 e2 (.3) -> 0,
+        // e3 (.3) -> 1; l2 e2 (.6) -> 1, e3 (.6) -> 0 (tie 1:1), e1 (.1) -> 1.
+        // Two slots per rank, no replicas.
+        let plan = plan_of(&inst, scenario_b(G1));
+        let dir = tempfile::tempdir().unwrap();
+        let out = sglang(&plan, &inst, dir.path()).unwrap();
+        let path = dir.path().join(SGLANG_FILE);
+        assert_eq!(
+            out.files,
+            vec![path.clone(), dir.path().join(SGLANG_ARGS_FILE)]
+        );
+        let file: SglangExpertLocation =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        // One row per transformer layer; dense layer 0 is the trivial map.
+        assert_eq!(
+            file.physical_to_logical_map,
+            vec![
+                vec![0, 1, 2, 3],
+                vec![0, 2, 1, 3],
+                vec![1, 2, 0, 3],
+                vec![0, 3, 2, 1],
+            ]
+        );
+        // Round trip: every expert the plan puts on gpu:g is in rank g's slots.
+        for (l, layer) in [1, 2, 3].into_iter().enumerate() {
+            let ranks = ranks_of(&file.physical_to_logical_map[layer], 2);
+            for (e, &q) in plan.experts[l].iter().enumerate() {
+                if let Place::Gpu(g) = inst.places[q] {
+                    assert!(ranks[g].contains(&e), "L{layer} e{e} gpu:{g}");
+                }
+            }
+        }
+        let args = std::fs::read_to_string(dir.path().join(SGLANG_ARGS_FILE)).unwrap();
+        assert_eq!(
+            args,
+            format!(
+                "--ep-size 2 --ep-num-redundant-experts 0 --init-expert-location {}\n",
+                path.display()
+            )
+        );
+        // Moved: 7 experts, mass .4 + .2 + .3 + .3 + .6 + .6 + .1 = 2.5.
+        let all = out.warnings.join("\n");
+        assert!(all.contains("SGLang keeps every expert on a GPU: the 7 experts the plan leaves in RAM or on disk (use-rate mass 2.500 per token)"), "{all}");
+        assert!(all.contains("trunk placement is not expressed"), "{all}");
+        assert_eq!(out.warnings.len(), 2, "{all}");
+    }
+
+    #[test]
+    fn export_vllm_groups_ranks_by_host_and_pads_with_replicas() {
+        // Three cards: gpu:0 and gpu:2 on host b, gpu:1 on host a. Ranks go
+        // host by host in order of first GPU: b (gpu:0, gpu:2), then a (gpu:1).
+        let profile = r#"
+name: two-hosts
+hosts:
+  - { name: a, network_bandwidth: 10 GB/s, network_latency: 10 us }
+  - { name: b, network_bandwidth: 10 GB/s, network_latency: 10 us }
+numa:
+  - { id: 0, ram: 1 GB, cores: 4, gemv_bandwidth: 10 GB/s, host: b }
+  - { id: 1, ram: 1 GB, cores: 4, gemv_bandwidth: 10 GB/s, host: a }
+gpus:
+  - { id: 0, name: a, vram: 10 MB, numa: 0, gemv_bandwidth: 100 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: 100 us, host: b }
+  - { id: 1, name: b, vram: 10 MB, numa: 1, gemv_bandwidth: 100 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: 100 us, host: a }
+  - { id: 2, name: c, vram: 10 MB, numa: 0, gemv_bandwidth: 100 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: 100 us, host: b }
+drives:
+  - { id: 0, name: d, numa: 0, read_bandwidth: 1 GB/s, read_latency: 100 us }
+"#;
+        let profile = HardwareProfile::from_yaml_str(profile, Path::new("p")).unwrap();
+        let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+        let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
+        let inst = Instance::new(&profile, &model, &rates);
+        // Places: gpu:0, gpu:1, gpu:2, ram:0, ram:1, disk:0.
+        let (g0, g1, g2, ram) = (0, 1, 2, 3);
+        assert_eq!(inst.places[ram], Place::Ram(0));
+        let mut p: Vec<usize> = [[g0, g0, g0, ram], [g1, g2, ram, ram], [ram; 4]]
+            .iter()
+            .flatten()
+            .copied()
+            .collect();
+        p.extend([ram; 10]);
+        let plan = plan_of(&inst, p);
+        let dir = tempfile::tempdir().unwrap();
+        let out = vllm(&plan, &inst, dir.path()).unwrap();
+        let file: VllmPlacement =
+            serde_json::from_str(&std::fs::read_to_string(dir.path().join(VLLM_FILE)).unwrap())
+                .unwrap();
+        // By hand (ranks 0 = gpu:0, 1 = gpu:2, 2 = gpu:1):
+        // l0: r0 {0,1,2}; e3 -> r1. l1: r1 {1}, r2 {0}; e2 -> r0, e3 -> r0
+        // (tie). l2: e0 -> r0, e2 -> r1, e3 -> r2, e1 -> r0. Slots: 3 (l0 r0);
+        // replicas fill each rank with the hottest experts it lacks:
+        // l0 hottest 0,1,2,3: r1 [3] + [0,1], r2 [] + [0,1,2];
+        // l1 hottest 0,1,2,3: r0 [2,3] + [0], r1 [1] + [0,2], r2 [0] + [1,2];
+        // l2 hottest 0,2,3,1: r0 [0,1] + [2], r1 [2] + [0,3], r2 [3] + [0,2].
+        assert_eq!(file.moe_layers, vec![1, 2, 3]);
+        assert_eq!(file.num_redundant_experts, 9 - 4);
+        assert_eq!(
+            file.physical_to_logical_map,
+            vec![
+                vec![0, 1, 2, 3, 0, 1, 0, 1, 2],
+                vec![2, 3, 0, 1, 0, 2, 0, 1, 2],
+                vec![0, 1, 2, 2, 0, 3, 3, 0, 2],
+            ]
+        );
+        let who: Vec<(usize, Option<&str>, usize)> = file
+            .ranks
+            .iter()
+            .map(|r| (r.rank, r.host.as_deref(), r.gpu))
+            .collect();
+        assert_eq!(
+            who,
+            [(0, Some("b"), 0), (1, Some("b"), 2), (2, Some("a"), 1)]
+        );
+        // Round trip: rank lists agree with the map, and hold the plan's
+        // GPU experts of their card.
+        for rank in &file.ranks {
+            for (l, experts) in rank.experts.iter().enumerate() {
+                assert_eq!(
+                    experts,
+                    &ranks_of(&file.physical_to_logical_map[l], 3)[rank.rank]
+                );
+                for (e, &q) in plan.experts[l].iter().enumerate() {
+                    if inst.places[q] == Place::Gpu(rank.gpu) {
+                        assert!(experts.contains(&e), "l{l} e{e} rank {}", rank.rank);
+                    }
+                }
+            }
+        }
+        let args = std::fs::read_to_string(dir.path().join(VLLM_ARGS_FILE)).unwrap();
+        let eplb = r#"--enable-expert-parallel --data-parallel-size 3 --enable-eplb --eplb-config '{"num_redundant_experts":5}'"#;
+        assert_eq!(
+            args,
+            format!("# host b: {eplb} --data-parallel-size-local 2 --data-parallel-start-rank 0\n# host a: {eplb} --data-parallel-size-local 1 --data-parallel-start-rank 2\n")
+        );
+        let all = out.warnings.join("\n");
+        assert!(
+            all.contains("vLLM keeps every expert on a GPU: the 7 experts"),
+            "{all}"
+        );
+        assert!(all.contains("no option to load an expert map"), "{all}");
+        assert_eq!(out.warnings.len(), 3, "{all}");
+    }
+
+    #[test]
+    fn export_expert_parallel_needs_a_gpu() {
+        let profile = PROFILE.replace("gpus:", "gpus: []\nunused:");
+        let profile = profile
+            .lines()
+            .filter(|l| {
+                !l.contains("name: a,") && !l.contains("name: b,") && !l.starts_with("unused")
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let profile = HardwareProfile::from_yaml_str(&profile, Path::new("p")).unwrap();
+        let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+        let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
+        let inst = Instance::new(&profile, &model, &rates);
+        // Places: ram:0 (0), disk:0 (1); everything in RAM.
+        let plan = plan_of(&inst, vec![0; inst.objects.len()]);
+        let dir = tempfile::tempdir().unwrap();
+        let err = sglang(&plan, &inst, dir.path()).unwrap_err().to_string();
+        assert!(err.contains("exports need at least one GPU"), "{err}");
     }
 
     #[test]
