@@ -13,7 +13,7 @@ use std::path::Path;
 
 /// Bytes read from the start of a file to detect its format.
 const SNIFF: u64 = 64 * 1024;
-const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv";
+const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv, sglang-json, vllm-eplb";
 
 /// The format of a heat file or data-set directory.
 pub fn detect_format(path: &Path) -> Result<HeatFormat> {
@@ -61,6 +61,9 @@ pub fn detect_format(path: &Path) -> Result<HeatFormat> {
         .unwrap_or_default();
     match extension.as_str() {
         "json" => match first.chars().next() {
+            // Engine dumps are JSON objects too, told apart by their keys.
+            Some('{') if text.contains("\"logical_count\"") => Ok(HeatFormat::SglangJson),
+            Some('{') if text.contains("\"expert_load_window\"") => Ok(HeatFormat::VllmEplb),
             Some('{') => Ok(HeatFormat::Json),
             Some('[') => Ok(HeatFormat::Llama4Json),
             _ => Err(unknown("a .json file that starts with neither `{` nor `[`")),

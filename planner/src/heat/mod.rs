@@ -13,6 +13,7 @@ mod csv;
 mod detect;
 #[cfg(test)]
 mod dispatch_tests;
+mod engines;
 mod esft;
 mod json;
 mod jsonl;
@@ -58,10 +59,12 @@ pub enum HeatFormat {
     Llama4Json,
     MixtralJsonl,
     Qwen3Csv,
+    SglangJson,
+    VllmEplb,
 }
 
 impl HeatFormat {
-    pub const ALL: [HeatFormat; 10] = [
+    pub const ALL: [HeatFormat; 12] = [
         HeatFormat::Json,
         HeatFormat::Jsonl,
         HeatFormat::Csv,
@@ -72,6 +75,8 @@ impl HeatFormat {
         HeatFormat::Llama4Json,
         HeatFormat::MixtralJsonl,
         HeatFormat::Qwen3Csv,
+        HeatFormat::SglangJson,
+        HeatFormat::VllmEplb,
     ];
 
     pub fn name(self) -> &'static str {
@@ -86,6 +91,8 @@ impl HeatFormat {
             HeatFormat::Llama4Json => "llama4-json",
             HeatFormat::MixtralJsonl => "mixtral-jsonl",
             HeatFormat::Qwen3Csv => "qwen3-csv",
+            HeatFormat::SglangJson => "sglang-json",
+            HeatFormat::VllmEplb => "vllm-eplb",
         }
     }
 
@@ -161,6 +168,9 @@ pub fn read_heat(
         HeatFormat::ColiHeat => colibri::read_heat_file(path, ctx, warnings)?,
         HeatFormat::ColiUsage => colibri::read_usage(path, ctx, warnings)?,
         HeatFormat::Qwen3Csv => qwen3::read(path, ctx, warnings)?,
+        HeatFormat::SglangJson | HeatFormat::VllmEplb => {
+            engines::read(path, format, ctx, warnings)?
+        }
         HeatFormat::Jsonl
         | HeatFormat::ColiRoute
         | HeatFormat::Esft
