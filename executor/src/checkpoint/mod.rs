@@ -49,9 +49,6 @@ pub use format::ExpertFormat;
 pub use gen::{generate, GenDtype, GenOptions, GenReport};
 pub use read::{Checkpoint, Extent};
 
-use std::path::{Path, PathBuf};
-use thiserror::Error;
-
 /// Version of the packed container layout (`format`), part of every
 /// object's identity.
 pub const PACKING_VERSION: u32 = 1;
@@ -59,47 +56,9 @@ pub const PACKING_VERSION: u32 = 1;
 /// object's identity.
 pub const LAYOUT_VERSION: u32 = 1;
 
-/// Errors of reading and writing checkpoints: one line naming the file, the
-/// place in it (a tensor, a config key, a flag) and the fix.
-#[derive(Debug, Error)]
-pub enum CheckpointError {
-    #[error("{}: {place}: {problem}; {fix}", file.display())]
-    Input {
-        file: PathBuf,
-        place: String,
-        problem: String,
-        fix: String,
-    },
-    /// A file that could not be read or written at all. The I/O error is
-    /// part of the message, not a source, so the line says it once.
-    #[error("{}: {error}", file.display())]
-    Io {
-        file: PathBuf,
-        error: std::io::Error,
-    },
-}
+/// Errors of reading and writing checkpoints are the planner's input
+/// errors: one line naming the file, the place in it (a tensor, a config
+/// key, a flag) and the fix; or a file that could not be read or written.
+pub use residency_planner::error::PlannerError as CheckpointError;
 
 pub type Result<T, E = CheckpointError> = std::result::Result<T, E>;
-
-impl CheckpointError {
-    pub fn input(
-        file: &Path,
-        place: impl Into<String>,
-        problem: impl Into<String>,
-        fix: impl Into<String>,
-    ) -> Self {
-        CheckpointError::Input {
-            file: file.to_path_buf(),
-            place: place.into(),
-            problem: problem.into(),
-            fix: fix.into(),
-        }
-    }
-
-    pub fn io(file: &Path, error: std::io::Error) -> Self {
-        CheckpointError::Io {
-            file: file.to_path_buf(),
-            error,
-        }
-    }
-}

@@ -35,7 +35,6 @@ pub use doc::{Origin, ProfileDoc};
 pub use logs::{calibrate_from_log, LogCalibration};
 pub use spread::Spread;
 
-use crate::checkpoint::CheckpointError;
 use residency_planner::error::PlannerError;
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -78,8 +77,6 @@ pub enum ProfileError {
     /// The profile or model reader's own one-line error.
     #[error(transparent)]
     Planner(#[from] PlannerError),
-    #[error(transparent)]
-    Checkpoint(#[from] CheckpointError),
 }
 
 impl ProfileError {
