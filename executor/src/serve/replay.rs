@@ -20,7 +20,7 @@ use crate::identity::ObjectKey;
 use crate::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
 use crate::sim::arms::knapsack;
 use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageError};
-use crate::store::{Homes, Lease, ObjectState, PlaceConfig, Store, StoreConfig, StoreError};
+use crate::store::{Homes, Lease, PlaceConfig, Store, StoreConfig, StoreError};
 use residency_planner::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -362,13 +362,15 @@ fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Serves one layer of one token: acquires every routed expert (the
-/// published ones inline, the misses in parallel) and multiplies each with
-/// `x` as soon as it is there, in whatever order they arrive, so that no
-/// finished load holds its lease while the computing thread waits for
-/// another (a load may need the bytes that lease holds). Outputs come back
-/// in route order, so the result is the same whatever the timing. Returns
-/// them and the time the computing thread waited.
+/// Serves one layer of one token: every routed expert is acquired on a
+/// thread of its own (a hit returns at once, a miss loads in parallel with
+/// the others), and the computing thread multiplies each with `x` as it
+/// arrives. The computing thread never acquires: if it did, a hit turned
+/// miss (evicted meanwhile) could wait for bytes that a finished load's
+/// lease holds while that load waits in the queue for it, and both would
+/// wait for the budget timeout. Outputs come back in route order, so the
+/// result is the same whatever the timing. Returns them and the time the
+/// computing thread waited.
 fn layer(
     store: &Store,
     objects: &[ObjectIndex],
@@ -378,31 +380,20 @@ fn layer(
     let mut waited = Duration::ZERO;
     std::thread::scope(|scope| {
         let (sender, arrivals) = std::sync::mpsc::channel();
-        let mut ready = Vec::new();
         for (i, &o) in objects.iter().enumerate() {
-            match store.state(o) {
-                ObjectState::Absent | ObjectState::Loading => {
-                    let sender = sender.clone();
-                    scope.spawn(move || sender.send((i, store.acquire(o))));
-                }
-                _ => ready.push(i),
-            }
+            let sender = sender.clone();
+            scope.spawn(move || sender.send((i, store.acquire(o))));
         }
         drop(sender);
-        let compute = |i: usize, lease: Lease, outputs: &mut Vec<Vec<f32>>| {
-            let bytes = lease.host().expect("replay keeps experts in host memory");
-            outputs[i] = matvec(bytes, x);
-        };
-        for i in ready {
-            compute(i, store.acquire(objects[i])?, &mut outputs);
-        }
         loop {
             let started = Instant::now();
             let Ok((i, lease)) = arrivals.recv() else {
                 break;
             };
             waited += started.elapsed();
-            compute(i, lease?, &mut outputs);
+            let lease: Lease = lease?;
+            let bytes = lease.host().expect("replay keeps experts in host memory");
+            outputs[i] = matvec(bytes, x);
         }
         Ok::<_, StoreError>(())
     })?;
