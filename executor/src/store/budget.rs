@@ -68,6 +68,15 @@ impl Budget {
         *self.used_bytes.lock().unwrap()
     }
 
+    /// Wakes the reservations waiting here so that they ask their
+    /// `give_up` again (see [`reserve_unless`]). It takes the lock a waiter
+    /// holds between asking and waiting, so a `give_up` made true before
+    /// this call cannot be missed.
+    pub fn wake(&self) {
+        let _used = self.used_bytes.lock().unwrap();
+        self.returned.notify_all();
+    }
+
     fn give_back(&self, bytes: u64) {
         let mut used = self.used_bytes.lock().unwrap();
         *used -= bytes;
@@ -112,6 +121,20 @@ pub fn reserve(
     bytes: u64,
     wait: Duration,
 ) -> Result<Reservation, BudgetError> {
+    let never = || false;
+    Ok(reserve_unless(budgets, bytes, wait, &never)?.expect("`never` never gives up"))
+}
+
+/// [`reserve`], except that where it would wait for room it first asks
+/// `give_up`, and if that is true returns `Ok(None)` holding nothing. Whoever
+/// makes `give_up` true then calls [`Budget::wake`] on `budgets`, or a
+/// reservation already waiting would only notice at the next returned bytes.
+pub fn reserve_unless(
+    budgets: &[Arc<Budget>],
+    bytes: u64,
+    wait: Duration,
+    give_up: &dyn Fn() -> bool,
+) -> Result<Option<Reservation>, BudgetError> {
     if let Some(b) = budgets.iter().find(|b| bytes > b.capacity_bytes) {
         return Err(BudgetError::TooLarge {
             budget: b.name.clone(),
@@ -128,6 +151,10 @@ pub fn reserve(
     for b in budgets {
         let mut used = b.used_bytes.lock().unwrap();
         while *used + bytes > b.capacity_bytes {
+            if give_up() {
+                // `held` goes out of scope here: its bytes go back.
+                return Ok(None);
+            }
             let now = Instant::now();
             if now >= deadline {
                 return Err(BudgetError::Timeout {
@@ -146,7 +173,7 @@ pub fn reserve(
         // From here on, dropping `held` (on a later failure) returns these bytes.
         held.budgets.push(Arc::clone(b));
     }
-    Ok(held)
+    Ok(Some(held))
 }
 
 #[cfg(test)]
@@ -186,6 +213,31 @@ mod tests {
         drop(first);
         assert_eq!(waiter.join().unwrap(), Ok(5));
         assert_eq!(ram.used_bytes(), 0);
+    }
+
+    #[test]
+    fn a_waiting_reservation_gives_up_when_woken_and_holds_nothing() {
+        // The card has room, the tier does not: the reservation holds the
+        // card's 5 bytes while it waits for the tier's.
+        let gpu = Budget::new("gpu:0", 10);
+        let tier = Budget::new("gpu", 10);
+        let full = reserve(std::slice::from_ref(&tier), 10, Duration::ZERO).unwrap();
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (g, t, f) = (gpu.clone(), tier.clone(), flag.clone());
+        let waiter = thread::spawn(move || {
+            let give_up = || f.load(std::sync::atomic::Ordering::Relaxed);
+            reserve_unless(&[g, t], 5, Duration::from_secs(10), &give_up).map(|r| r.is_some())
+        });
+        while gpu.used_bytes() != 5 {
+            thread::sleep(Duration::from_millis(1));
+        }
+        flag.store(true, std::sync::atomic::Ordering::Relaxed);
+        // Nothing comes back to the tier: only the wake ends the wait (well
+        // before the 10 s it would otherwise last).
+        tier.wake();
+        assert_eq!(waiter.join().unwrap(), Ok(false));
+        assert_eq!((gpu.used_bytes(), tier.used_bytes()), (0, 10));
+        drop(full);
     }
 
     #[test]

@@ -14,7 +14,8 @@
 //! is leased is marked and dropped at its last release, and the bytes it
 //! holds keep counting against the budget until then, so budgets are never
 //! exceeded; a load that cannot get room waits (bounded) and then fails
-//! with an error naming the budget.
+//! with an error naming the budget, unless the policy evicts the object
+//! meanwhile: it then stops waiting and runs from a transient slot.
 
 pub mod budget;
 pub mod telemetry;
@@ -23,7 +24,7 @@ use crate::policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
 };
-use budget::{reserve, Budget, BudgetError, Reservation};
+use budget::{reserve, reserve_unless, Budget, BudgetError, Reservation};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -159,7 +160,8 @@ struct Loaded {
 struct Flight {
     result: Mutex<Option<Result<Loaded, StoreError>>>,
     done: Condvar,
-    /// Chosen as a victim while loading: published already marked.
+    /// Chosen as a victim while loading: published already marked, or not
+    /// published at all if chosen before the load had room (see `load`).
     evict_when_done: AtomicBool,
 }
 
@@ -603,7 +605,7 @@ impl Store {
     fn load(&self, o: ObjectIndex, now: u64, flight: &Flight) -> Result<Loaded, StoreError> {
         let inner = &self.inner;
         let place = &inner.places[inner.homes.place[o as usize]];
-        let admitted = self.is_pinned(o) || {
+        let mut admitted = self.is_pinned(o) || {
             let mut evicted = Vec::new();
             let outcome = place
                 .policy
@@ -619,15 +621,33 @@ impl Store {
         };
         let counters = &inner.counters;
         counters.physical_misses.fetch_add(1, Ordering::Relaxed);
-        let budgets = if admitted {
+        if admitted {
             counters.admissions.fetch_add(1, Ordering::Relaxed);
-            place.budgets.clone()
         } else {
             counters.rejections.fetch_add(1, Ordering::Relaxed);
-            vec![Arc::clone(&inner.staging)]
-        };
+        }
         let size = inner.loader.size_bytes(o);
-        let result = reserve(&budgets, size, inner.wait)
+        // A later miss may make the policy evict `o` before `o` has room.
+        // From then on the policy counts neither `o` nor its bytes, and the
+        // room `o` waits for may be held by residents the policy keeps until
+        // some later access evicts them, which never comes when the caller
+        // needs `o` first (the replay's one-expert budget). So `o` stops
+        // waiting and runs from a transient slot, as a declined miss does.
+        let in_place = if admitted {
+            let evicted = || flight.evict_when_done.load(Ordering::Relaxed);
+            reserve_unless(&place.budgets, size, inner.wait, &evicted)
+        } else {
+            Ok(None)
+        };
+        let reservation = match in_place {
+            Ok(Some(reservation)) => Ok(reservation),
+            Ok(None) => {
+                admitted = false;
+                reserve(std::slice::from_ref(&inner.staging), size, inner.wait)
+            }
+            Err(e) => Err(e),
+        };
+        let result = reservation
             .map_err(StoreError::from)
             .and_then(|reservation| {
                 if reservation.waited() {
@@ -668,20 +688,32 @@ impl Store {
 
     /// Drops a victim now, or marks it to go at its last release.
     fn evict_victim(&self, v: ObjectIndex) {
-        let mut slot = self.inner.slots[v as usize].lock().unwrap();
-        match &mut *slot {
+        let inner = &self.inner;
+        let mut slot = inner.slots[v as usize].lock().unwrap();
+        let loading = match &mut *slot {
             Slot::Ready { leases: 0, .. } => {
                 *slot = Slot::Absent;
-                self.inner
-                    .counters
-                    .evictions
-                    .fetch_add(1, Ordering::Relaxed);
+                inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                false
             }
             Slot::Ready {
                 evict_on_release, ..
-            } => *evict_on_release = true,
-            Slot::Loading(flight) => flight.evict_when_done.store(true, Ordering::Relaxed),
-            Slot::Absent => {}
+            } => {
+                *evict_on_release = true;
+                false
+            }
+            Slot::Loading(flight) => {
+                flight.evict_when_done.store(true, Ordering::Relaxed);
+                true
+            }
+            Slot::Absent => false,
+        };
+        drop(slot);
+        if loading {
+            // Its load may be waiting for room, which it now gives up.
+            for b in &inner.places[inner.homes.place[v as usize]].budgets {
+                b.wake();
+            }
         }
     }
 

@@ -183,6 +183,41 @@ fn a_leased_victim_stays_until_released_and_the_load_waits() {
     assert_eq!(s.telemetry().lease_waits, 1);
 }
 
+/// The replay's stall at a one-expert budget, made deterministic with
+/// unequal sizes: a load waits for room, a later miss makes the policy evict
+/// it before it got any, and the later miss's bytes fit at once. The waiting
+/// load must not keep waiting for those bytes: the policy keeps their
+/// object, and nothing but another access would ever evict it.
+#[test]
+fn a_load_the_policy_evicts_while_it_waits_for_room_runs_from_staging() {
+    // 10 bytes under LRU; 0 and 2 are 5 bytes, 1 is all 10. Leasing 0,
+    // then missing 1 evicts 0 (leased, so only marked: 1 waits for 0's 5
+    // bytes); missing 2 evicts 1 (still loading) and takes the other 5.
+    let loader = PatternLoader::new(vec![5, 10, 5]);
+    let s = store(&loader, 10, PolicyKind::Lru, &[], Duration::from_secs(5));
+    let lease0 = s.acquire(0).unwrap();
+    let s1 = s.clone();
+    let loader_of_1 = thread::spawn(move || s1.acquire(1));
+    while s.state(0) != ObjectState::Demoting {
+        thread::sleep(Duration::from_millis(1));
+    }
+    let lease2 = s.acquire(2).unwrap();
+    assert!(lease2.is_resident());
+    drop((lease0, lease2));
+    // No lease is held now, and 2 stays (the policy keeps it), so the place
+    // never has the 10 free bytes 1 waits for: without the fix, 1 fails
+    // when its 5 s wait runs out.
+    let lease1 = loader_of_1.join().unwrap().unwrap();
+    assert!(pattern_ok(&lease1) && !lease1.is_resident());
+    // 0 went at its release; 2's 5 bytes in the place, 1's 10 in staging.
+    assert_eq!(s.state(0), ObjectState::Absent);
+    assert_eq!(s.state(2), ObjectState::Evictable);
+    assert_eq!((used(&s, "ram:0"), used(&s, "staging")), (5, 10));
+    drop(lease1);
+    assert_eq!(s.state(1), ObjectState::Absent);
+    assert_eq!(used(&s, "staging"), 0);
+}
+
 #[test]
 fn a_load_that_cannot_get_room_fails_naming_the_budget() {
     let loader = PatternLoader::new(vec![10; 3]);
