@@ -36,7 +36,7 @@ fn glm() -> Option<Instance> {
             "{ROOT}/profiles/models/glm-5.2.yaml"
         ))),
         heat: Some(heat),
-        heat_format: None,
+        ..InputPaths::default()
     };
     Some(Inputs::load(&paths).unwrap().instance().unwrap())
 }

@@ -2,6 +2,8 @@
 //! format) through the KV prefix index, per eviction policy and capacity:
 //! arguments, the table, `--json` and `--plot`. The replay itself is
 //! `residency_executor::kv::replay`, on the block store's own index.
+//! `residency kv-groups`: the same trace's reused blocks as the planner's
+//! KV prefix groups (`residency_executor::kv::groups`), for `plan --kv`.
 //!
 //! DESIGN 6's common options are not offered: `--layers` has no meaning for
 //! KV blocks, the traces have no categories, and a whole Mooncake trace
@@ -10,12 +12,14 @@
 use crate::checkpoint_cmd::model_from_path;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
+use residency_executor::kv::groups::{prefix_groups, GroupSizing};
 use residency_executor::kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
 use residency_executor::kv::trace::{read_mooncake, KvTrace};
 use residency_executor::kv::EvictionPolicy;
 use residency_planner::inputs::defaults;
+use residency_planner::kv::KvGroupsFile;
 use residency_planner::model::Model;
-use residency_planner::units::{parse_size, Bytes};
+use residency_planner::units::{parse_size, Bytes, Seconds};
 use std::path::{Path, PathBuf};
 
 /// Prefill speed assumed without `--prefill-tokens-per-second`: a round
@@ -38,6 +42,19 @@ pub struct KvReplayArgs {
     /// Eviction policies, comma-separated: lru, lru-leaf, utility.
     #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
     policy: Vec<EvictionPolicy>,
+    #[command(flatten)]
+    sizing: SizingArgs,
+    /// Write the runs as JSON.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw hit ratio against capacity per policy (.svg or .png).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+}
+
+/// How blocks turn into bytes and prefill seconds.
+#[derive(clap::Args)]
+pub struct SizingArgs {
     /// Prefill speed: seconds saved = hit tokens / this.
     #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS_PER_SECOND)]
     prefill_tokens_per_second: f64,
@@ -48,12 +65,21 @@ pub struct KvReplayArgs {
     /// `kv_bytes_per_token` sizes the blocks; default: DeepSeek-V2-Lite.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Write the runs as JSON.
+}
+
+#[derive(clap::Args)]
+pub struct KvGroupsArgs {
+    /// Trace in the Mooncake FAST'25 JSONL format.
     #[arg(long)]
-    json: Option<PathBuf>,
-    /// Draw hit ratio against capacity per policy (.svg or .png).
+    trace: PathBuf,
+    /// Tokens each hash id stands for (512 in the Mooncake traces).
+    #[arg(long, default_value_t = 512)]
+    block_tokens: u32,
+    #[command(flatten)]
+    sizing: SizingArgs,
+    /// Groups file to write (.yaml, or .json), for `plan --kv`.
     #[arg(long)]
-    plot: Option<PathBuf>,
+    out: PathBuf,
 }
 
 fn parse_policy(name: &str) -> Result<EvictionPolicy, String> {
@@ -65,7 +91,7 @@ fn parse_policy(name: &str) -> Result<EvictionPolicy, String> {
 
 /// KV bytes per token from the flag, the model, or the embedded default
 /// model, with where it came from.
-fn kv_bytes_per_token(args: &KvReplayArgs) -> Result<(u64, String)> {
+fn kv_bytes_per_token(args: &SizingArgs) -> Result<(u64, String)> {
     if let Some(bytes) = args.kv_bytes_per_token {
         return Ok((bytes.get(), "--kv-bytes-per-token".into()));
     }
@@ -84,20 +110,62 @@ fn kv_bytes_per_token(args: &KvReplayArgs) -> Result<(u64, String)> {
     }
 }
 
-pub fn run(args: &KvReplayArgs) -> Result<()> {
-    let rate = args.prefill_tokens_per_second;
-    if !(rate.is_finite() && rate > 0.0) {
-        bail!("--prefill-tokens-per-second {rate}: give a positive number of tokens per second");
+impl SizingArgs {
+    /// The checked cost model, saying where the bytes per token came from.
+    fn cost_model(&self) -> Result<KvCostModel> {
+        let rate = self.prefill_tokens_per_second;
+        if !(rate.is_finite() && rate > 0.0) {
+            bail!(
+                "--prefill-tokens-per-second {rate}: give a positive number of tokens per second"
+            );
+        }
+        let (kv_bytes_per_token, source) = kv_bytes_per_token(self)?;
+        eprintln!("note: {kv_bytes_per_token} KV bytes per token, from {source}");
+        Ok(KvCostModel {
+            prefill_tokens_per_second: rate,
+            kv_bytes_per_token,
+        })
     }
+}
+
+pub fn groups(args: &KvGroupsArgs) -> Result<()> {
+    let cost = args.sizing.cost_model()?;
+    let trace = read_mooncake(&args.trace, args.block_tokens)?;
+    let groups = prefix_groups(
+        &trace,
+        GroupSizing {
+            kv_bytes_per_token: cost.kv_bytes_per_token,
+            prefill_tokens_per_second: cost.prefill_tokens_per_second,
+        },
+    );
+    let bytes: u64 = groups.iter().map(|g| g.bytes.get()).sum();
+    let saved: f64 = groups
+        .iter()
+        .map(|g| g.reuses_per_token * g.prefill_seconds.0)
+        .sum();
+    let source = format!(
+        "{} ({} tokens per block, {} tokens/s prefill, {} KV bytes per token)",
+        trace.path.display(),
+        trace.block_tokens,
+        cost.prefill_tokens_per_second,
+        cost.kv_bytes_per_token
+    );
+    KvGroupsFile::new(source, groups.clone()).write(&args.out)?;
+    println!(
+        "kv-groups: {} groups of reused blocks, {} in all; kept all on a GPU they save {} of prefill per generated token",
+        groups.len(),
+        Bytes(bytes),
+        Seconds(saved)
+    );
+    println!("wrote {}", args.out.display());
+    Ok(())
+}
+
+pub fn run(args: &KvReplayArgs) -> Result<()> {
     if let Some(file) = &args.plot {
         plot::PlotFormat::from_path(file)?;
     }
-    let (kv_bytes_per_token, source) = kv_bytes_per_token(args)?;
-    eprintln!("note: {kv_bytes_per_token} KV bytes per token, from {source}");
-    let cost = KvCostModel {
-        prefill_tokens_per_second: rate,
-        kv_bytes_per_token,
-    };
+    let cost = args.sizing.cost_model()?;
     let trace = read_mooncake(&args.trace, args.block_tokens)?;
     let runs = replay_grid(&trace, &args.policy, &args.capacity_blocks, &cost);
     print_table(&trace, &cost, &runs);

@@ -16,6 +16,7 @@ use residency_planner::cost::Instance;
 use residency_planner::export::{self, Engine};
 use residency_planner::heat::{self, HeatContext, HeatFormat};
 use residency_planner::inputs::InputPaths;
+use residency_planner::kv::KvGroupsFile;
 use residency_planner::model::Model;
 use residency_planner::plan::Plan;
 use residency_planner::profile::HardwareProfile;
@@ -52,6 +53,10 @@ struct InputArgs {
     /// Heat format, when detection from magic bytes or extension is not wanted.
     #[arg(long, value_parser = parse_heat_format)]
     heat_format: Option<HeatFormat>,
+    /// KV prefix groups to place beside the weights (YAML or JSON, written
+    /// by `residency kv-groups`); default: none. A plan carries its own.
+    #[arg(long)]
+    kv: Option<PathBuf>,
 }
 
 impl InputArgs {
@@ -61,6 +66,7 @@ impl InputArgs {
             model: self.model.clone(),
             heat: self.heat.clone(),
             heat_format: self.heat_format,
+            kv: self.kv.clone(),
         }
     }
 }
@@ -126,7 +132,7 @@ enum Command {
     /// Check a profile, model description, heat or plan; say what is wrong.
     Validate {
         file: PathBuf,
-        /// profile, model, heat or plan (default: detected).
+        /// profile, model, heat, kv (KV groups) or plan (default: detected).
         #[arg(long)]
         kind: Option<String>,
         #[command(flatten)]
@@ -142,13 +148,16 @@ enum Command {
     /// Replay a prefix-block trace (Mooncake) through the KV prefix cache
     /// per eviction policy and capacity (DESIGN 8).
     KvReplay(kv_cmd::KvReplayArgs),
+    /// Band a prefix-block trace's reused blocks into KV prefix groups for
+    /// `plan --kv` (DESIGN 4.6).
+    KvGroups(kv_cmd::KvGroupsArgs),
     /// Write a checkpoint with a model's real tensor names, shapes and dtypes
     /// and seeded random values (safetensors shards, index, config.json).
     GenCheckpoint(checkpoint_cmd::GenCheckpointArgs),
     /// Write this machine's hardware profile (`detect`) and measure its
     /// rates (`calibrate`), or take them from an engine log.
     Profile(profile_cmd::ProfileArgs),
-    /// Write the JSON Schemas of the profile, model description and plan files.
+    /// Write the JSON Schemas of the profile, model description, KV groups and plan files.
     Schema {
         /// Directory to write the `*.schema.json` files into.
         #[arg(long, default_value = "schemas")]
@@ -225,6 +234,7 @@ fn run(command: Command) -> Result<()> {
         } => diff(&before, &after, &inputs),
         Command::Simulate(args) => simulate::run(args),
         Command::KvReplay(args) => kv_cmd::run(&args),
+        Command::KvGroups(args) => kv_cmd::groups(&args),
         Command::Replay(args) => replay_cmd::run(&args),
         Command::Apply(args) => apply_cmd::run(&args),
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
@@ -302,7 +312,10 @@ fn plan(
 fn load_plan(file: &Path, args: &InputArgs) -> Result<(Plan, Instance, Vec<usize>)> {
     let plan = Plan::read(file)?;
     let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
-    let inst = inputs.instance()?;
+    let mut inst = inputs.instance()?;
+    if inst.kv_ids.is_empty() {
+        inst.add_kv_groups(&plan.kv_groups());
+    }
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
     Ok((plan, inst, placement))
@@ -404,6 +417,8 @@ fn detect_kind(file: &Path) -> &'static str {
     );
     if head.contains("\"residency-plan\"") || head.contains("format: residency-plan") {
         "plan"
+    } else if head.contains("residency-kv-groups") {
+        "kv"
     } else if yaml && head.lines().any(|l| l.starts_with("numa:")) {
         "profile"
     } else if yaml && head.lines().any(|l| l.starts_with("moe_layers:")) {
@@ -469,7 +484,17 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
                 file.display()
             );
         }
-        other => bail!("--kind {other}: give profile, model, heat or plan"),
+        "kv" => {
+            let groups = KvGroupsFile::read(file)?.groups;
+            let bytes: u64 = groups.iter().map(|g| g.bytes.get()).sum();
+            println!(
+                "ok: {} holds {} valid KV prefix groups, {} in all",
+                file.display(),
+                groups.len(),
+                residency_planner::units::Bytes(bytes)
+            );
+        }
+        other => bail!("--kind {other}: give profile, model, heat, kv or plan"),
     }
     Ok(())
 }

@@ -42,6 +42,19 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
         let streamed = plan.experts.iter().flatten().filter(|&&x| x == q).count();
         println!("  {:<8} {:>24} {:>9} {:>6}", place, "streamed", streamed, 0);
     }
+    if !plan.kv.is_empty() {
+        let kept: Vec<_> = plan.kv.iter().filter(|k| k.place.is_some()).collect();
+        let kept_bytes: u64 = kept.iter().map(|k| k.bytes.0).sum();
+        let total_bytes: u64 = plan.kv.iter().map(|k| k.bytes.0).sum();
+        println!(
+            "kv: {} of {} prefix groups kept ({} of {}), {} prefill per token left",
+            kept.len(),
+            plan.kv.len(),
+            Bytes(kept_bytes),
+            Bytes(total_bytes),
+            Seconds(plan.kv.iter().map(|k| k.token_seconds).sum())
+        );
+    }
     let greedy = o.greedy_token_seconds;
     println!(
         "predicted: {:.2} tok/s ({} per token); greedy baseline {:.2} tok/s ({}): {:+.1} %",
@@ -197,8 +210,8 @@ pub fn explanation(file: &Path, e: &Explanation) {
 
 pub fn plan_diff(d: &PlanDiff) {
     println!(
-        "moved: {} experts, {} trunk components",
-        d.moved_experts, d.moved_trunk
+        "moved: {} experts, {} trunk components, {} KV groups",
+        d.moved_experts, d.moved_trunk, d.moved_kv
     );
     for l in &d.links {
         println!(

@@ -14,6 +14,7 @@ use residency_executor::kv::{
     block_keys, BlockKey, BlockStore, DiskConfig, EvictionPolicy, KvIdentity, KvStoreConfig,
     Sequence,
 };
+use residency_planner::kv::KvGroupsFile;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
@@ -618,4 +619,161 @@ fn a_kill_during_disk_writes_never_serves_a_partial_block() {
     }
     // 1 MiB writes take most of the child's time: some kill landed in one.
     assert!(temporaries_removed > 0, "no kill interrupted a write");
+}
+
+/// `kv-groups` then `plan --kv` on the default box and model: the groups
+/// file is what the trace says, every group is in the plan at the cost the
+/// design gives it where it is kept, the weights only lose what KV takes
+/// from them, and `validate`, `explain` and `diff` read the plan back.
+#[test]
+fn kv_groups_compete_with_experts_in_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    // 200 one-token answers to prompts that share a 20-block system prompt
+    // (ids 0..20) followed by 2 blocks of their own: each system block is
+    // reused 199 times, nothing else is.
+    let requests: Vec<Request> = (0..200u64)
+        .map(|r| {
+            let mut ids: Vec<u64> = (0..20).collect();
+            ids.extend([1000 + 2 * r, 1001 + 2 * r]);
+            (22 * 512, ids)
+        })
+        .collect();
+    let trace = dir.path().join("trace.jsonl");
+    write_trace(&trace, &requests);
+    let groups = dir.path().join("groups.json");
+    let o = run(&[
+        "kv-groups",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--out",
+        groups.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&groups).unwrap()).unwrap();
+    let group = &file["groups"].as_array().unwrap()[..];
+    assert_eq!(group.len(), 1, "{file}");
+    // 199 reuses fall in the band 128..=255; 20 blocks of 512 tokens at the
+    // default model's 31104 bytes per token, and at the default 10,000
+    // tokens/s of prefill 1.024 s; 199 reuses per 200 generated tokens.
+    assert_eq!(group[0]["name"], "reused-128-255x-20-blocks");
+    assert_eq!(group[0]["bytes"], 20 * 512 * 31104);
+    assert_eq!(group[0]["prefill_seconds"], "1.024 s");
+    assert_eq!(group[0]["reuses_per_token"], 199.0 / 200.0);
+
+    let shipped =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/kv/mooncake-conversation.yaml");
+    let plan_with = |kv: Option<&Path>, out: &Path| {
+        let mut args = vec!["plan", "--time-limit", "3", "--out", out.to_str().unwrap()];
+        if let Some(kv) = kv {
+            args.extend(["--kv", kv.to_str().unwrap()]);
+        }
+        let o = run(&args);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out).unwrap()).unwrap();
+        plan
+    };
+    let without = plan_with(None, &dir.path().join("weights.json"));
+    let with_path = dir.path().join("with-kv.json");
+    let with = plan_with(Some(&shipped), &with_path);
+    let kv = with["kv"].as_array().unwrap();
+    let shipped_names: Vec<String> = KvGroupsFile::read(&shipped)
+        .unwrap()
+        .groups
+        .into_iter()
+        .map(|g| g.name)
+        .collect();
+    let names: Vec<&str> = kv.iter().map(|g| g["name"].as_str().unwrap()).collect();
+    assert_eq!(names, shipped_names);
+    // DESIGN 4.6 by hand: a group costs r * (prefill - saved) per token,
+    // saved = prefill on a GPU, prefill - bytes / (fastest upload, 25 GB/s
+    // on the default box) from RAM, and nothing when recomputed.
+    let fastest_upload = 25e9;
+    let mut kv_seconds = 0.0;
+    let mut kept = 0;
+    for g in kv {
+        let r = g["reuses_per_token"].as_f64().unwrap();
+        let prefill: f64 = g["prefill_seconds"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches(" s")
+            .parse()
+            .unwrap();
+        let bytes = g["bytes"].as_f64().unwrap();
+        let expected = match g["place"].as_str() {
+            None => r * prefill,
+            Some(p) if p.starts_with("gpu:") => 0.0,
+            Some(p) if p.starts_with("ram:") => r * (bytes / fastest_upload).min(prefill),
+            Some(p) => panic!("KV group at {p}"),
+        };
+        kept += usize::from(!g["place"].is_null());
+        let got = g["token_seconds"].as_f64().unwrap();
+        assert!(
+            (got - expected).abs() <= 1e-12 * expected.max(1e-9),
+            "{g}: {got} vs {expected}"
+        );
+        kv_seconds += got;
+    }
+    // The conversation groups do not all fit: some are kept, some recomputed.
+    assert!(kept > 0 && kept < kv.len(), "{kept} of {}", kv.len());
+    let kv_in_usage: u64 = with["usage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["kv"].as_u64().unwrap())
+        .sum();
+    assert_eq!(kv_in_usage, kept as u64);
+    // The weights alone can do no better than the no-KV plan's lower bound:
+    // KV only takes room from them.
+    let weights_seconds = with["objective"]["token_seconds"].as_f64().unwrap() - kv_seconds;
+    let bound = without["objective"]["lower_bound"].as_f64().unwrap();
+    assert!(
+        weights_seconds >= bound * (1.0 - 1e-9),
+        "{weights_seconds} < {bound}"
+    );
+
+    let with_str = with_path.to_str().unwrap();
+    for args in [
+        vec!["validate", with_str],
+        vec!["validate", shipped.to_str().unwrap()],
+        vec!["explain", with_str, "--time-limit", "0.5"],
+    ] {
+        let o = run(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    }
+    let o = run(&["diff", with_str, with_str]);
+    assert!(
+        stdout(&o).contains("moved: 0 experts, 0 trunk components, 0 KV groups"),
+        "{}",
+        stdout(&o)
+    );
+
+    // Bad groups: one line naming the file and the field; no plan written.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(
+        &bad,
+        "format: residency-kv-groups\ngroups:\n  - { name: a, bytes: 1 MiB, reuses_per_token: 0.1, prefill_seconds: 1 ms }\n  - { name: a, bytes: 1 MiB, reuses_per_token: 0.1, prefill_seconds: 1 ms }\n",
+    )
+    .unwrap();
+    let out = dir.path().join("never.json");
+    let (bad_s, out_s) = (bad.to_str().unwrap(), out.to_str().unwrap());
+    assert_bad_input(
+        &["plan", "--kv", bad_s, "--out", out_s],
+        &bad,
+        "groups[1].name",
+        &out,
+    );
+    assert_bad_input(&["validate", bad_s], &bad, "groups[1].name", &out);
+    std::fs::write(
+        &bad,
+        "format: residency-kv-groups\ngroups:\n  - { name: a, bytes: 1 MiB, reuses_per_token: 0.1, prefill_seconds: 1 }\n",
+    )
+    .unwrap();
+    assert_bad_input(
+        &["plan", "--kv", bad_s, "--out", out_s],
+        &bad,
+        "line 3",
+        &out,
+    );
 }

@@ -4,13 +4,24 @@
 //! `token_seconds` of a placement with its per-stage, per-resource breakdown.
 //! The planner, `explain`, the simulator's plan policy and the re-planner all
 //! call this, never a copy of it.
+//!
+//! KV prefix groups (DESIGN 4.6) are objects of one extra stage, `kv`, whose
+//! time is the sum (not the max) of the prefill seconds per token they still
+//! cost: recomputed when not kept, uploaded when in RAM, nothing on a GPU.
+//! That is DESIGN 4.6's objective plus the constant `sum r_k * prefill_k`,
+//! so `token_seconds` stays positive and the gap keeps its meaning.
 
 use crate::heat::HeatTable;
+use crate::kv::KvGroup;
 use crate::model::{Model, StageKind};
 use crate::profile::HardwareProfile;
+use crate::units::{Bytes, Seconds};
 use crate::{PlannerError, Result};
 use std::fmt;
 use std::path::Path;
+
+/// Name of the stage that holds the KV groups.
+pub const KV_STAGE: &str = "kv";
 
 /// Where an object lives (DESIGN 4, Places).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -18,6 +29,9 @@ pub enum Place {
     Gpu(usize),
     Ram(usize),
     Disk(usize),
+    /// Not kept: a KV group's prefix is recomputed on reuse. Only KV groups
+    /// go here, and only instances with KV groups have this place.
+    Recompute,
 }
 
 impl fmt::Display for Place {
@@ -26,6 +40,7 @@ impl fmt::Display for Place {
             Place::Gpu(i) => write!(f, "gpu:{i}"),
             Place::Ram(i) => write!(f, "ram:{i}"),
             Place::Disk(i) => write!(f, "disk:{i}"),
+            Place::Recompute => write!(f, "recompute"),
         }
     }
 }
@@ -48,13 +63,15 @@ impl std::str::FromStr for Place {
     }
 }
 
-/// What an object is: a routed expert or a trunk component.
+/// What an object is: a routed expert, a trunk component or a KV prefix group.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectKind {
     /// MoE ordinal and expert index.
     Expert { moe: usize, expert: usize },
     /// Name and transformer layer of a trunk component.
     Trunk { name: String, layer: Option<usize> },
+    /// A KV prefix group and the prefill seconds one reuse avoids on a GPU.
+    KvGroup { name: String, prefill_seconds: f64 },
 }
 
 /// One placeable object with its use rate and its size in each tier.
@@ -62,7 +79,7 @@ pub enum ObjectKind {
 pub struct Object {
     pub kind: ObjectKind,
     pub stage: usize,
-    /// Uses per token (`p_o`; 1 for trunk components).
+    /// Uses per token (`p_o`; 1 for trunk components, `r_k` for KV groups).
     pub use_rate: f64,
     pub gpu_bytes: u64,
     pub ram_bytes: u64,
@@ -73,12 +90,19 @@ impl Object {
     pub fn is_expert(&self) -> bool {
         matches!(self.kind, ObjectKind::Expert { .. })
     }
-    /// Bytes charged to `place`'s capacity (0 on disk: the checkpoint).
+    pub fn is_trunk(&self) -> bool {
+        matches!(self.kind, ObjectKind::Trunk { .. })
+    }
+    pub fn is_kv(&self) -> bool {
+        matches!(self.kind, ObjectKind::KvGroup { .. })
+    }
+    /// Bytes charged to `place`'s capacity (0 on disk, the checkpoint, and
+    /// when recomputed).
     pub fn bytes_at(&self, place: Place) -> u64 {
         match place {
             Place::Gpu(_) => self.gpu_bytes,
             Place::Ram(_) => self.ram_bytes,
-            Place::Disk(_) => 0,
+            Place::Disk(_) | Place::Recompute => 0,
         }
     }
 }
@@ -147,12 +171,12 @@ impl Resources {
             .chain((0..self.drives()).map(Place::Disk))
             .collect()
     }
-    /// Capacity of a GPU or RAM place; disk is unbounded.
+    /// Capacity of a GPU or RAM place; disk and recompute are unbounded.
     pub fn capacity_bytes(&self, place: Place) -> Option<u64> {
         match place {
             Place::Gpu(g) => Some(self.gpu_capacity_bytes[g]),
             Place::Ram(n) => Some(self.ram_capacity_bytes[n]),
-            Place::Disk(_) => None,
+            Place::Disk(_) | Place::Recompute => None,
         }
     }
 }
@@ -168,16 +192,20 @@ pub struct Instance {
     pub expert_ids: Vec<Vec<usize>>,
     /// Object ids of trunk components, in model order.
     pub trunk_ids: Vec<usize>,
+    /// Object ids of KV prefix groups, in input order (all in the last stage).
+    pub kv_ids: Vec<usize>,
 }
 
 /// Work of each resource in one stage (DESIGN 4): `G` without the sync
-/// overhead, `C` without felt I/O, `D`; and which GPUs take part.
+/// overhead, `C` without felt I/O, `D`; and which GPUs take part. `prefill`
+/// is the KV stage's prefill seconds, added to the stage's time, not maxed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageLoads {
     pub gpu: Vec<f64>,
     pub gpu_objects: Vec<u32>,
     pub cpu: Vec<f64>,
     pub drive: Vec<f64>,
+    pub prefill: f64,
 }
 
 impl StageLoads {
@@ -187,6 +215,7 @@ impl StageLoads {
             gpu_objects: vec![0; resources.gpus()],
             cpu: vec![0.0; resources.numa_nodes()],
             drive: vec![0.0; resources.drives()],
+            prefill: 0.0,
         }
     }
 
@@ -200,6 +229,7 @@ impl StageLoads {
                 }
                 Resource::Cpu(n) => self.cpu[n] += sign * work,
                 Resource::Drive(d) => self.drive[d] += sign * work,
+                Resource::Prefill => self.prefill += sign * work,
             }
         }
     }
@@ -262,7 +292,11 @@ impl StageLoads {
                 best = (t, Place::Disk(d));
             }
         }
-        best
+        let prefill = changed(Resource::Prefill, self.prefill);
+        if prefill > best.0 {
+            best.1 = Place::Recompute;
+        }
+        (best.0 + prefill, best.1)
     }
 }
 
@@ -272,6 +306,8 @@ pub enum Resource {
     Gpu(usize),
     Cpu(usize),
     Drive(usize),
+    /// Prefill seconds a KV group still costs per token.
+    Prefill,
 }
 
 /// A change of one resource's work and object count in a stage.
@@ -283,11 +319,44 @@ pub struct Change {
 }
 
 impl Resources {
+    /// Prefill seconds one reuse of a KV group of `bytes` avoids at `place`
+    /// (`pi_k[q]` of DESIGN 4.6): all of `prefill_seconds` on a GPU; from RAM
+    /// the same less its upload over the fastest link (all of it when there
+    /// is no GPU: the CPU attends from RAM); nothing elsewhere.
+    pub fn kv_saved_seconds(&self, bytes: u64, prefill_seconds: f64, place: Place) -> f64 {
+        match place {
+            Place::Gpu(_) => prefill_seconds,
+            Place::Ram(_) => {
+                let fastest = self
+                    .gpu_upload_bytes_per_s
+                    .iter()
+                    .copied()
+                    .fold(0.0, f64::max);
+                if fastest > 0.0 {
+                    (prefill_seconds - bytes as f64 / fastest).max(0.0)
+                } else {
+                    prefill_seconds
+                }
+            }
+            Place::Disk(_) | Place::Recompute => 0.0,
+        }
+    }
+
     /// The work (seconds per token) object `o` puts on each resource when at
     /// `place` (DESIGN 4): a streamed expert loads its drive and the cores
     /// of the drive's node; the second entry is zero work otherwise.
     pub fn work(&self, o: &Object, place: Place) -> [(Resource, f64); 2] {
         let p = o.use_rate;
+        if let ObjectKind::KvGroup {
+            prefill_seconds, ..
+        } = o.kind
+        {
+            let saved = self.kv_saved_seconds(o.gpu_bytes, prefill_seconds, place);
+            return [
+                (Resource::Prefill, p * (prefill_seconds - saved)),
+                (Resource::Prefill, 0.0),
+            ];
+        }
         match place {
             Place::Gpu(g) => [
                 (
@@ -314,6 +383,7 @@ impl Resources {
                     (Resource::Cpu(n), p * b / self.cpu_gemv_bytes_per_s[n]),
                 ]
             }
+            Place::Recompute => unreachable!("only KV groups are recomputed"),
         }
     }
 
@@ -452,7 +522,62 @@ impl Instance {
             objects,
             expert_ids,
             trunk_ids,
+            kv_ids: Vec::new(),
         }
+    }
+
+    /// Adds KV prefix groups: a `kv` stage after the head holding them, and
+    /// the `recompute` place for groups not kept. Call at most once.
+    pub fn add_kv_groups(&mut self, groups: &[KvGroup]) {
+        if groups.is_empty() {
+            return;
+        }
+        debug_assert!(self.kv_ids.is_empty(), "KV groups are added once");
+        let stage = self.stages.len();
+        self.stages.push(Stage {
+            name: KV_STAGE.into(),
+            kind: StageKind::Head,
+            objects: vec![],
+        });
+        self.places.push(Place::Recompute);
+        for g in groups {
+            let o = self.objects.len();
+            self.kv_ids.push(o);
+            self.stages[stage].objects.push(o);
+            self.objects.push(Object {
+                kind: ObjectKind::KvGroup {
+                    name: g.name.clone(),
+                    prefill_seconds: g.prefill_seconds.0,
+                },
+                stage,
+                use_rate: g.reuses_per_token,
+                gpu_bytes: g.bytes.0,
+                ram_bytes: g.bytes.0,
+                disk_bytes: 0,
+            });
+        }
+    }
+
+    /// The KV groups in input order: object id and the group.
+    pub fn kv_groups(&self) -> impl Iterator<Item = (usize, KvGroup)> + '_ {
+        self.kv_ids.iter().map(|&o| {
+            let object = &self.objects[o];
+            match &object.kind {
+                ObjectKind::KvGroup {
+                    name,
+                    prefill_seconds,
+                } => (
+                    o,
+                    KvGroup {
+                        name: name.clone(),
+                        bytes: Bytes(object.gpu_bytes),
+                        reuses_per_token: object.use_rate,
+                        prefill_seconds: Seconds(*prefill_seconds),
+                    },
+                ),
+                _ => unreachable!("kv ids name KV groups"),
+            }
+        })
     }
 
     /// Compiles from heat, checking its shape against the model.
@@ -471,7 +596,7 @@ impl Instance {
     pub fn trunk(&self) -> impl Iterator<Item = (usize, &str, Option<usize>)> + '_ {
         self.trunk_ids.iter().map(|&o| match &self.objects[o].kind {
             ObjectKind::Trunk { name, layer } => (o, name.as_str(), *layer),
-            ObjectKind::Expert { .. } => unreachable!("trunk ids name trunk components"),
+            _ => unreachable!("trunk ids name trunk components"),
         })
     }
 
@@ -483,9 +608,22 @@ impl Instance {
             .expect("place of this instance")
     }
 
-    /// Whether object `o` may live at `place` (trunk never on disk).
+    /// Whether object `o` may live at `place`: experts anywhere but
+    /// recompute, trunk on GPUs and RAM, KV groups anywhere but disk.
     pub fn allowed(&self, o: usize, place: Place) -> bool {
-        self.objects[o].is_expert() || !matches!(place, Place::Disk(_))
+        match place {
+            Place::Gpu(_) | Place::Ram(_) => true,
+            Place::Disk(_) => self.objects[o].is_expert(),
+            Place::Recompute => self.objects[o].is_kv(),
+        }
+    }
+
+    /// The places a plan file lists: the profile's (without `recompute`).
+    pub fn profile_places(&self) -> impl Iterator<Item = Place> + '_ {
+        self.places
+            .iter()
+            .copied()
+            .filter(|&q| q != Place::Recompute)
     }
 
     /// The cost model's value of a placement (`placement[o]` = index into `places`).
@@ -504,7 +642,7 @@ impl Instance {
                 match place {
                     Place::Gpu(g) => gpu_used[g] += self.objects[o].gpu_bytes,
                     Place::Ram(n) => ram_used[n] += self.objects[o].ram_bytes,
-                    Place::Disk(_) => {}
+                    Place::Disk(_) | Place::Recompute => {}
                 }
             }
             let (t, b) = l.seconds(r);
@@ -554,7 +692,7 @@ impl Instance {
         let must_hold: u64 = self
             .objects
             .iter()
-            .filter(|o| !o.is_expert() || r.drives() == 0)
+            .filter(|o| o.is_trunk() || (o.is_expert() && r.drives() == 0))
             .map(|o| o.gpu_bytes.min(o.ram_bytes))
             .sum();
         if must_hold > room {

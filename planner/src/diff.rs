@@ -3,7 +3,7 @@
 //! RAM to GPU at the card's upload rate, GPU to GPU through the host), the
 //! seconds that takes, and the predicted change of token time.
 
-use crate::cost::{Instance, Place};
+use crate::cost::{Instance, ObjectKind, Place};
 use std::collections::BTreeMap;
 
 /// Bytes and objects moved from one place to another.
@@ -21,6 +21,7 @@ pub struct LinkMove {
 pub struct PlanDiff {
     pub moved_experts: usize,
     pub moved_trunk: usize,
+    pub moved_kv: usize,
     pub links: Vec<LinkMove>,
     pub move_seconds: f64,
     pub token_seconds_before: f64,
@@ -28,7 +29,8 @@ pub struct PlanDiff {
 }
 
 /// Bytes per second of the slowest hop from `from` to `to`; `None` when the
-/// move carries no bytes (a weight evicted to disk is discarded).
+/// move carries no bytes (a weight evicted to disk is discarded, a KV group
+/// dropped or taken up is filled by its next prefill).
 fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
     let r = &inst.resources;
     let fastest_drive = r.drive_read_bytes_per_s.iter().copied().fold(0.0, f64::max);
@@ -37,9 +39,10 @@ fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
         Place::Disk(d) => r.drive_read_bytes_per_s[d],
         Place::Gpu(g) => r.gpu_upload_bytes_per_s[g],
         Place::Ram(_) => f64::INFINITY,
+        Place::Recompute => return None,
     };
     match to {
-        Place::Disk(_) => None,
+        Place::Disk(_) | Place::Recompute => None,
         Place::Ram(_) => Some(if source.is_finite() {
             source
         } else {
@@ -51,16 +54,16 @@ fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
 
 pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
     let mut links: BTreeMap<(Place, Place), LinkMove> = BTreeMap::new();
-    let (mut moved_experts, mut moved_trunk) = (0, 0);
+    let (mut moved_experts, mut moved_trunk, mut moved_kv) = (0, 0, 0);
     for (o, (&a, &b)) in before.iter().zip(after).enumerate() {
         if a == b {
             continue;
         }
         let object = &inst.objects[o];
-        if object.is_expert() {
-            moved_experts += 1;
-        } else {
-            moved_trunk += 1;
+        match object.kind {
+            ObjectKind::Expert { .. } => moved_experts += 1,
+            ObjectKind::Trunk { .. } => moved_trunk += 1,
+            ObjectKind::KvGroup { .. } => moved_kv += 1,
         }
         let (from, to) = (inst.places[a], inst.places[b]);
         let entry = links.entry((from, to)).or_insert(LinkMove {
@@ -81,6 +84,7 @@ pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
     PlanDiff {
         moved_experts,
         moved_trunk,
+        moved_kv,
         move_seconds: links.iter().map(|l| l.seconds).sum(),
         links,
         token_seconds_before: inst.evaluate(before).token_seconds,

@@ -68,7 +68,7 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
     let resident = |q: usize| match inst.places[q] {
         Place::Gpu(_) => true,
         Place::Ram(_) => !gpu_tier,
-        Place::Disk(_) => false,
+        Place::Disk(_) | Place::Recompute => false,
     };
     let resident_places: Vec<usize> = (0..inst.places.len()).filter(|&q| resident(q)).collect();
     let other_places: Vec<usize> = (0..inst.places.len()).filter(|&q| !resident(q)).collect();
@@ -97,7 +97,7 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
             let frontier = |o: usize, seconds: f64| FrontierExpert {
                 expert: match inst.objects[o].kind {
                     ObjectKind::Expert { expert, .. } => expert,
-                    ObjectKind::Trunk { .. } => unreachable!("expert ids name experts"),
+                    _ => unreachable!("expert ids name experts"),
                 },
                 place: inst.places[placement[o]],
                 use_rate: inst.objects[o].use_rate,
@@ -142,7 +142,7 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
         .places
         .iter()
         .copied()
-        .filter(|q| !matches!(q, Place::Disk(_)))
+        .filter(|&q| inst.resources.capacity_bytes(q).is_some())
         .collect();
     let share = time_limit / capacitated.len().max(1) as u32;
     let marginal_gib = capacitated
@@ -152,7 +152,7 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
             match place {
                 Place::Gpu(g) => bigger.resources.gpu_capacity_bytes[g] += GIB,
                 Place::Ram(n) => bigger.resources.ram_capacity_bytes[n] += GIB,
-                Place::Disk(_) => unreachable!("disk is unbounded"),
+                Place::Disk(_) | Place::Recompute => unreachable!("unbounded places"),
             }
             let mut search = SearchState::new(&bigger, placement.to_vec());
             search.improve(Instant::now() + share);

@@ -470,6 +470,7 @@ pub fn coli_place(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let target = |o: usize| match place(o) {
         Place::Gpu(g) => ColiTarget::Dev(g),
         Place::Ram(_) | Place::Disk(_) => ColiTarget::Cpu,
+        Place::Recompute => unreachable!("only KV groups are recomputed"),
     };
     let gpus = inst.resources.gpus();
     let heat_path = dir.join(COLI_HEAT_FILE);
@@ -859,6 +860,7 @@ impl Buffer {
         match place {
             Place::Gpu(g) => Buffer::Cuda(g),
             Place::Ram(_) | Place::Disk(_) => Buffer::Cpu,
+            Place::Recompute => unreachable!("only KV groups are recomputed"),
         }
     }
 }
@@ -1808,6 +1810,7 @@ trunk:
                 sha256: String::new(),
                 tokens: None,
             },
+            kv: None,
         };
         Plan::new(inst, &solution, inputs, 1.0)
     }

@@ -1,9 +1,11 @@
-//! Loading the three inputs of a plan (profile, model, heat) from files or
-//! from the embedded defaults, with the references a plan records
-//! (name, sha256) and the notes a user should see once.
+//! Loading the inputs of a plan (profile, model, heat, and optional KV
+//! prefix groups) from files or from the embedded defaults, with the
+//! references a plan records (name, sha256) and the notes a user should see
+//! once.
 
 use crate::cost::Instance;
 use crate::heat::{read_heat, HeatContext, HeatFormat, HeatTable};
+use crate::kv::{KvGroup, KvGroupsFile};
 use crate::model::Model;
 use crate::plan::{sha256_hex, sha256_of_path, HeatRef, InputRef, PlanInputs};
 use crate::profile::HardwareProfile;
@@ -29,6 +31,8 @@ pub struct InputPaths {
     pub model: Option<PathBuf>,
     pub heat: Option<PathBuf>,
     pub heat_format: Option<HeatFormat>,
+    /// KV prefix groups to place beside the weights (none by default).
+    pub kv: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone)]
@@ -36,6 +40,7 @@ pub struct Inputs {
     pub profile: HardwareProfile,
     pub model: Model,
     pub heat: HeatTable,
+    pub kv_groups: Vec<KvGroup>,
     /// The file heat was read from (for messages); the default's name when embedded.
     pub heat_file: PathBuf,
     pub refs: PlanInputs,
@@ -116,6 +121,16 @@ impl Inputs {
                 (heat.total, r, path.to_path_buf())
             }
         };
+        let (kv_groups, kv_ref) = match &paths.kv {
+            Some(p) => (
+                KvGroupsFile::read(p)?.groups,
+                Some(InputRef {
+                    name: p.display().to_string(),
+                    sha256: sha256_of_path(p)?,
+                }),
+            ),
+            None => (Vec::new(), None),
+        };
         let refs = PlanInputs {
             profile: InputRef {
                 name: profile.name.clone(),
@@ -126,11 +141,13 @@ impl Inputs {
                 sha256: model_sha,
             },
             heat: heat_ref,
+            kv: kv_ref,
         };
         Ok(Inputs {
             profile,
             model,
             heat,
+            kv_groups,
             heat_file,
             refs,
             notes,
@@ -140,7 +157,7 @@ impl Inputs {
     /// The planning instance; fails when the heat does not fit the model or
     /// nothing can hold the trunk.
     pub fn instance(&mut self) -> Result<Instance> {
-        let inst = Instance::from_heat(
+        let mut inst = Instance::from_heat(
             &self.profile,
             &self.model,
             &self.heat,
@@ -148,6 +165,7 @@ impl Inputs {
             &mut self.notes,
         )?;
         inst.check_holdable(&self.heat_file)?;
+        inst.add_kv_groups(&self.kv_groups);
         Ok(inst)
     }
 }

@@ -10,6 +10,7 @@ pub mod explain;
 pub mod export;
 pub mod heat;
 pub mod inputs;
+pub mod kv;
 pub mod model;
 pub mod plan;
 pub mod profile;

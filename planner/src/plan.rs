@@ -4,7 +4,9 @@
 
 use crate::cost::{Instance, ObjectKind, Place};
 use crate::error::{read_text, split_serde_location, write_atomic, PlannerError, Result};
+use crate::kv::KvGroup;
 use crate::solve::Solution;
+use crate::units::{Bytes, Seconds};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::path::Path;
@@ -36,6 +38,9 @@ pub struct PlanInputs {
     pub profile: InputRef,
     pub model: InputRef,
     pub heat: HeatRef,
+    /// The KV groups file, when the plan places KV prefix groups.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kv: Option<InputRef>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -47,6 +52,32 @@ pub struct TrunkPlacement {
     pub place: String,
 }
 
+/// A KV prefix group (DESIGN 4.6) as given, and where it is kept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvPlacement {
+    pub name: String,
+    pub bytes: Bytes,
+    pub reuses_per_token: f64,
+    pub prefill_seconds: Seconds,
+    /// `gpu:g` or `ram:n`; null when not kept (recomputed on reuse).
+    pub place: Option<String>,
+    /// Prefill seconds per generated token the group still costs where it
+    /// is (its share of `token_seconds`).
+    pub token_seconds: f64,
+}
+
+impl KvPlacement {
+    pub fn group(&self) -> KvGroup {
+        KvGroup {
+            name: self.name.clone(),
+            bytes: self.bytes,
+            reuses_per_token: self.reuses_per_token,
+            prefill_seconds: self.prefill_seconds,
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Usage {
@@ -55,6 +86,9 @@ pub struct Usage {
     pub used_bytes: u64,
     pub experts: usize,
     pub trunk: usize,
+    /// KV groups kept here.
+    #[serde(default)]
+    pub kv: usize,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -99,8 +133,9 @@ pub struct Plan {
     /// `experts[l][e]`: index into `places` of expert `e` of MoE ordinal `l`.
     pub experts: Vec<Vec<usize>>,
     pub trunk: Vec<TrunkPlacement>,
-    /// KV prefix groups (DESIGN 4.6); empty until the planner places KV.
-    pub kv: Vec<serde_json::Value>,
+    /// KV prefix groups (DESIGN 4.6), in input order; empty without `--kv`.
+    #[serde(default)]
+    pub kv: Vec<KvPlacement>,
     pub usage: Vec<Usage>,
     pub objective: Objective,
     pub stages: Vec<StageReport>,
@@ -161,7 +196,7 @@ impl Plan {
     ) -> Plan {
         let r = &inst.resources;
         let evaluation = inst.evaluate(&solution.placement);
-        let places: Vec<String> = inst.places.iter().map(Place::to_string).collect();
+        let places: Vec<String> = inst.profile_places().map(|q| q.to_string()).collect();
         let experts = inst
             .expert_ids
             .iter()
@@ -188,8 +223,23 @@ impl Plan {
                     capacity_bytes,
                     used_bytes: here().map(|o| inst.objects[o].bytes_at(place)).sum(),
                     experts: here().filter(|&o| inst.objects[o].is_expert()).count(),
-                    trunk: here().filter(|&o| !inst.objects[o].is_expert()).count(),
+                    trunk: here().filter(|&o| inst.objects[o].is_trunk()).count(),
+                    kv: here().filter(|&o| inst.objects[o].is_kv()).count(),
                 })
+            })
+            .collect();
+        let kv = inst
+            .kv_groups()
+            .map(|(o, group)| {
+                let place = inst.places[solution.placement[o]];
+                KvPlacement {
+                    name: group.name,
+                    bytes: group.bytes,
+                    reuses_per_token: group.reuses_per_token,
+                    prefill_seconds: group.prefill_seconds,
+                    place: (place != Place::Recompute).then(|| place.to_string()),
+                    token_seconds: r.work(&inst.objects[o], place)[0].1,
+                }
             })
             .collect();
         let stages = inst
@@ -199,13 +249,14 @@ impl Plan {
             .map(|(s, stage)| {
                 let loads = &evaluation.loads[s];
                 let mut resources = serde_json::Map::new();
-                for (q, &place) in inst.places.iter().enumerate() {
+                for place in inst.places.iter().copied() {
                     let work = match place {
                         Place::Gpu(g) => loads.gpu_seconds(r, g),
                         Place::Ram(n) => loads.cpu[n],
                         Place::Disk(d) => loads.drive[d],
+                        Place::Recompute => loads.prefill,
                     };
-                    resources.insert(places[q].clone(), serde_json::Value::from(work));
+                    resources.insert(place.to_string(), serde_json::Value::from(work));
                 }
                 StageReport {
                     stage: stage.name.clone(),
@@ -224,7 +275,7 @@ impl Plan {
             places,
             experts,
             trunk,
-            kv: Vec::new(),
+            kv,
             usage,
             objective: Objective {
                 token_seconds,
@@ -286,8 +337,15 @@ impl Plan {
         Ok(plan)
     }
 
+    /// The KV groups this plan placed, to add to an instance built from the
+    /// same inputs before reading its placement.
+    pub fn kv_groups(&self) -> Vec<KvGroup> {
+        self.kv.iter().map(KvPlacement::group).collect()
+    }
+
     /// The placement this plan encodes for `inst` (object -> place index),
-    /// checking that it matches the instance's shape, places and trunk.
+    /// checking that it matches the instance's shape, places, trunk and KV
+    /// groups (add them with `Instance::add_kv_groups(&plan.kv_groups())`).
     pub fn placement(&self, inst: &Instance, path: &Path) -> Result<Vec<usize>> {
         let err = |place: String, problem: String| {
             Err(PlannerError::input(
@@ -297,7 +355,7 @@ impl Plan {
                 "plan with the same profile and model, or pass the ones this plan was made with",
             ))
         };
-        let places: Vec<String> = inst.places.iter().map(Place::to_string).collect();
+        let places: Vec<String> = inst.profile_places().map(|q| q.to_string()).collect();
         if self.places != places {
             return err(
                 "places".into(),
@@ -352,6 +410,36 @@ impl Plan {
                 );
             };
             placement[o] = q;
+        }
+        let kv: Vec<(usize, KvGroup)> = inst.kv_groups().collect();
+        if kv.len() != self.kv.len() {
+            return err(
+                "kv".into(),
+                format!("has {} groups, the instance {}", self.kv.len(), kv.len()),
+            );
+        }
+        for (i, (k, (o, group))) in self.kv.iter().zip(kv).enumerate() {
+            if k.group() != group {
+                return err(
+                    format!("kv[{i}]"),
+                    format!(
+                        "`{}` differs from the instance's group `{}`",
+                        k.name, group.name
+                    ),
+                );
+            }
+            placement[o] = match &k.place {
+                None => inst.place_index(Place::Recompute),
+                Some(name) => match places.iter().position(|p| p == name) {
+                    Some(q) => q,
+                    None => {
+                        return err(
+                            format!("kv[{i}].place"),
+                            format!("`{name}` is not a place of the profile"),
+                        )
+                    }
+                },
+            };
         }
         if let Some(o) = placement.iter().position(|&q| q == usize::MAX) {
             return err(

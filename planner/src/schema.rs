@@ -2,13 +2,14 @@
 //! (DESIGN 2: `schemas/`, with a test that fails when the committed files
 //! drift from the types). `residency schema` writes them.
 
+use crate::kv::KvGroupsFile;
 use crate::model::ModelDescription;
 use crate::plan::Plan;
 use crate::profile::HardwareProfile;
 
 /// File name and content (pretty JSON and a trailing newline) of each schema:
-/// the hardware profile (DESIGN 3.1), the model description (3.2) and the
-/// plan file (5).
+/// the hardware profile (DESIGN 3.1), the model description (3.2), the KV
+/// groups file (4.6) and the plan file (5).
 pub fn schemas() -> Vec<(&'static str, String)> {
     vec![
         (
@@ -18,6 +19,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
         (
             "model-description.schema.json",
             render(schemars::schema_for!(ModelDescription)),
+        ),
+        (
+            "kv-groups.schema.json",
+            render(schemars::schema_for!(KvGroupsFile)),
         ),
         ("plan.schema.json", render(schemars::schema_for!(Plan))),
     ]

@@ -82,6 +82,7 @@ fn schemas_are_pretty_json_with_a_trailing_newline() {
         [
             "hardware-profile.schema.json",
             "model-description.schema.json",
+            "kv-groups.schema.json",
             "plan.schema.json"
         ]
     );
@@ -118,33 +119,41 @@ fn unit_types_have_described_schemas() {
     assert_eq!(gpu["sync_overhead"]["$ref"], "#/$defs/Seconds");
 }
 
-#[test]
-fn shipped_hardware_profiles_validate() {
-    let v = validator("hardware-profile.schema.json");
+/// Every shipped YAML file of `profiles/<sub>` validates against `schema`.
+fn shipped_files_validate(schema: &str, sub: &str) {
+    let v = validator(schema);
     let mut failures = Vec::new();
-    for path in yaml_files("hardware") {
+    for path in yaml_files(sub) {
         for e in errors(&v, &yaml_as_json(&path)) {
             failures.push(format!("{}: {e}", path.display()));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn shipped_hardware_profiles_validate() {
+    shipped_files_validate("hardware-profile.schema.json", "hardware");
 }
 
 #[test]
 fn shipped_model_descriptions_validate() {
-    let v = validator("model-description.schema.json");
-    let mut failures = Vec::new();
-    for path in yaml_files("models") {
-        for e in errors(&v, &yaml_as_json(&path)) {
-            failures.push(format!("{}: {e}", path.display()));
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
+    shipped_files_validate("model-description.schema.json", "models");
+}
+
+#[test]
+fn shipped_kv_groups_validate() {
+    shipped_files_validate("kv-groups.schema.json", "kv");
 }
 
 #[test]
 fn a_plan_made_by_the_planner_validates() {
-    let mut inputs = Inputs::load(&InputPaths::default()).unwrap();
+    // With the shipped KV groups, so the `kv` entries are checked too.
+    let paths = InputPaths {
+        kv: Some(repo_dir().join("profiles/kv/mooncake-conversation.yaml")),
+        ..InputPaths::default()
+    };
+    let mut inputs = Inputs::load(&paths).unwrap();
     let inst = inputs.instance().unwrap();
     let solution = solve::solve(
         &inst,
@@ -158,6 +167,8 @@ fn a_plan_made_by_the_planner_validates() {
     let file = dir.path().join("plan.json");
     plan.write(&file).unwrap();
     let written: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    assert_eq!(written["kv"].as_array().unwrap().len(), inst.kv_ids.len());
+    assert!(!inst.kv_ids.is_empty());
     let v = validator("plan.schema.json");
     let failures = errors(&v, &written);
     assert!(failures.is_empty(), "{}", failures.join("\n"));

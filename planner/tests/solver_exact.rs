@@ -4,11 +4,14 @@
 //! The optimum here is computed independently of the solver: every
 //! placement is evaluated with the cost model and the best feasible one kept.
 
-use residency_planner::cost::Instance;
+use residency_planner::cost::{Instance, Place};
+use residency_planner::kv::KvGroup;
 use residency_planner::model::Model;
 use residency_planner::profile::HardwareProfile;
-use residency_planner::solve::{solve, SolveOptions};
+use residency_planner::solve::{relaxation, solve, SolveOptions};
+use residency_planner::units::{Bytes, Seconds};
 use std::path::Path;
+use std::time::{Duration, Instant};
 
 /// A deterministic generator (64-bit LCG), so every run checks the same cases.
 struct Lcg(u64);
@@ -89,6 +92,66 @@ fn exhaustive_optimum(inst: &Instance) -> f64 {
     }
 }
 
+/// Solves `inst` and checks the plan against the exhaustive optimum: the
+/// solver fails only when nothing fits; else the plan is feasible and its cost is what the cost model says, the bound is
+/// at most the optimum, the plan within 0.5 % of it.
+fn check_against_optimum(inst: &Instance, case: usize, text: &str) -> Option<Vec<usize>> {
+    let optimum = exhaustive_optimum(inst);
+    let solved = solve(
+        inst,
+        SolveOptions {
+            time_limit_seconds: 5.0,
+        },
+    );
+    let Ok(solution) = solved else {
+        // Planning may fail only where no placement fits at all.
+        assert!(optimum.is_infinite(), "case {case}: {solved:?}\n{text}");
+        return None;
+    };
+    inst.check_feasible(&solution.placement).unwrap();
+    // The plan's bound is capped at the plan's cost; check the relaxation's
+    // own bounds, LP and integer refinement, uncapped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    if let Some(lp) = relaxation::solve(inst, deadline) {
+        let refined = relaxation::refine_integer(inst, &lp, deadline);
+        for bound in std::iter::once(&lp).chain(&refined) {
+            assert!(
+                bound.lower_bound_seconds <= optimum * (1.0 + 1e-9),
+                "case {case}: {} bound {} above the optimum {optimum}\n{text}",
+                bound.method,
+                bound.lower_bound_seconds
+            );
+        }
+    }
+    let recomputed = inst.evaluate(&solution.placement).token_seconds;
+    assert!(
+        (recomputed - solution.token_seconds).abs() <= 1e-12 * recomputed,
+        "case {case}"
+    );
+    assert!(
+        solution.lower_bound_seconds <= optimum * (1.0 + 1e-9),
+        "case {case}: bound {} above the optimum {optimum}\n{text}",
+        solution.lower_bound_seconds
+    );
+    assert!(
+        solution.token_seconds <= optimum * 1.005,
+        "case {case}: plan {} vs optimum {optimum}\n{text}",
+        solution.token_seconds
+    );
+    Some(solution.placement)
+}
+
+/// Per MoE layer, 3 use rates summing to top_k = 2.
+fn rates(rng: &mut Lcg, layers: usize) -> Vec<Vec<f64>> {
+    (0..layers)
+        .map(|_| {
+            let w: Vec<f64> = (0..3).map(|_| 0.05 + rng.next()).collect();
+            let sum: f64 = w.iter().sum();
+            w.iter().map(|x| 2.0 * x / sum).collect()
+        })
+        .collect()
+}
+
 #[test]
 fn bound_and_plan_against_exhaustive_search() {
     let model = Model::from_yaml_str(MODEL, Path::new("tiny.yaml")).unwrap();
@@ -96,37 +159,61 @@ fn bound_and_plan_against_exhaustive_search() {
     for case in 0..12 {
         let text = profile(&mut rng);
         let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
-        let rates: Vec<Vec<f64>> = (0..2)
-            .map(|_| {
-                let w: Vec<f64> = (0..3).map(|_| 0.05 + rng.next()).collect();
-                let sum: f64 = w.iter().sum();
-                w.iter().map(|x| 2.0 * x / sum).collect()
+        let inst = Instance::new(&profile, &model, &rates(&mut rng, 2));
+        assert!(check_against_optimum(&inst, case, &text).is_some());
+    }
+}
+
+/// One MoE layer, so that two KV groups and the recompute place keep the
+/// enumeration small (5 places, 7 objects).
+const KV_MODEL: &str = r#"
+name: tiny-moe-kv
+layers: 1
+moe_layers: [0]
+experts: 3
+top_k: 2
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+
+#[test]
+fn kv_groups_keep_the_bound_valid_against_exhaustive_search() {
+    let model = Model::from_yaml_str(KV_MODEL, Path::new("tiny-kv.yaml")).unwrap();
+    let mut rng = Lcg(4_6);
+    let mut kept_where = Vec::new();
+    for case in 0..12 {
+        let text = profile(&mut rng);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+        let mut inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
+        // Groups of 50-250 MB saving 0.05-5 ms per token on a GPU: as much
+        // as an expert's place is worth, so KV and experts compete; from
+        // RAM the 2.5-25 ms upload at 10-20 GB/s often cancels the saving.
+        let groups: Vec<KvGroup> = (0..2)
+            .map(|k| KvGroup {
+                name: format!("g{k}"),
+                bytes: Bytes((50.0 + 200.0 * rng.next()).round() as u64 * 1_000_000),
+                reuses_per_token: 0.05 + 0.45 * rng.next(),
+                prefill_seconds: Seconds(0.001 + 0.009 * rng.next()),
             })
             .collect();
-        let inst = Instance::new(&profile, &model, &rates);
-        let optimum = exhaustive_optimum(&inst);
-        let solution = solve(
-            &inst,
-            SolveOptions {
-                time_limit_seconds: 5.0,
-            },
-        )
-        .unwrap();
-        inst.check_feasible(&solution.placement).unwrap();
-        let recomputed = inst.evaluate(&solution.placement).token_seconds;
-        assert!(
-            (recomputed - solution.token_seconds).abs() <= 1e-12 * recomputed,
-            "case {case}"
-        );
-        assert!(
-            solution.lower_bound_seconds <= optimum * (1.0 + 1e-9),
-            "case {case}: bound {} above the optimum {optimum}\n{text}",
-            solution.lower_bound_seconds
-        );
-        assert!(
-            solution.token_seconds <= optimum * 1.005,
-            "case {case}: plan {} vs optimum {optimum}\n{text}",
-            solution.token_seconds
-        );
+        inst.add_kv_groups(&groups);
+        if let Some(placement) = check_against_optimum(&inst, case, &text) {
+            for &o in &inst.kv_ids {
+                kept_where.push(inst.places[placement[o]]);
+            }
+        }
     }
+    // The cases must exercise the competition: most are feasible, and
+    // groups end up both kept in memory and recomputed.
+    assert!(kept_where.len() >= 16, "{kept_where:?}");
+    assert!(kept_where.contains(&Place::Recompute), "{kept_where:?}");
+    assert!(
+        kept_where.iter().any(|&q| q != Place::Recompute),
+        "{kept_where:?}"
+    );
 }

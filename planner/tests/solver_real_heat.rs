@@ -47,7 +47,7 @@ fn check(profile: &str, model: &str, heat: &str, overlap: bool) {
             .then(|| Path::new(ROOT).join(format!("../profiles/hardware/{profile}.yaml"))),
         model: Some(Path::new(ROOT).join(format!("../profiles/models/{model}.yaml"))),
         heat: Some(heat),
-        heat_format: None,
+        ..InputPaths::default()
     };
     let mut inputs = Inputs::load(&paths).unwrap();
     if profile == "two-node" {

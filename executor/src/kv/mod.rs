@@ -17,8 +17,11 @@
 //!   its longest prefix), copying only as a fallback.
 //! - `trace`, `replay`: Mooncake traces through the index
 //!   (`residency kv-replay`).
+//! - `groups`: a trace's reused blocks banded into the planner's KV prefix
+//!   groups (`residency kv-groups`, DESIGN 4.6).
 
 pub mod disk;
+pub mod groups;
 pub mod index;
 pub mod key;
 pub mod replay;

@@ -2,8 +2,10 @@
 //! worked out in the comment above it from the formulas of DESIGN 4.
 
 use super::*;
+use crate::kv::KvGroup;
 use crate::model::Model;
 use crate::profile::HardwareProfile;
+use crate::units::{Bytes, Seconds};
 
 const PROFILE: &str = r#"
 name: tiny
@@ -128,4 +130,75 @@ fn capacities_are_checked() {
         err.contains("gpu:0 is over its capacity by 1 bytes"),
         "{err}"
     );
+}
+
+/// A KV group of 100 MB reused 0.01 times per token, saving 50 ms a reuse.
+fn with_kv_group(inst: &mut Instance) {
+    inst.add_kv_groups(&[KvGroup {
+        name: "system-prompt".into(),
+        bytes: Bytes(100_000_000),
+        reuses_per_token: 0.01,
+        prefill_seconds: Seconds(0.05),
+    }]);
+}
+
+#[test]
+fn kv_groups_cost_what_they_do_not_save() {
+    let mut inst = instance("", [1.0, 0.5, 0.3, 0.2]);
+    with_kv_group(&mut inst);
+    // The group is object 7 in a last stage `kv`; `recompute` is place 3.
+    assert_eq!(inst.stages.last().unwrap().name, "kv");
+    assert_eq!(inst.places.last(), Some(&Place::Recompute));
+    assert!(inst.allowed(7, Place::Recompute) && !inst.allowed(7, Place::Disk(0)));
+    assert!(!inst.allowed(0, Place::Recompute));
+    let weights = [GPU, RAM, DISK, DISK, GPU, RAM, GPU];
+    // The weights cost 1.01e-3 s (`overlapped_io_takes_the_max_of_resources`).
+    // Recomputed: 0.01 * 50 ms = 5e-4 s per token, and no bytes anywhere.
+    let ev = inst.evaluate(&[&weights[..], &[3]].concat());
+    assert!(close(ev.stage_seconds[4], 5e-4));
+    assert_eq!(ev.bottlenecks[4], Place::Recompute);
+    assert!(close(ev.token_seconds, 1.01e-3 + 5e-4));
+    // In RAM: uploaded at 10 GB/s first, 1e8 / 1e10 = 10 ms, so a reuse saves
+    // 40 ms and the group costs 0.01 * 10 ms = 1e-4 s; RAM holds its bytes.
+    let ev = inst.evaluate(&[&weights[..], &[RAM]].concat());
+    assert!(close(ev.stage_seconds[4], 1e-4));
+    assert_eq!(ev.ram_used_bytes, vec![3_000_000 + 100_000_000]);
+    // On the GPU it saves everything; the GPU holds its bytes.
+    let ev = inst.evaluate(&[&weights[..], &[GPU]].concat());
+    assert_eq!(ev.stage_seconds[4], 0.0);
+    assert_eq!(ev.gpu_used_bytes, vec![7_000_000 + 100_000_000]);
+    // The GPU (1 GB) cannot also hold a group of 995 MB.
+    assert!(inst
+        .check_feasible(&[&weights[..], &[GPU]].concat())
+        .is_ok());
+    let mut full = instance("", [1.0, 0.5, 0.3, 0.2]);
+    full.add_kv_groups(&[KvGroup {
+        name: "big".into(),
+        bytes: Bytes(995_000_000),
+        reuses_per_token: 0.01,
+        prefill_seconds: Seconds(0.05),
+    }]);
+    assert!(full
+        .check_feasible(&[&weights[..], &[GPU]].concat())
+        .is_err());
+}
+
+#[test]
+fn ram_kv_saves_nothing_when_the_upload_is_slower_than_prefill() {
+    let mut inst = instance("", [1.0, 0.5, 0.3, 0.2]);
+    inst.add_kv_groups(&[KvGroup {
+        name: "slow".into(),
+        bytes: Bytes(100_000_000),
+        reuses_per_token: 0.01,
+        // 5 ms of prefill against a 10 ms upload: RAM saves nothing (not less than nothing).
+        prefill_seconds: Seconds(0.005),
+    }]);
+    let kv = &inst.objects[7];
+    assert_eq!(
+        inst.resources
+            .kv_saved_seconds(kv.gpu_bytes, 0.005, Place::Ram(0)),
+        0.0
+    );
+    let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU, RAM]);
+    assert!(close(ev.stage_seconds[4], 0.01 * 0.005));
 }

@@ -1,7 +1,10 @@
 //! The greedy baseline of DESIGN 4, reported beside every plan: roughly what
 //! Colibri does today. Trunk largest first to the roomiest GPU, else the
 //! roomiest RAM node; then experts hottest first, each to the first place
-//! with room among GPU `e mod n_gpus`, the RAM nodes in id order, `disk:0`.
+//! with room among GPU `e mod n_gpus`, the RAM nodes in id order, `disk:0`;
+//! then KV groups (DESIGN 4.6 names no baseline) in the room left, most
+//! saved seconds per byte first, GPUs then RAM nodes in id order, else
+//! recomputed.
 
 use crate::cost::{Instance, ObjectKind, Place};
 use crate::{PlannerError, Result};
@@ -69,13 +72,49 @@ pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
         free[q] -= inst.objects[o].bytes_at(inst.places[q]);
         placement[o] = q;
     }
+
+    if !inst.kv_ids.is_empty() {
+        place_kv_groups(inst, &gpus, &rams, &mut free, &mut placement);
+    }
     Ok(placement)
+}
+
+/// KV groups into the room left, most recompute seconds per byte first, to
+/// the first GPU or RAM node with room where keeping them saves anything.
+fn place_kv_groups(
+    inst: &Instance,
+    gpus: &[usize],
+    rams: &[usize],
+    free: &mut [u64],
+    placement: &mut [usize],
+) {
+    // A KV group's cost per token at a place: its `Prefill` work.
+    let kv_seconds = |o: usize, place: Place| inst.resources.work(&inst.objects[o], place)[0].1;
+    let mut kv = inst.kv_ids.clone();
+    let density = |o: usize| kv_seconds(o, Place::Recompute) / inst.objects[o].gpu_bytes as f64;
+    kv.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
+    let recompute = inst.place_index(Place::Recompute);
+    for o in kv {
+        let bytes = inst.objects[o].gpu_bytes;
+        let q = gpus
+            .iter()
+            .chain(rams)
+            .copied()
+            .find(|&q| {
+                free[q] >= bytes && kv_seconds(o, inst.places[q]) < kv_seconds(o, Place::Recompute)
+            })
+            .unwrap_or(recompute);
+        if q != recompute {
+            free[q] -= bytes;
+        }
+        placement[o] = q;
+    }
 }
 
 fn trunk_key(kind: &ObjectKind) -> (String, Option<usize>) {
     match kind {
         ObjectKind::Trunk { name, layer } => (name.clone(), *layer),
-        ObjectKind::Expert { .. } => (String::new(), None),
+        _ => (String::new(), None),
     }
 }
 
@@ -85,7 +124,7 @@ fn missing(inst: &Instance, o: usize, free: &[u64]) -> PlannerError {
         .places
         .iter()
         .zip(free)
-        .filter(|(q, _)| !matches!(q, Place::Disk(_)))
+        .filter(|(&q, _)| inst.resources.capacity_bytes(q).is_some())
         .max_by_key(|(_, &f)| f);
     let (bytes, room) = match largest {
         Some((q, &f)) => (

@@ -146,5 +146,6 @@ pub fn describe(inst: &Instance, o: usize) -> String {
             layer: Some(l),
         } => format!("trunk {name} of layer {l}"),
         ObjectKind::Trunk { name, layer: None } => format!("trunk {name}"),
+        ObjectKind::KvGroup { name, .. } => format!("KV group {name}"),
     }
 }

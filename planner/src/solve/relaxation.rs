@@ -84,6 +84,8 @@ pub struct Relaxation {
     pub method: &'static str,
     pub groups: Vec<GpuGroup>,
     pub stages: Vec<StageRelaxation>,
+    /// Per KV group: (object, share kept per slot); the rest is recomputed.
+    pub kv: Vec<(usize, Vec<(Slot, f64)>)>,
     /// The facets found, so the integer refinement starts from them.
     cuts: Vec<Cut>,
 }
@@ -298,6 +300,8 @@ struct PatternCols {
 struct Built {
     model: Model,
     cols: Vec<Vec<PatternCols>>,
+    /// Per KV group: (object, its kept share per slot).
+    kv: Vec<(usize, Vec<(Slot, Var)>)>,
 }
 
 fn stage_data(inst: &Instance, groups: usize, enumerate: bool) -> Vec<StageData> {
@@ -321,7 +325,7 @@ fn stage_data(inst: &Instance, groups: usize, enumerate: bool) -> Vec<StageData>
             let mut trunk: Vec<usize> = objects
                 .iter()
                 .copied()
-                .filter(|&o| !inst.objects[o].is_expert())
+                .filter(|&o| inst.objects[o].is_trunk())
                 .collect();
             trunk.sort_by(|&a, &b| inst.objects[b].gpu_bytes.cmp(&inst.objects[a].gpu_bytes));
             let patterns = patterns(groups, inst.resources.numa_nodes(), trunk.len(), enumerate);
@@ -411,7 +415,7 @@ fn build(
                             ));
                             ram_bytes[n].push((x, BYTE_SCALE * object.ram_bytes as f64));
                         }
-                        Slot::Place(_) => unreachable!("trunk is never streamed"),
+                        Slot::Place(_) => unreachable!("trunk is never streamed or recomputed"),
                     }
                     share.push((x, 1.0));
                     slots.push((slot, x));
@@ -463,7 +467,9 @@ fn build(
                             ));
                             cpu_work[node].push((m, TIME_SCALE * b / r.cpu_gemv_bytes_per_s[node]));
                         }
-                        Slot::Place(Place::Gpu(_)) => unreachable!("GPUs enter as groups"),
+                        Slot::Place(Place::Gpu(_) | Place::Recompute) => {
+                            unreachable!("GPUs enter as groups; experts are not recomputed")
+                        }
                     }
                     count_row.push((c, 1.0));
                     mass_row.push((m, 1.0));
@@ -518,6 +524,36 @@ fn build(
         pb.row(1.0, 1.0, weights);
         cols.push(stage_cols);
     }
+    // KV groups: a kept share per slot earns the prefill seconds it saves
+    // against recomputing (the constant `kv_recompute_seconds` is added
+    // back to the bound); slots where keeping saves nothing are left out,
+    // since a placement there maps to recomputing at no more cost.
+    let mut kv = Vec::with_capacity(inst.kv_ids.len());
+    for &o in &inst.kv_ids {
+        let object = &inst.objects[o];
+        let cost = |place: Place| r.work(object, place)[0].1;
+        let gpu_slots = (0..groups.len()).map(|j| (Slot::Group(j), Place::Gpu(groups[j].gpus[0])));
+        let rams = (0..r.numa_nodes()).map(|n| (Slot::Place(Place::Ram(n)), Place::Ram(n)));
+        let mut slots = Vec::new();
+        for (slot, place) in gpu_slots.chain(rams) {
+            let saved = cost(Place::Recompute) - cost(place);
+            if saved <= 0.0 {
+                continue;
+            }
+            let z = pb.add(-TIME_SCALE * saved, 1.0, integer);
+            let bytes = BYTE_SCALE * object.gpu_bytes as f64;
+            match slot {
+                Slot::Group(j) => gpu_bytes[j].push((z, bytes)),
+                Slot::Place(Place::Ram(n)) => ram_bytes[n].push((z, bytes)),
+                Slot::Place(_) => unreachable!("KV slots are GPU groups and RAM nodes"),
+            }
+            slots.push((slot, z));
+        }
+        if !slots.is_empty() {
+            pb.row(-inf, 1.0, slots.iter().map(|&(_, z)| (z, 1.0)));
+        }
+        kv.push((o, slots));
+    }
     for (j, row) in gpu_bytes.into_iter().enumerate() {
         let capacity: u64 = groups[j]
             .gpus
@@ -535,7 +571,7 @@ fn build(
     for cut in cuts {
         add_cut(&mut model, &cols, cut);
     }
-    Some(Built { model, cols })
+    Some(Built { model, cols, kv })
 }
 
 /// A cut on the stage's experts summed over its patterns: the patterns'
@@ -567,6 +603,7 @@ fn stage_slots(cols: &[PatternCols]) -> Vec<Slot> {
         Slot::Place(Place::Ram(n)) => (1, *n),
         Slot::Place(Place::Disk(d)) => (2, *d),
         Slot::Place(Place::Gpu(g)) => (0, *g),
+        Slot::Place(Place::Recompute) => (3, 0),
     };
     slots.sort_by_key(rank);
     slots
@@ -655,13 +692,39 @@ fn extract(data: &[StageData], cols: &[Vec<PatternCols>], x: &[f64]) -> Vec<Stag
         .collect()
 }
 
+fn extract_kv(kv: &[(usize, Vec<(Slot, Var)>)], x: &[f64]) -> Vec<(usize, Vec<(Slot, f64)>)> {
+    kv.iter()
+        .map(|(o, slots)| (*o, slots.iter().map(|&(s, z)| (s, x[z.index])).collect()))
+        .collect()
+}
+
+/// Token seconds bounded by a solver objective (in `TIME_SCALE` units): the
+/// KV groups' recompute seconds, which the objective counts only as savings
+/// against, are added back; the tolerance margin is taken off the magnitude
+/// of every term, since savings can cancel most of the stage times.
+fn bound_seconds(inst: &Instance, objective: f64) -> f64 {
+    let r = &inst.resources;
+    let kv_recompute_seconds: f64 = inst
+        .kv_ids
+        .iter()
+        .map(|&o| r.work(&inst.objects[o], Place::Recompute)[0].1)
+        .sum();
+    let lp = objective / TIME_SCALE;
+    lp + kv_recompute_seconds - (lp.abs() + kv_recompute_seconds) * TOLERANCE_MARGIN
+        + r.fixed_token_seconds
+}
+
 /// Solves the LP relaxation with cut rounds until none is violated or the
 /// deadline; `None` when HiGHS does not reach optimality in time.
 pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
     let groups = gpu_groups(inst);
     let enumerate = groups.len() <= MAX_PATTERN_GROUPS;
     let data = stage_data(inst, groups.len(), enumerate);
-    let Built { mut model, cols } = build(inst, &groups, &data, &[], enumerate, false)?;
+    let Built {
+        mut model,
+        cols,
+        kv,
+    } = build(inst, &groups, &data, &[], enumerate, false)?;
     let mut cuts = seed_cuts(&data, &cols);
     for cut in &cuts {
         add_cut(&mut model, &cols, cut);
@@ -700,8 +763,8 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
     }
     let (objective, x) = best?;
     Some(Relaxation {
-        lower_bound_seconds: objective / TIME_SCALE * (1.0 - TOLERANCE_MARGIN)
-            + inst.resources.fixed_token_seconds,
+        lower_bound_seconds: bound_seconds(inst, objective),
+        kv: extract_kv(&kv, &x),
         method: if enumerate {
             "participation-lp"
         } else {
@@ -714,34 +777,23 @@ pub fn solve(inst: &Instance, deadline: Instant) -> Option<Relaxation> {
 }
 
 /// A bound that needs no solver: in each stage the total work, each object
-/// at its cheapest place, is shared at best by all resources at once.
+/// at its cheapest place, is shared at best by all resources at once; KV
+/// groups' prefill seconds add up rather than share.
 pub fn trivial_bound(inst: &Instance) -> f64 {
     let r = &inst.resources;
     let resources = (r.gpus() + r.numa_nodes() + r.drives()).max(1) as f64;
-    let work = |o: usize, place: Place| {
-        let object = &inst.objects[o];
-        let p = object.use_rate;
-        match place {
-            Place::Gpu(g) => p * object.gpu_bytes as f64 / r.gpu_gemv_bytes_per_s[g],
-            Place::Ram(n) => p * object.ram_bytes as f64 / r.cpu_gemv_bytes_per_s[n],
-            Place::Disk(d) => {
-                let b = object.disk_bytes as f64;
-                p * (r.drive_latency_seconds[d]
-                    + b / r.drive_read_bytes_per_s[d]
-                    + b / r.cpu_gemv_bytes_per_s[r.drive_numa[d]])
-            }
-        }
+    let cheapest = |o: usize| {
+        inst.places
+            .iter()
+            .filter(|&&q| inst.allowed(o, q))
+            .map(|&q| r.work(&inst.objects[o], q).iter().map(|w| w.1).sum::<f64>())
+            .fold(f64::INFINITY, f64::min)
     };
-    let total: f64 = (0..inst.objects.len())
-        .map(|o| {
-            inst.places
-                .iter()
-                .filter(|&&q| inst.allowed(o, q))
-                .map(|&q| work(o, q))
-                .fold(f64::INFINITY, f64::min)
-        })
-        .sum();
-    total / resources + r.fixed_token_seconds
+    let (kv, weights): (Vec<usize>, Vec<usize>) =
+        (0..inst.objects.len()).partition(|&o| inst.objects[o].is_kv());
+    weights.into_iter().map(cheapest).sum::<f64>() / resources
+        + kv.into_iter().map(cheapest).sum::<f64>()
+        + r.fixed_token_seconds
 }
 
 /// The relaxation with pattern weights binary and expert counts whole, from
@@ -764,8 +816,11 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Ve
         if remaining <= 0.0 {
             break;
         }
-        let Some(Built { mut model, cols }) =
-            build(inst, &lp.groups, &data, &cuts, enumerate, true)
+        let Some(Built {
+            mut model,
+            cols,
+            kv,
+        }) = build(inst, &lp.groups, &data, &cuts, enumerate, true)
         else {
             break;
         };
@@ -783,8 +838,7 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Ve
             break;
         };
         let x = solved.get_solution().columns().to_vec();
-        let bound =
-            dual_bound / TIME_SCALE * (1.0 - TOLERANCE_MARGIN) + inst.resources.fixed_token_seconds;
+        let bound = bound_seconds(inst, dual_bound);
         rounds.push(Relaxation {
             lower_bound_seconds: rounds
                 .last()
@@ -795,6 +849,7 @@ pub fn refine_integer(inst: &Instance, lp: &Relaxation, deadline: Instant) -> Ve
                 "mip-without-sync"
             },
             stages: extract(&data, &cols, &x),
+            kv: extract_kv(&kv, &x),
             groups: lp.groups.clone(),
             cuts: Vec::new(),
         });

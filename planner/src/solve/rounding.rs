@@ -1,7 +1,8 @@
 //! Rounds the relaxation to a whole placement: per stage the heaviest
 //! participation pattern, per bucket whole counts by largest remainder, GPU
 //! groups split over their cards hottest-first to the least loaded card with
-//! room. The result may overfill a place; `SearchState::repair` fixes that.
+//! room; KV groups where most of each is kept. The result may overfill a
+//! place; `SearchState::repair` fixes that.
 
 use super::relaxation::{Relaxation, Slot};
 use crate::cost::{Instance, Place, StageLoads};
@@ -24,23 +25,7 @@ pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
         let weight = pattern.weight.max(1e-12);
         let mut loads = StageLoads::new(r);
         let mut put = |o: usize, slot: Slot, loads: &mut StageLoads, free: &mut Vec<i128>| {
-            let q = match slot {
-                Slot::Place(place) => inst.place_index(place),
-                Slot::Group(j) => {
-                    // The least loaded card of the group with room, else the roomiest.
-                    let cards = &relaxation.groups[j].gpus;
-                    let index = |g: usize| inst.place_index(Place::Gpu(g));
-                    let bytes = inst.objects[o].gpu_bytes as i128;
-                    cards
-                        .iter()
-                        .copied()
-                        .filter(|&g| free[index(g)] >= bytes)
-                        .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
-                        .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
-                        .map(index)
-                        .expect("a group has at least one card")
-                }
-            };
+            let q = slot_place(inst, relaxation, o, slot, loads, free);
             loads.apply(r, &inst.objects[o], inst.places[q], 1.0);
             free[q] -= inst.objects[o].bytes_at(inst.places[q]) as i128;
             placement[o] = q;
@@ -67,7 +52,50 @@ pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
             }
         }
     }
+    // KV groups: kept where the relaxation keeps most of them, when that is
+    // at least half; else recomputed.
+    let no_loads = StageLoads::new(r);
+    for (o, shares) in &relaxation.kv {
+        let kept = shares
+            .iter()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .filter(|share| share.1 >= 0.5);
+        let q = match kept {
+            Some(&(slot, _)) => slot_place(inst, relaxation, *o, slot, &no_loads, &free),
+            None => inst.place_index(Place::Recompute),
+        };
+        free[q] -= inst.objects[*o].bytes_at(inst.places[q]) as i128;
+        placement[*o] = q;
+    }
     placement
+}
+
+/// The place index of a relaxation slot for object `o`: a RAM node or drive
+/// as is; for a GPU group, its least loaded card with room, else the roomiest.
+fn slot_place(
+    inst: &Instance,
+    relaxation: &Relaxation,
+    o: usize,
+    slot: Slot,
+    loads: &StageLoads,
+    free: &[i128],
+) -> usize {
+    match slot {
+        Slot::Place(place) => inst.place_index(place),
+        Slot::Group(j) => {
+            let cards = &relaxation.groups[j].gpus;
+            let index = |g: usize| inst.place_index(Place::Gpu(g));
+            let bytes = inst.objects[o].gpu_bytes as i128;
+            cards
+                .iter()
+                .copied()
+                .filter(|&g| free[index(g)] >= bytes)
+                .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
+                .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
+                .map(index)
+                .expect("a group has at least one card")
+        }
+    }
 }
 
 /// Whole numbers summing to `total`, each the floor of its share plus one

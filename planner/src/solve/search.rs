@@ -4,7 +4,7 @@
 //! of it). Every step is evaluated with the cost model's `StageLoads`, so the
 //! search optimises exactly what the plan reports.
 
-use crate::cost::{Instance, Place, StageLoads};
+use crate::cost::{Instance, StageLoads};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -236,7 +236,12 @@ impl<'a> SearchState<'a> {
     fn trades(&mut self, deadline: Instant) -> bool {
         let mut improved = false;
         let capacitated: Vec<usize> = (0..self.inst.places.len())
-            .filter(|&q| !matches!(self.inst.places[q], Place::Disk(_)))
+            .filter(|&q| {
+                self.inst
+                    .resources
+                    .capacity_bytes(self.inst.places[q])
+                    .is_some()
+            })
             .collect();
         for &q in &capacitated {
             let stages = self.inst.stages.len();
