@@ -34,7 +34,9 @@ pub struct ReplayArgs {
     /// embedded two-card box).
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan.
+    /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan,
+    /// and `resident` (no store, every expert read into memory first: the
+    /// baseline of the executor's overhead, with `--ram-budget 100% --warm`).
     #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru,cost,replan")]
     policy: Vec<ServePolicy>,
     /// RAM for experts: a size (`2GiB`) or a share of all experts (`25%`).
@@ -63,6 +65,9 @@ pub struct ReplayArgs {
     /// Keep these categories (comma-separated).
     #[arg(long, value_delimiter = ',')]
     categories: Option<Vec<String>>,
+    /// Load every expert the budget holds before the clock starts.
+    #[arg(long)]
+    warm: bool,
     /// Read path for misses: direct (O_DIRECT) or io-uring.
     #[arg(long, default_value = "direct", value_parser = parse_backend)]
     backend: BackendKind,
@@ -171,6 +176,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         miss_seconds: read_seconds(&profile, expert_bytes).unwrap_or(1e-3),
         read_bytes_per_s: if fastest > 0.0 { fastest } else { 1e9 },
         backend: args.backend,
+        warm: args.warm,
     };
     for note in &notes {
         eprintln!("note: {note}");
@@ -203,8 +209,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         Bytes(config.ram_budget_bytes)
     );
     println!(
-        "  {:<10} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
+        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
         "policy",
+        "category",
         "round",
         "tok/s",
         "p50 ms",

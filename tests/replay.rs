@@ -118,6 +118,46 @@ fn every_policy_computes_the_same_outputs() {
     assert_eq!(plan["hits"], 0);
 }
 
+/// The all-resident case of the overhead measurement: with the whole
+/// budget warmed, the store's arms read nothing and hit every request, and
+/// they compute what `resident` (no store) computes.
+#[test]
+fn a_warm_full_budget_reads_nothing_and_matches_the_resident_baseline() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let json = dir.path().join("replay.json");
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--model",
+        s(&yaml),
+        "--policy",
+        "resident,lru,cost",
+        "--ram-budget",
+        "100%",
+        "--warm",
+        "--json",
+        s(&json),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    for r in runs {
+        assert_eq!(r["output_checksum"], runs[0]["output_checksum"]);
+        // 60 tokens x 2 layers x 2 experts, all hits; 16 experts of 12 KiB
+        // read before the clock.
+        assert_eq!(r["hits"], 60 * 2 * 2, "{r}");
+        assert_eq!(r["misses"], 0, "{r}");
+        assert_eq!(r["bytes_read"], 0, "{r}");
+        assert_eq!(r["startup_bytes"], 16 * 12288, "{r}");
+        assert_eq!(r["felt_wait_seconds"], 0.0, "{r}");
+    }
+}
+
 /// A budget of one expert while a layer asks for two at once: a finished
 /// load must not hold its lease while the computing thread waits for the
 /// other (whose load needs those bytes). This deadlocked in route order,

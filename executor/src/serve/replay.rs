@@ -20,7 +20,9 @@ use crate::identity::ObjectKey;
 use crate::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
 use crate::sim::arms::knapsack;
 use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageError};
-use crate::store::{Homes, Lease, PlaceConfig, Store, StoreConfig, StoreError};
+use crate::store::{
+    Homes, Lease, Loader, ObjectBytes, PlaceConfig, Store, StoreConfig, StoreError,
+};
 use residency_planner::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
 use std::fmt;
@@ -41,16 +43,21 @@ pub enum ServePolicy {
     /// Pins from the training knapsack in a share of the budget, re-planned
     /// from live heat while serving; LRU in the rest.
     Replan,
+    /// No store: every expert read into memory before the clock starts and
+    /// multiplied from there. The baseline of the executor's overhead when
+    /// everything is resident.
+    Resident,
 }
 
 impl ServePolicy {
-    pub const ALL: [ServePolicy; 6] = [
+    pub const ALL: [ServePolicy; 7] = [
         ServePolicy::Lru,
         ServePolicy::Lfru,
         ServePolicy::Frequency,
         ServePolicy::Cost,
         ServePolicy::Plan,
         ServePolicy::Replan,
+        ServePolicy::Resident,
     ];
 
     pub fn name(self) -> &'static str {
@@ -61,6 +68,7 @@ impl ServePolicy {
             ServePolicy::Cost => "cost",
             ServePolicy::Plan => "plan",
             ServePolicy::Replan => "replan",
+            ServePolicy::Resident => "resident",
         }
     }
 
@@ -68,10 +76,11 @@ impl ServePolicy {
         ServePolicy::ALL.into_iter().find(|p| p.name() == name)
     }
 
-    /// The store's policy for the cached part of the budget.
+    /// The store's policy for the cached part of the budget (`resident`
+    /// has no store).
     fn cache_policy(self) -> PolicyKind {
         match self {
-            ServePolicy::Lru | ServePolicy::Replan => PolicyKind::Lru,
+            ServePolicy::Lru | ServePolicy::Replan | ServePolicy::Resident => PolicyKind::Lru,
             ServePolicy::Lfru => PolicyKind::Lfru,
             ServePolicy::Frequency => PolicyKind::Frequency,
             ServePolicy::Cost => PolicyKind::Cost,
@@ -101,6 +110,9 @@ pub struct ReplayConfig {
     /// What a move costs: bytes over this rate.
     pub read_bytes_per_s: f64,
     pub backend: BackendKind,
+    /// Load every expert the budget holds before the clock starts (in
+    /// index order), so a full budget measures serving with nothing to read.
+    pub warm: bool,
 }
 
 /// One arm's run.
@@ -218,12 +230,47 @@ fn run_arm(
     let keys = expert_keys(checkpoint);
     let n = keys.len();
     let experts = checkpoint.config.experts;
+    let hidden = checkpoint.config.hidden;
     let pool = HostPool::new(numa_nodes().first().copied(), RETAINED_BYTES);
     let loader = Arc::new(
         CheckpointLoader::new(checkpoint, keys.clone(), open_backend(config.backend), &[])?
             .with_pools(vec![pool], vec![0; n]),
     );
     let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
+    if policy == ServePolicy::Resident {
+        let started = Instant::now();
+        let bytes: Vec<Box<dyn ObjectBytes>> = (0..n as ObjectIndex)
+            .map(|o| {
+                loader
+                    .load(o)
+                    .map_err(|reason| StoreError::Load { object: o, reason })
+            })
+            .collect::<Result<_, _>>()?;
+        let startup_seconds = started.elapsed().as_secs_f64();
+        let served = serve(
+            tokens,
+            experts,
+            hidden,
+            |objects, x| {
+                let outputs = objects
+                    .iter()
+                    .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
+                    .collect();
+                Ok((outputs, Duration::ZERO))
+            },
+            |_, _| Ok(()),
+        )?;
+        return Ok(ReplayRun {
+            hits: tokens
+                .iter()
+                .flat_map(|t| &t.routes)
+                .map(|r| r.len() as u64)
+                .sum(),
+            startup_bytes: sizes.iter().sum(),
+            startup_seconds,
+            ..served.run(policy, round)
+        });
+    }
     let total: u64 = train_counts.iter().sum::<u64>().max(1);
     let prior_rate: Vec<f64> = train_counts
         .iter()
@@ -274,6 +321,10 @@ fn run_arm(
     )?;
     let started = Instant::now();
     store.load_all(&pins, 8, &|_| {})?;
+    if config.warm {
+        let all: Vec<ObjectIndex> = (0..n as ObjectIndex).collect();
+        store.load_all(&all, 8, &|_| {})?;
+    }
     let startup_seconds = started.elapsed().as_secs_f64();
     let startup = store.telemetry();
     let mut replanner = (policy == ServePolicy::Replan).then(|| {
@@ -290,65 +341,122 @@ fn run_arm(
         &vec![experts; checkpoint.config.moe_layers().len()],
         DEFAULT_HALVE_EVERY_TOKENS,
     );
-    let hidden = checkpoint.config.hidden;
+    let served = serve(
+        tokens,
+        experts,
+        hidden,
+        |objects, x| layer(&store, objects, x),
+        |served_tokens, token| {
+            for (l, route) in token.routes.iter().enumerate() {
+                heat.report_route(l, route)
+                    .expect("routes were checked against the checkpoint");
+            }
+            if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens)) {
+                let moves = r.pass(served_tokens, &heat_rates(&heat, experts));
+                store.repin(&moves.promote, &moves.demote)?;
+            }
+            Ok(())
+        },
+    )?;
+    let end = store.telemetry();
+    let hits =
+        |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
+    Ok(ReplayRun {
+        read_service_seconds: end.read_service_seconds - startup.read_service_seconds,
+        bytes_read: end.physical_bytes - startup.physical_bytes,
+        startup_bytes: startup.physical_bytes,
+        startup_seconds,
+        hits: hits(&end) - hits(&startup),
+        misses: end.physical_misses - startup.physical_misses,
+        evictions: end.evictions - startup.evictions,
+        migration_bytes: end.migration_bytes,
+        ..served.run(policy, round)
+    })
+}
+
+/// What serving the tokens measured: time, per-token latencies, the
+/// compute thread's waits and the outputs' checksum.
+struct Served {
+    tokens: u64,
+    seconds: f64,
+    latencies_seconds: Vec<f64>,
+    felt: Duration,
+    checksum: String,
+}
+
+impl Served {
+    /// The run, with the store's counters left at zero.
+    fn run(self, policy: ServePolicy, round: usize) -> ReplayRun {
+        let mut latencies = self.latencies_seconds;
+        latencies.sort_by(f64::total_cmp);
+        let percentile = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+                * 1e3
+        };
+        ReplayRun {
+            policy: policy.name().into(),
+            category: None,
+            round,
+            tokens: self.tokens,
+            seconds: self.seconds,
+            tok_per_s: self.tokens as f64 / self.seconds.max(1e-9),
+            p50_ms: percentile(0.5),
+            p99_ms: percentile(0.99),
+            felt_wait_seconds: self.felt.as_secs_f64(),
+            read_service_seconds: 0.0,
+            bytes_read: 0,
+            startup_bytes: 0,
+            startup_seconds: 0.0,
+            hits: 0,
+            misses: 0,
+            evictions: 0,
+            migration_bytes: 0,
+            output_checksum: self.checksum,
+        }
+    }
+}
+
+/// Serves every token, layer by layer, through `serve_layer` (outputs in
+/// route order and the time waited); `after_token(tokens served, token)`
+/// runs between tokens (heat, re-planning).
+fn serve(
+    tokens: &[TokenRoutes],
+    experts: usize,
+    hidden: usize,
+    mut serve_layer: impl FnMut(&[ObjectIndex], &[f32]) -> Result<(Vec<Vec<f32>>, Duration), StoreError>,
+    mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), StoreError>,
+) -> Result<Served, StoreError> {
     let mut x = initial_activation(hidden);
     let mut checksum = Sha256::new();
-    let mut latencies = Vec::with_capacity(tokens.len());
+    let mut latencies_seconds = Vec::with_capacity(tokens.len());
     let mut felt = Duration::ZERO;
     let serving = Instant::now();
     for (t, token) in tokens.iter().enumerate() {
         let token_started = Instant::now();
         for (l, route) in token.routes.iter().enumerate() {
-            heat.report_route(l, route)
-                .expect("routes were checked against the checkpoint");
             let objects: Vec<ObjectIndex> = route
                 .iter()
                 .map(|&e| (l * experts + e as usize) as ObjectIndex)
                 .collect();
-            let (outputs, waited) = layer(&store, &objects, &x)?;
+            let (outputs, waited) = serve_layer(&objects, &x)?;
             felt += waited;
             x = combine(&x, &outputs);
             for v in &x {
                 checksum.update(v.to_le_bytes());
             }
         }
-        latencies.push(token_started.elapsed().as_secs_f64());
-        if let Some(r) = replanner.as_mut().filter(|r| r.due(t as u64 + 1)) {
-            let rates = heat_rates(&heat, experts);
-            let moves = r.pass(t as u64 + 1, &rates);
-            store.repin(&moves.promote, &moves.demote)?;
-        }
+        latencies_seconds.push(token_started.elapsed().as_secs_f64());
+        after_token(t as u64 + 1, token)?;
     }
-    let seconds = serving.elapsed().as_secs_f64();
-    let end = store.telemetry();
-    latencies.sort_by(f64::total_cmp);
-    let percentile = |q: f64| {
-        latencies
-            .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-            * 1e3
-    };
-    Ok(ReplayRun {
-        policy: policy.name().into(),
-        category: None,
-        round,
+    Ok(Served {
         tokens: tokens.len() as u64,
-        seconds,
-        tok_per_s: tokens.len() as f64 / seconds.max(1e-9),
-        p50_ms: percentile(0.5),
-        p99_ms: percentile(0.99),
-        felt_wait_seconds: felt.as_secs_f64(),
-        read_service_seconds: end.read_service_seconds - startup.read_service_seconds,
-        bytes_read: end.physical_bytes - startup.physical_bytes,
-        startup_bytes: startup.physical_bytes,
-        startup_seconds,
-        hits: end.tier_hits.iter().map(|h| h.1).sum::<u64>()
-            - startup.tier_hits.iter().map(|h| h.1).sum::<u64>(),
-        misses: end.physical_misses - startup.physical_misses,
-        evictions: end.evictions - startup.evictions,
-        migration_bytes: end.migration_bytes,
-        output_checksum: format!("{:x}", checksum.finalize()),
+        seconds: serving.elapsed().as_secs_f64(),
+        latencies_seconds,
+        felt,
+        checksum: format!("{:x}", checksum.finalize()),
     })
 }
 
@@ -362,15 +470,16 @@ fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
         .collect()
 }
 
-/// Serves one layer of one token: every routed expert is acquired on a
-/// thread of its own (a hit returns at once, a miss loads in parallel with
-/// the others), and the computing thread multiplies each with `x` as it
-/// arrives. The computing thread never acquires: if it did, a hit turned
-/// miss (evicted meanwhile) could wait for bytes that a finished load's
-/// lease holds while that load waits in the queue for it, and both would
-/// wait for the budget timeout. Outputs come back in route order, so the
-/// result is the same whatever the timing. Returns them and the time the
-/// computing thread waited.
+/// Serves one layer of one token. The experts resident now are leased
+/// without waiting (`try_acquire`); every other one is acquired on a
+/// thread of its own, so misses load in parallel while the computing thread
+/// multiplies the hits, then each miss as it arrives. The computing thread
+/// never waits while it holds a lease and never acquires what may need a
+/// load: if it did, it could wait for bytes that a finished load's lease
+/// holds while that load waits in the queue for it, and both would wait for
+/// the budget timeout. Outputs come back in route order, so the result is
+/// the same whatever the timing. Returns them and the time the computing
+/// thread waited.
 fn layer(
     store: &Store,
     objects: &[ObjectIndex],
@@ -378,22 +487,37 @@ fn layer(
 ) -> Result<(Vec<Vec<f32>>, Duration), StoreError> {
     let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
     let mut waited = Duration::ZERO;
+    let hits: Vec<Option<Lease>> = objects
+        .iter()
+        .map(|&o| store.try_acquire(o))
+        .collect::<Result<_, _>>()?;
     std::thread::scope(|scope| {
         let (sender, arrivals) = std::sync::mpsc::channel();
         for (i, &o) in objects.iter().enumerate() {
-            let sender = sender.clone();
-            scope.spawn(move || sender.send((i, store.acquire(o))));
+            if hits[i].is_none() {
+                let sender = sender.clone();
+                scope.spawn(move || sender.send((i, store.acquire(o))));
+            }
         }
         drop(sender);
+        let compute = |lease: &Lease| {
+            matvec(
+                lease.host().expect("replay keeps experts in host memory"),
+                x,
+            )
+        };
+        for (i, lease) in hits.into_iter().enumerate() {
+            if let Some(lease) = lease {
+                outputs[i] = compute(&lease);
+            }
+        }
         loop {
             let started = Instant::now();
             let Ok((i, lease)) = arrivals.recv() else {
                 break;
             };
             waited += started.elapsed();
-            let lease: Lease = lease?;
-            let bytes = lease.host().expect("replay keeps experts in host memory");
-            outputs[i] = matvec(bytes, x);
+            outputs[i] = compute(&lease?);
         }
         Ok::<_, StoreError>(())
     })?;

@@ -366,40 +366,19 @@ impl Store {
 
     /// Leases `o`, loading it first when absent (joining a load in flight).
     pub fn acquire(&self, o: ObjectIndex) -> Result<Lease, StoreError> {
-        let inner = &self.inner;
-        let slot_lock = inner
-            .slots
-            .get(o as usize)
-            .ok_or(StoreError::NoSuchObject {
-                object: o,
-                objects: inner.slots.len(),
-            })?;
+        let slot_lock = self.slot(o)?;
         let started = Instant::now();
         let mut waited = false;
         loop {
             let mut slot = slot_lock.lock().unwrap();
             match &mut *slot {
-                Slot::Ready {
-                    resident,
-                    leases,
-                    used,
-                    ..
-                } => {
-                    *leases += 1;
-                    *used = true;
-                    let resident = Arc::clone(resident);
-                    drop(slot);
-                    let now = self.tick(o);
-                    if !waited {
-                        inner.counters.tier_hits[inner.homes.place[o as usize]].add(1);
-                        self.tell_policy_of_hit(o, now);
-                    }
-                    return Ok(self.lease(o, resident, waited.then_some(started)));
+                Slot::Ready { .. } => {
+                    return Ok(self.lease_ready(o, slot, waited.then_some(started)));
                 }
                 Slot::Loading(flight) => {
                     let flight = Arc::clone(flight);
                     drop(slot);
-                    inner
+                    self.inner
                         .counters
                         .single_flight_joins
                         .fetch_add(1, Ordering::Relaxed);
@@ -431,6 +410,53 @@ impl Store {
                 }
             }
         }
+    }
+
+    /// Leases `o` only when it is resident now (a hit, counted as one);
+    /// `None` when it is absent or loading. Never loads and never waits,
+    /// so a caller holding other leases cannot deadlock on it.
+    pub fn try_acquire(&self, o: ObjectIndex) -> Result<Option<Lease>, StoreError> {
+        let slot = self.slot(o)?.lock().unwrap();
+        Ok(matches!(*slot, Slot::Ready { .. }).then(|| self.lease_ready(o, slot, None)))
+    }
+
+    fn slot(&self, o: ObjectIndex) -> Result<&Arc<Mutex<Slot>>, StoreError> {
+        self.inner
+            .slots
+            .get(o as usize)
+            .ok_or(StoreError::NoSuchObject {
+                object: o,
+                objects: self.inner.slots.len(),
+            })
+    }
+
+    /// Leases a `Ready` slot; a hit for the policy and the counters unless
+    /// the caller waited for the load (then it was counted as a miss).
+    fn lease_ready(
+        &self,
+        o: ObjectIndex,
+        mut slot: std::sync::MutexGuard<'_, Slot>,
+        waited: Option<Instant>,
+    ) -> Lease {
+        let Slot::Ready {
+            resident,
+            leases,
+            used,
+            ..
+        } = &mut *slot
+        else {
+            unreachable!("callers pass a Ready slot")
+        };
+        *leases += 1;
+        *used = true;
+        let resident = Arc::clone(resident);
+        drop(slot);
+        let now = self.tick(o);
+        if waited.is_none() {
+            self.inner.counters.tier_hits[self.inner.homes.place[o as usize]].add(1);
+            self.tell_policy_of_hit(o, now);
+        }
+        self.lease(o, resident, waited)
     }
 
     /// Loads `o` without keeping a lease (plan residents at start-up,

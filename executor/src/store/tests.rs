@@ -141,6 +141,33 @@ fn lifecycle_hits_and_pins() {
 }
 
 #[test]
+fn try_acquire_leases_only_what_is_resident() {
+    // Objects of 10 in 20 bytes under LRU.
+    let loader = PatternLoader::new(vec![10; 3]);
+    let s = store(&loader, 20, PolicyKind::Lru, &[], Duration::ZERO);
+    // Absent: nothing leased, nothing loaded, nothing counted.
+    assert!(s.try_acquire(0).unwrap().is_none());
+    assert_eq!(loader.loads.load(Ordering::SeqCst), 0);
+    assert_eq!(s.state(0), ObjectState::Absent);
+    s.prefetch(0).unwrap();
+    s.prefetch(1).unwrap();
+    // Resident: leased as a hit, and the hit refreshes 0 for LRU, so
+    // loading 2 evicts 1, not 0.
+    let lease = s.try_acquire(0).unwrap().expect("0 is resident");
+    assert!(pattern_ok(&lease));
+    assert_eq!(s.state(0), ObjectState::InUse);
+    drop(lease);
+    assert_eq!(s.telemetry().tier_hits, vec![("ram:0".to_string(), 1)]);
+    drop(s.acquire(2).unwrap());
+    assert_eq!(s.state(1), ObjectState::Absent);
+    assert_eq!(s.state(0), ObjectState::Evictable);
+    assert!(matches!(
+        s.try_acquire(9),
+        Err(StoreError::NoSuchObject { object: 9, .. })
+    ));
+}
+
+#[test]
 fn concurrent_misses_join_one_load() {
     let loader = PatternLoader::new(vec![64; 4]);
     let s = store(&loader, 1000, PolicyKind::Lru, &[], Duration::from_secs(5));
