@@ -8,12 +8,14 @@
 //!
 //! Policies are arms run one after another on fresh stores, interleaved
 //! over rounds (A B B A), each cold except for its planned pins, which are
-//! loaded before the clock starts and reported as start-up. The outputs'
+//! loaded before the clock starts and reported as start-up (with `warm`,
+//! everything the budget holds is). `replan` re-plans between tokens and
+//! applies its moves on a background thread. The outputs'
 //! checksum depends only on the expert bytes and the routes, so it must be
 //! identical for every placement policy.
 
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
-use super::replan::{ReplanParams, Replanner};
+use super::replan::{Moves, ReplanParams, Replanner};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
 use crate::checkpoint::Checkpoint;
 use crate::identity::ObjectKey;
@@ -341,23 +343,40 @@ fn run_arm(
         &vec![experts; checkpoint.config.moe_layers().len()],
         DEFAULT_HALVE_EVERY_TOKENS,
     );
-    let served = serve(
-        tokens,
-        experts,
-        hidden,
-        |objects, x| layer(&store, objects, x),
-        |served_tokens, token| {
-            for (l, route) in token.routes.iter().enumerate() {
-                heat.report_route(l, route)
-                    .expect("routes were checked against the checkpoint");
+    // Repins run on a thread of their own, as an engine would run them: a
+    // promotion's read overlaps serving instead of stalling a token.
+    let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
+    let served = std::thread::scope(|scope| {
+        let repinner = scope.spawn(|| {
+            for m in moves {
+                store.repin(&m.promote, &m.demote)?;
             }
-            if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens)) {
-                let moves = r.pass(served_tokens, &heat_rates(&heat, experts));
-                store.repin(&moves.promote, &moves.demote)?;
-            }
-            Ok(())
-        },
-    )?;
+            Ok::<_, StoreError>(())
+        });
+        let served = serve(
+            tokens,
+            experts,
+            hidden,
+            |objects, x| layer(&store, objects, x),
+            |served_tokens, token| {
+                for (l, route) in token.routes.iter().enumerate() {
+                    heat.report_route(l, route)
+                        .expect("routes were checked against the checkpoint");
+                }
+                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens)) {
+                    // A send fails only when the repinner stopped on an
+                    // error, which its join reports.
+                    let _ = moves_sender.send(r.pass(served_tokens, &heat_rates(&heat, experts)));
+                }
+                Ok(())
+            },
+        );
+        drop(moves_sender);
+        let repinned = repinner.join().expect("the repinner does not panic");
+        let served = served?;
+        repinned?;
+        Ok::<_, StoreError>(served)
+    })?;
     let end = store.telemetry();
     let hits =
         |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
