@@ -501,10 +501,11 @@ impl Store {
     }
 
     /// Changes which objects are pinned at their places while serving:
-    /// `demote` leave the pinned set and are dropped (now, or at their last
-    /// release if leased); `promote` join it, taken from the place's cache
-    /// when the policy holds them (the policy forgets them), else loaded.
-    /// The caller keeps the pinned bytes of a place within its
+    /// `demote` leave the pinned set and join the place's cache when its
+    /// policy has room for them and admits them, else are dropped (now, or
+    /// at their last release if leased); `promote` join it, taken from the
+    /// place's cache when the policy holds them (the policy forgets them),
+    /// else loaded. The caller keeps the pinned bytes of a place within its
     /// `pin_share_bytes`; budgets hold regardless (a load waits for room).
     /// Returns the bytes loaded.
     pub fn repin(
@@ -514,7 +515,7 @@ impl Store {
     ) -> Result<u64, StoreError> {
         let inner = &self.inner;
         for &o in demote {
-            if inner.pinned[o as usize].swap(false, Ordering::Relaxed) {
+            if inner.pinned[o as usize].swap(false, Ordering::Relaxed) && !self.cache_demoted(o) {
                 self.evict_victim(o);
             }
         }
@@ -544,6 +545,30 @@ impl Store {
         Ok(loaded_bytes)
     }
 
+    /// Hands a resident, just demoted `o` to its place's policy when the
+    /// policy has room for it without evicting anything (a cold demotion
+    /// must not push out warmer cached objects); whether it was kept.
+    fn cache_demoted(&self, o: ObjectIndex) -> bool {
+        if matches!(
+            self.state(o),
+            ObjectState::Absent | ObjectState::Loading | ObjectState::Demoting
+        ) {
+            return false;
+        }
+        let inner = &self.inner;
+        let size = inner.loader.size_bytes(o);
+        let now = self.tick(o);
+        let place = &inner.places[inner.homes.place[o as usize]];
+        let mut policy = place.policy.lock().unwrap();
+        if policy.capacity_bytes() - policy.used_bytes() < size {
+            return false;
+        }
+        let mut evicted = Vec::new();
+        let outcome = policy.access(&self.request(o, now), &mut evicted);
+        debug_assert!(evicted.is_empty(), "there was room");
+        outcome != Outcome::Bypassed
+    }
+
     /// Whether `o` is pinned now.
     pub fn is_pinned(&self, o: ObjectIndex) -> bool {
         self.inner.pinned[o as usize].load(Ordering::Relaxed)
@@ -552,17 +577,18 @@ impl Store {
     /// Drops `o` now if it is published and not leased (an explicit
     /// eviction, e.g. by re-planning); returns whether it was dropped.
     pub fn evict(&self, o: ObjectIndex) -> bool {
-        let mut slot = self.inner.slots[o as usize].lock().unwrap();
-        if matches!(&*slot, Slot::Ready { leases: 0, .. }) {
-            *slot = Slot::Absent;
-            self.inner
-                .counters
-                .evictions
-                .fetch_add(1, Ordering::Relaxed);
-            true
-        } else {
-            false
+        let inner = &self.inner;
+        let mut slot = inner.slots[o as usize].lock().unwrap();
+        if !matches!(&*slot, Slot::Ready { leases: 0, .. }) {
+            return false;
         }
+        *slot = Slot::Absent;
+        drop(slot);
+        inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
+        // The policy must not go on counting bytes the store dropped.
+        let place = &inner.places[inner.homes.place[o as usize]];
+        place.policy.lock().unwrap().remove(o);
+        true
     }
 
     pub fn state(&self, o: ObjectIndex) -> ObjectState {

@@ -167,6 +167,66 @@ fn try_acquire_leases_only_what_is_resident() {
     ));
 }
 
+/// One RAM place of 40 bytes with a pinned share of 20 (LRU gets 20),
+/// objects of 10, nothing pinned yet.
+fn store_with_pin_share(loader: &Arc<PatternLoader>) -> Store {
+    let objects = loader.size_bytes.len();
+    let config = StoreConfig {
+        places: vec![PlaceConfig {
+            name: "ram:0".into(),
+            capacity_bytes: 40,
+            tier: "ram".into(),
+            policy: PolicyKind::Lru,
+            pin_share_bytes: Some(20),
+        }],
+        tier_capacity_bytes: vec![],
+        staging_bytes: 25,
+        wait: Duration::from_secs(5),
+        params: PolicyParams::default(),
+        knowledge: Default::default(),
+    };
+    let homes = Homes {
+        place: vec![0; objects],
+        pinned: vec![false; objects],
+    };
+    Store::new(loader.clone(), homes, &config).unwrap()
+}
+
+#[test]
+fn repins_promote_from_the_cache_or_disk_and_demote_into_room() {
+    let loader = PatternLoader::new(vec![10; 6]);
+    let s = store_with_pin_share(&loader);
+    drop(s.acquire(0).unwrap());
+    // 0 is cached: promoting it takes it over without a read; 1 is read.
+    assert_eq!(s.repin(&[0, 1], &[]).unwrap(), 10);
+    assert!(s.is_pinned(0) && s.is_pinned(1));
+    assert_eq!(loader.loads.load(Ordering::SeqCst), 2);
+    let t = s.telemetry();
+    assert_eq!((t.migrations, t.migration_bytes), (1, 10));
+    // The cache (20 bytes) is empty again: 2 and 3 fill it.
+    drop(s.acquire(2).unwrap());
+    drop(s.acquire(3).unwrap());
+    assert_eq!(used(&s, "ram:0"), 40);
+    // Demoting 0 with the cache full drops it. An explicit eviction of 3
+    // makes room (and the policy forgets 3), so demoting 1 keeps it cached.
+    s.repin(&[], &[0]).unwrap();
+    assert_eq!(s.state(0), ObjectState::Absent);
+    assert!(s.evict(3));
+    s.repin(&[], &[1]).unwrap();
+    assert!(!s.is_pinned(1));
+    assert_eq!(s.state(1), ObjectState::Evictable);
+    // 1 is an ordinary cached object now: a hit, then LRU's to evict (2 is
+    // older, so 4 evicts 2, and 5 evicts 1).
+    drop(s.try_acquire(1).unwrap().expect("cached"));
+    drop(s.acquire(4).unwrap());
+    assert_eq!(s.state(2), ObjectState::Absent);
+    assert_eq!(s.state(1), ObjectState::Evictable);
+    drop(s.acquire(5).unwrap());
+    assert_eq!(s.state(1), ObjectState::Absent);
+    // The place never held more than its 40 bytes.
+    assert!(used(&s, "ram:0") <= 40);
+}
+
 #[test]
 fn concurrent_misses_join_one_load() {
     let loader = PatternLoader::new(vec![64; 4]);
