@@ -13,15 +13,17 @@ pub enum Family {
     DeepseekV3,
     QwenMoe,
     Olmoe,
+    Llama4,
 }
 
 impl Family {
-    pub const ALL: [Family; 5] = [
+    pub const ALL: [Family; 6] = [
         Family::Mixtral,
         Family::DeepseekV2,
         Family::DeepseekV3,
         Family::QwenMoe,
         Family::Olmoe,
+        Family::Llama4,
     ];
 
     pub fn name(self) -> &'static str {
@@ -31,6 +33,7 @@ impl Family {
             Family::DeepseekV3 => "deepseek-v3",
             Family::QwenMoe => "qwen-moe",
             Family::Olmoe => "olmoe",
+            Family::Llama4 => "llama4",
         }
     }
 

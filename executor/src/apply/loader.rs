@@ -1,8 +1,10 @@
-//! The store's loader over a real checkpoint: an object's tensors are read
-//! with the chosen storage backend straight into one aligned slab of its
-//! home's host pool (its NUMA node's memory, recycled) when they lie back to
-//! back in one shard (the generator and real exporters write an expert's
-//! projections together), else tensor by tensor into one buffer.
+//! The store's loader over a real checkpoint: an object's extents (whole
+//! tensors, or an expert's slices of fused expert tensors) are read with the
+//! chosen storage backend straight into one aligned slab of its home's host
+//! pool (its NUMA node's memory, recycled) when they lie back to back in one
+//! shard (the generator and real exporters write an expert's projections
+//! together), else extent by extent into one buffer (a fused layout such as
+//! Llama-4's: an expert's slice of `gate_up_proj`, then of `down_proj`).
 
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;

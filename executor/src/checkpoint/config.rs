@@ -2,7 +2,10 @@
 //! `config.json`: read with each architecture's real keys
 //! (`num_local_experts`, `n_routed_experts`, `num_experts`,
 //! `moe_intermediate_size`, `first_k_dense_replace`, `mlp_only_layers`,
-//! `q_lora_rank`, ...), and written with the same keys by the generator.
+//! `interleave_moe_layer_step`, `q_lora_rank`, ...), and written with the
+//! same keys by the generator. A multimodal Llama-4 config.json nests the
+//! language model's keys under `text_config`; `torch_dtype` and
+//! `quantization_config` are read at its top level.
 
 use super::family::{Arch, ArchSpec, AttentionKind, DenseLayers, SharedExpert, ARCHS};
 use super::format::ExpertFormat;
@@ -119,8 +122,6 @@ impl ArchConfig {
     pub fn to_json(&self) -> Value {
         let spec = self.spec();
         let mut m = Map::new();
-        m.insert("architectures".into(), json!([spec.architecture]));
-        m.insert("model_type".into(), json!(spec.model_type));
         m.insert("torch_dtype".into(), json!("bfloat16"));
         m.insert("hidden_size".into(), json!(self.hidden));
         m.insert("num_hidden_layers".into(), json!(self.layers));
@@ -185,9 +186,22 @@ impl ArchConfig {
                 m.insert("decoder_sparse_step".into(), json!(1));
                 m.insert("mlp_only_layers".into(), json!(self.dense_layers));
             }
+            DenseLayers::Interleave => {
+                // The step when the MoE layers follow one (informative: an
+                // explicit `moe_layers` wins, in transformers as here).
+                let moe = self.moe_layers();
+                let step = moe[0] + 1;
+                if moe == (step - 1..self.layers).step_by(step).collect::<Vec<_>>() {
+                    m.insert("interleave_moe_layer_step".into(), json!(step));
+                }
+                m.insert("moe_layers".into(), json!(moe));
+            }
         }
         if !self.dense_layers.is_empty() {
-            m.insert("intermediate_size".into(), json!(self.dense_intermediate));
+            m.insert(
+                spec.dense_intermediate_key.into(),
+                json!(self.dense_intermediate),
+            );
         }
         match spec.shared {
             SharedExpert::None => {}
@@ -204,7 +218,26 @@ impl ArchConfig {
                     json!(self.shared_intermediate),
                 );
             }
+            // As wide as a routed expert: `intermediate_size`.
+            SharedExpert::Llama4 => {}
         }
+        let mut m = match spec.text_config {
+            None => m,
+            Some(text_type) => {
+                m.insert("model_type".into(), json!(text_type));
+                let mut top = Map::new();
+                top.insert("torch_dtype".into(), json!("bfloat16"));
+                top.insert(
+                    "tie_word_embeddings".into(),
+                    json!(self.tie_word_embeddings),
+                );
+                // No `vision_config`: generated checkpoints hold no vision tower.
+                top.insert("text_config".into(), Value::Object(m));
+                top
+            }
+        };
+        m.insert("architectures".into(), json!([spec.architecture]));
+        m.insert("model_type".into(), json!(spec.model_type));
         if let ExpertFormat::Packed { bits, group } = self.format {
             m.insert(
                 "quantization_config".into(),
@@ -238,8 +271,35 @@ impl ArchConfig {
                 "write config.json as Hugging Face does",
             ));
         };
-        let keys = Keys { obj, path };
-        let spec = detect(&keys)?;
+        let top = Keys {
+            obj,
+            path,
+            prefix: "",
+        };
+        let spec = detect(&top)?;
+        let keys = match spec.text_config {
+            None => Keys {
+                obj,
+                path,
+                prefix: "",
+            },
+            Some(_) => Keys {
+                obj: obj
+                    .get("text_config")
+                    .and_then(Value::as_object)
+                    .ok_or_else(|| {
+                        top.bad(
+                            "text_config",
+                            format!(
+                                "is missing or not an object; a {} config.json holds the language model's keys there",
+                                spec.model_type
+                            ),
+                        )
+                    })?,
+                path,
+                prefix: "text_config.",
+            },
+        };
         let layers = keys.positive("num_hidden_layers")?;
         let hidden = keys.positive("hidden_size")?;
         let expert_intermediate = keys.positive(spec.expert_intermediate_key)?;
@@ -265,11 +325,30 @@ impl ArchConfig {
                     .filter(|l| only.contains(l) || (l + 1) % step != 0)
                     .collect()
             }
+            DenseLayers::Interleave => {
+                let moe = match keys.obj.get("moe_layers") {
+                    None | Some(Value::Null) => {
+                        let step = keys
+                            .optional("interleave_moe_layer_step")?
+                            .unwrap_or(1)
+                            .max(1);
+                        (step - 1..layers).step_by(step).collect()
+                    }
+                    Some(_) => keys.layer_list("moe_layers")?,
+                };
+                if let Some(l) = moe.iter().find(|&&l| l >= layers) {
+                    return Err(keys.bad(
+                        "moe_layers",
+                        format!("names layer {l} of a model of {layers} layers"),
+                    ));
+                }
+                (0..layers).filter(|l| !moe.contains(l)).collect()
+            }
         };
         let dense_intermediate = if dense_layers.is_empty() {
             0
         } else {
-            keys.positive("intermediate_size")?
+            keys.positive(spec.dense_intermediate_key)?
         };
         let shared_intermediate = match spec.shared {
             SharedExpert::None => 0,
@@ -279,6 +358,7 @@ impl ArchConfig {
             SharedExpert::Qwen => keys
                 .optional("shared_expert_intermediate_size")?
                 .unwrap_or(0),
+            SharedExpert::Llama4 => expert_intermediate,
         };
         let attention = match spec.attention {
             AttentionKind::Gqa { head_dim_key, .. } => {
@@ -315,23 +395,30 @@ impl ArchConfig {
                 v_head_dim: keys.positive("v_head_dim")?,
             },
         };
-        let dtype = obj.get("torch_dtype").or_else(|| obj.get("dtype"));
-        if let Some(dtype) = dtype.filter(|d| d.as_str() != Some("bfloat16")) {
-            return Err(keys.bad(
-                "torch_dtype",
-                format!("is {dtype}; only bfloat16 checkpoints are supported"),
-            ));
+        for k in [&top, &keys] {
+            let dtype = k.obj.get("torch_dtype").or_else(|| k.obj.get("dtype"));
+            if let Some(dtype) = dtype.filter(|d| d.as_str() != Some("bfloat16")) {
+                return Err(k.bad(
+                    "torch_dtype",
+                    format!("is {dtype}; only bfloat16 checkpoints are supported"),
+                ));
+            }
         }
+        // The language model's own key, else the top level's.
+        let tie = [&keys, &top].into_iter().find_map(|k| {
+            let v = k.obj.get("tie_word_embeddings").filter(|v| !v.is_null())?;
+            Some((k, v))
+        });
         let cfg = ArchConfig {
             arch: spec.arch,
             layers,
             hidden,
             vocab: keys.positive("vocab_size")?,
-            tie_word_embeddings: match obj.get("tie_word_embeddings") {
-                None | Some(Value::Null) => false,
-                Some(v) => v
+            tie_word_embeddings: match tie {
+                None => false,
+                Some((k, v)) => v
                     .as_bool()
-                    .ok_or_else(|| keys.bad("tie_word_embeddings", "is not true or false"))?,
+                    .ok_or_else(|| k.bad("tie_word_embeddings", "is not true or false"))?,
             },
             experts: keys.positive(spec.experts_key)?,
             top_k: keys.positive("num_experts_per_tok")?,
@@ -340,7 +427,7 @@ impl ArchConfig {
             dense_intermediate,
             shared_intermediate,
             attention,
-            format: quantization(&keys)?,
+            format: quantization(&top)?,
         };
         if cfg.moe_layers().is_empty() {
             return Err(keys.bad("num_hidden_layers", "leaves no MoE layer"));
@@ -413,13 +500,15 @@ fn quantization(keys: &Keys) -> Result<ExpertFormat> {
 struct Keys<'a> {
     obj: &'a Map<String, Value>,
     path: &'a Path,
+    /// Where `obj` is in the file, for errors: `""` or `"text_config."`.
+    prefix: &'static str,
 }
 
 impl Keys<'_> {
     fn bad(&self, key: &str, problem: impl Into<String>) -> CheckpointError {
         CheckpointError::input(
             self.path,
-            format!("`{key}`"),
+            format!("`{}{key}`", self.prefix),
             problem,
             "fix config.json, or regenerate the checkpoint",
         )

@@ -4,13 +4,19 @@
 //! checkpoint with the object it belongs to (see the parent module for the
 //! objects). Names follow the transformers modeling files
 //! (`modeling_mixtral`, `modeling_deepseek` (V2, V3), `modeling_qwen2_moe`,
-//! `modeling_qwen3_moe`, `modeling_olmoe`).
+//! `modeling_qwen3_moe`, `modeling_olmoe`, `modeling_llama4`).
+//!
+//! A tensor belongs to one object, except a fused expert tensor (Llama-4's
+//! `experts.gate_up_proj` and `experts.down_proj` hold every expert of a
+//! layer): it is split along its first dimension, and expert `e`'s slice,
+//! contiguous in the file, is that expert's part (`Owner::ExpertSlices`).
 
 use super::config::{ArchConfig, Attention};
 use super::format::{tensor_bytes, ExpertFormat};
 use crate::identity::{Family, ObjectKey};
 use residency_planner::model::StageKind;
 use safetensors::Dtype;
+use std::ops::Range;
 
 /// Trunk component names, as the model descriptions use them.
 pub const ATTN: &str = "attn";
@@ -38,6 +44,11 @@ pub enum Arch {
     Qwen2Moe,
     Qwen3Moe,
     Olmoe,
+    /// Llama-4 (Scout, Maverick) as released: `Llama4ForConditionalGeneration`,
+    /// the language model under `language_model.`, beside a vision tower.
+    Llama4,
+    /// Llama-4's language model alone (`Llama4ForCausalLM`, `llama4_text`).
+    Llama4Text,
 }
 
 /// Attention of a GQA architecture: biases and query/key norms.
@@ -73,6 +84,9 @@ pub enum DenseLayers {
     FirstK,
     /// Qwen: `mlp_only_layers`, and layers off `decoder_sparse_step`.
     MlpOnly,
+    /// Llama-4: experts in `moe_layers` when given, else in every
+    /// `interleave_moe_layer_step`-th layer (`step - 1, 2 * step - 1, ...`).
+    Interleave,
 }
 
 /// Shared experts beside the routed ones.
@@ -84,6 +98,35 @@ pub enum SharedExpert {
     /// Qwen2-MoE: `mlp.shared_expert` (`shared_expert_intermediate_size`)
     /// and its sigmoid gate `mlp.shared_expert_gate` `[1, hidden]`.
     Qwen,
+    /// Llama-4: `feed_forward.shared_expert` in every MoE layer, as wide as a
+    /// routed expert (`intermediate_size`).
+    Llama4,
+}
+
+/// How a MoE layer stores its routed experts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExpertLayout {
+    /// One module per expert, `<moe>.experts.{e}.<projection>`, for its gate,
+    /// up and down projections (`nn.Linear` weights, `[out, in]`).
+    PerExpert([&'static str; 3]),
+    /// Llama-4: every expert of the layer in two parameters (no `.weight`
+    /// suffix) in `x @ W` orientation: `<moe>.experts.gate_up_proj`
+    /// `[experts, hidden, 2 * intermediate]` (gate, then up, along the last
+    /// dimension) and `<moe>.experts.down_proj` `[experts, intermediate,
+    /// hidden]`, each split per expert along its first dimension.
+    Fused,
+}
+
+/// Which objects a tensor's bytes belong to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Owner {
+    /// The whole tensor is part of one object.
+    Object(ObjectKey),
+    /// A fused expert tensor of MoE layer `layer`: slice `e` along the first
+    /// dimension (`shape[0]` is the expert count), the `bytes / shape[0]`
+    /// bytes at `e` times that from the tensor's start, is part of routed
+    /// expert `e`.
+    ExpertSlices { layer: u32 },
 }
 
 /// One architecture's row of the adapter table.
@@ -94,13 +137,26 @@ pub struct ArchSpec {
     /// config.json `model_type` and `architectures[0]`.
     pub model_type: &'static str,
     pub architecture: &'static str,
+    /// The `model_type` of config.json's `text_config`, when the language
+    /// model's keys are nested there (a multimodal checkpoint).
+    pub text_config: Option<&'static str>,
+    /// Prefix of the language model's tensor names (`language_model.`).
+    pub prefix: &'static str,
+    /// Tensors that are no objects and that reading leaves alone: the vision
+    /// tower and its projector, which the planner does not place.
+    pub ignored_prefixes: &'static [&'static str],
     /// config.json key of the routed expert count and of one expert's width.
     pub experts_key: &'static str,
     pub expert_intermediate_key: &'static str,
-    /// Module holding router and experts in each MoE layer.
+    /// config.json key of the dense MLP's width.
+    pub dense_intermediate_key: &'static str,
+    /// Module holding router and experts in each MoE layer, and the router
+    /// within it.
     pub moe_module: &'static str,
-    /// An expert's gate, up and down projections.
-    pub expert_projections: [&'static str; 3],
+    pub router: &'static str,
+    /// Module of a dense layer's MLP.
+    pub dense_module: &'static str,
+    pub experts: ExpertLayout,
     pub attention: AttentionKind,
     pub dense: DenseLayers,
     pub shared: SharedExpert,
@@ -112,17 +168,23 @@ pub struct ArchSpec {
 
 const GATE_UP_DOWN: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
 
-pub const ARCHS: [ArchSpec; 6] = [
+pub const ARCHS: [ArchSpec; 8] = [
     ArchSpec {
         arch: Arch::Mixtral,
         family: Family::Mixtral,
         model_type: "mixtral",
         architecture: "MixtralForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "num_local_experts",
         expert_intermediate_key: "intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "block_sparse_moe",
+        router: "gate",
+        dense_module: "mlp",
         // w1 gates, w3 is the up projection, w2 the down projection.
-        expert_projections: ["w1", "w3", "w2"],
+        experts: ExpertLayout::PerExpert(["w1", "w3", "w2"]),
         attention: AttentionKind::Gqa {
             qkv_bias: false,
             qk_norm: QkNorm::None,
@@ -138,10 +200,16 @@ pub const ARCHS: [ArchSpec; 6] = [
         family: Family::DeepseekV2,
         model_type: "deepseek_v2",
         architecture: "DeepseekV2ForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "n_routed_experts",
         expert_intermediate_key: "moe_intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "mlp",
-        expert_projections: GATE_UP_DOWN,
+        router: "gate",
+        dense_module: "mlp",
+        experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
         attention: AttentionKind::Mla,
         dense: DenseLayers::FirstK,
         shared: SharedExpert::Deepseek,
@@ -153,10 +221,16 @@ pub const ARCHS: [ArchSpec; 6] = [
         family: Family::DeepseekV3,
         model_type: "deepseek_v3",
         architecture: "DeepseekV3ForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "n_routed_experts",
         expert_intermediate_key: "moe_intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "mlp",
-        expert_projections: GATE_UP_DOWN,
+        router: "gate",
+        dense_module: "mlp",
+        experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
         attention: AttentionKind::Mla,
         dense: DenseLayers::FirstK,
         shared: SharedExpert::Deepseek,
@@ -168,10 +242,16 @@ pub const ARCHS: [ArchSpec; 6] = [
         family: Family::QwenMoe,
         model_type: "qwen2_moe",
         architecture: "Qwen2MoeForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "num_experts",
         expert_intermediate_key: "moe_intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "mlp",
-        expert_projections: GATE_UP_DOWN,
+        router: "gate",
+        dense_module: "mlp",
+        experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
         attention: AttentionKind::Gqa {
             qkv_bias: true,
             qk_norm: QkNorm::None,
@@ -187,10 +267,16 @@ pub const ARCHS: [ArchSpec; 6] = [
         family: Family::QwenMoe,
         model_type: "qwen3_moe",
         architecture: "Qwen3MoeForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "num_experts",
         expert_intermediate_key: "moe_intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "mlp",
-        expert_projections: GATE_UP_DOWN,
+        router: "gate",
+        dense_module: "mlp",
+        experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
         attention: AttentionKind::Gqa {
             qkv_bias: false,
             qk_norm: QkNorm::PerHead,
@@ -206,10 +292,16 @@ pub const ARCHS: [ArchSpec; 6] = [
         family: Family::Olmoe,
         model_type: "olmoe",
         architecture: "OlmoeForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
         experts_key: "num_experts",
         expert_intermediate_key: "intermediate_size",
+        dense_intermediate_key: "intermediate_size",
         moe_module: "mlp",
-        expert_projections: GATE_UP_DOWN,
+        router: "gate",
+        dense_module: "mlp",
+        experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
         attention: AttentionKind::Gqa {
             qkv_bias: false,
             qk_norm: QkNorm::Full,
@@ -217,6 +309,57 @@ pub const ARCHS: [ArchSpec; 6] = [
         },
         dense: DenseLayers::None,
         shared: SharedExpert::None,
+        router_bias: false,
+        rms_norm_eps: 1e-5,
+    },
+    ArchSpec {
+        arch: Arch::Llama4,
+        family: Family::Llama4,
+        model_type: "llama4",
+        architecture: "Llama4ForConditionalGeneration",
+        text_config: Some("llama4_text"),
+        prefix: "language_model.",
+        ignored_prefixes: &["vision_model.", "multi_modal_projector."],
+        experts_key: "num_local_experts",
+        expert_intermediate_key: "intermediate_size",
+        dense_intermediate_key: "intermediate_size_mlp",
+        moe_module: "feed_forward",
+        router: "router",
+        dense_module: "feed_forward",
+        experts: ExpertLayout::Fused,
+        // Its query/key norm (`use_qk_norm`) is an L2 norm without weights.
+        attention: AttentionKind::Gqa {
+            qkv_bias: false,
+            qk_norm: QkNorm::None,
+            head_dim_key: true,
+        },
+        dense: DenseLayers::Interleave,
+        shared: SharedExpert::Llama4,
+        router_bias: false,
+        rms_norm_eps: 1e-5,
+    },
+    ArchSpec {
+        arch: Arch::Llama4Text,
+        family: Family::Llama4,
+        model_type: "llama4_text",
+        architecture: "Llama4ForCausalLM",
+        text_config: None,
+        prefix: "",
+        ignored_prefixes: &[],
+        experts_key: "num_local_experts",
+        expert_intermediate_key: "intermediate_size",
+        dense_intermediate_key: "intermediate_size_mlp",
+        moe_module: "feed_forward",
+        router: "router",
+        dense_module: "feed_forward",
+        experts: ExpertLayout::Fused,
+        attention: AttentionKind::Gqa {
+            qkv_bias: false,
+            qk_norm: QkNorm::None,
+            head_dim_key: true,
+        },
+        dense: DenseLayers::Interleave,
+        shared: SharedExpert::Llama4,
         router_bias: false,
         rms_norm_eps: 1e-5,
     },
@@ -231,18 +374,39 @@ impl Arch {
     }
 }
 
-/// One tensor a checkpoint of a configuration holds, and its object.
+/// One tensor a checkpoint of a configuration holds, and its object(s).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TensorSpec {
     pub name: String,
     pub dtype: Dtype,
     pub shape: Vec<usize>,
-    pub key: ObjectKey,
+    pub owner: Owner,
 }
 
 impl TensorSpec {
     pub fn bytes(&self) -> u64 {
         tensor_bytes(self.dtype, &self.shape)
+    }
+
+    /// The objects the tensor's bytes belong to, each with its byte range
+    /// within the tensor, in order: together they tile the tensor.
+    pub fn parts(&self) -> Vec<(ObjectKey, Range<u64>)> {
+        match self.owner {
+            Owner::Object(ref key) => vec![(key.clone(), 0..self.bytes())],
+            Owner::ExpertSlices { layer } => {
+                let experts = self.shape[0] as u64;
+                let slice = self.bytes() / experts;
+                (0..experts)
+                    .map(|e| {
+                        let key = ObjectKey::Expert {
+                            layer,
+                            expert: e as u32,
+                        };
+                        (key, e * slice..(e + 1) * slice)
+                    })
+                    .collect()
+            }
+        }
     }
 }
 
@@ -258,7 +422,7 @@ impl Collect<'_> {
             name,
             dtype,
             shape,
-            key: key.clone(),
+            owner: Owner::Object(key.clone()),
         });
     }
 
@@ -282,6 +446,22 @@ impl Collect<'_> {
         }
     }
 
+    /// A fused expert parameter of MoE layer `layer` holding every expert's
+    /// `inputs` x `outputs` matrix, in the experts' format, split per expert.
+    fn fused(&mut self, param: &str, inputs: usize, outputs: usize, layer: usize) {
+        let cfg = self.cfg;
+        for (suffix, dtype, shape) in cfg.format.fused(cfg.experts, inputs, outputs) {
+            self.out.push(TensorSpec {
+                name: format!("{param}{suffix}"),
+                dtype,
+                shape,
+                owner: Owner::ExpertSlices {
+                    layer: layer as u32,
+                },
+            });
+        }
+    }
+
     /// Gate, up and down projections of an MLP `inner` wide.
     fn mlp(
         &mut self,
@@ -302,7 +482,7 @@ impl Collect<'_> {
         let cfg = self.cfg;
         let spec = cfg.arch.spec();
         let h = cfg.hidden;
-        let p = format!("model.layers.{layer}");
+        let p = format!("{}model.layers.{layer}", spec.prefix);
         let key = trunk(ATTN, Some(layer));
         let bf16 = ExpertFormat::Bf16;
         self.bf16(format!("{p}.input_layernorm.weight"), vec![h], &key);
@@ -382,7 +562,7 @@ impl Collect<'_> {
             }
         }
         if cfg.is_moe(layer) {
-            let gate = format!("{p}.{}.gate", spec.moe_module);
+            let gate = format!("{p}.{}.{}", spec.moe_module, spec.router);
             self.linear(&gate, cfg.experts, h, bf16, &key);
             if spec.router_bias {
                 self.push(
@@ -398,12 +578,12 @@ impl Collect<'_> {
     fn feed_forward(&mut self, layer: usize) {
         let cfg = self.cfg;
         let spec = cfg.arch.spec();
-        let p = format!("model.layers.{layer}");
+        let p = format!("{}model.layers.{layer}", spec.prefix);
         let bf16 = ExpertFormat::Bf16;
         if !cfg.is_moe(layer) {
             let key = trunk(DENSE_FFN, Some(layer));
             self.mlp(
-                &format!("{p}.mlp"),
+                &format!("{p}.{}", spec.dense_module),
                 GATE_UP_DOWN,
                 cfg.dense_intermediate,
                 bf16,
@@ -412,18 +592,22 @@ impl Collect<'_> {
             return;
         }
         let moe = format!("{p}.{}", spec.moe_module);
-        for expert in 0..cfg.experts {
-            let key = ObjectKey::Expert {
-                layer: layer as u32,
-                expert: expert as u32,
-            };
-            self.mlp(
-                &format!("{moe}.experts.{expert}"),
-                spec.expert_projections,
-                cfg.expert_intermediate,
-                cfg.format,
-                &key,
-            );
+        let (h, inter) = (cfg.hidden, cfg.expert_intermediate);
+        match spec.experts {
+            ExpertLayout::PerExpert(projections) => {
+                for expert in 0..cfg.experts {
+                    let key = ObjectKey::Expert {
+                        layer: layer as u32,
+                        expert: expert as u32,
+                    };
+                    let module = format!("{moe}.experts.{expert}");
+                    self.mlp(&module, projections, inter, cfg.format, &key);
+                }
+            }
+            ExpertLayout::Fused => {
+                self.fused(&format!("{moe}.experts.gate_up_proj"), h, 2 * inter, layer);
+                self.fused(&format!("{moe}.experts.down_proj"), inter, h, layer);
+            }
         }
         if cfg.shared_intermediate == 0 {
             return;
@@ -433,24 +617,16 @@ impl Collect<'_> {
         match spec.shared {
             SharedExpert::None => {}
             SharedExpert::Deepseek => {
-                self.mlp(
-                    &format!("{p}.mlp.shared_experts"),
-                    GATE_UP_DOWN,
-                    width,
-                    bf16,
-                    &key,
-                );
+                let module = format!("{moe}.shared_experts");
+                self.mlp(&module, GATE_UP_DOWN, width, bf16, &key);
             }
-            SharedExpert::Qwen => {
-                self.mlp(
-                    &format!("{p}.mlp.shared_expert"),
-                    GATE_UP_DOWN,
-                    width,
-                    bf16,
-                    &key,
-                );
-                let gate = format!("{p}.mlp.shared_expert_gate");
-                self.linear(&gate, 1, cfg.hidden, bf16, &key);
+            SharedExpert::Qwen | SharedExpert::Llama4 => {
+                let module = format!("{moe}.shared_expert");
+                self.mlp(&module, GATE_UP_DOWN, width, bf16, &key);
+                if spec.shared == SharedExpert::Qwen {
+                    let gate = format!("{moe}.shared_expert_gate");
+                    self.linear(&gate, 1, cfg.hidden, bf16, &key);
+                }
             }
         }
     }
@@ -478,8 +654,9 @@ pub fn tensors(cfg: &ArchConfig) -> Vec<TensorSpec> {
         trunk(EMBED, None)
     };
     let (vocab, hidden) = (cfg.vocab, cfg.hidden);
+    let prefix = cfg.spec().prefix;
     c.bf16(
-        "model.embed_tokens.weight".into(),
+        format!("{prefix}model.embed_tokens.weight"),
         vec![vocab, hidden],
         &embed,
     );
@@ -487,9 +664,13 @@ pub fn tensors(cfg: &ArchConfig) -> Vec<TensorSpec> {
         c.attention(layer);
         c.feed_forward(layer);
     }
-    c.bf16("model.norm.weight".into(), vec![hidden], &head);
+    c.bf16(format!("{prefix}model.norm.weight"), vec![hidden], &head);
     if !cfg.tie_word_embeddings {
-        c.bf16("lm_head.weight".into(), vec![vocab, hidden], &head);
+        c.bf16(
+            format!("{prefix}lm_head.weight"),
+            vec![vocab, hidden],
+            &head,
+        );
     }
     c.out
 }
@@ -533,19 +714,93 @@ mod tests {
             (scales.dtype, scales.shape.clone()),
             (Dtype::F16, vec![64, 2])
         );
-        assert_eq!(scales.key, w2.key);
+        assert_eq!(scales.owner, w2.owner);
         assert_eq!(
-            w2.key,
-            ObjectKey::Expert {
+            w2.owner,
+            Owner::Object(ObjectKey::Expert {
                 layer: 1,
                 expert: 3
-            }
+            })
         );
         let gate = find("model.layers.0.block_sparse_moe.gate.weight");
-        assert_eq!(gate.key, trunk(ATTN, Some(0)));
-        assert_eq!(find("model.norm.weight").key, trunk(LM_HEAD, None));
-        assert_eq!(find("model.embed_tokens.weight").key, trunk(EMBED, None));
+        assert_eq!(gate.owner, Owner::Object(trunk(ATTN, Some(0))));
+        let owner = |name: &str| find(name).owner.clone();
+        assert_eq!(
+            owner("model.norm.weight"),
+            Owner::Object(trunk(LM_HEAD, None))
+        );
+        assert_eq!(
+            owner("model.embed_tokens.weight"),
+            Owner::Object(trunk(EMBED, None))
+        );
         assert!(t.iter().all(|s| !s.name.contains("shared")));
+    }
+
+    #[test]
+    fn llama4_fused_experts_split_per_expert() {
+        // Layer 0 dense, 1 and 2 MoE; 4 experts of 32, hidden 64, int4 group 16.
+        let cfg = small(Arch::Llama4);
+        let t = tensors(&cfg);
+        let find = |name: &str| {
+            t.iter()
+                .find(|s| s.name == format!("language_model.model.layers.{name}"))
+                .unwrap_or_else(|| panic!("{name} missing"))
+        };
+        let gate_up = find("1.feed_forward.experts.gate_up_proj");
+        assert_eq!(
+            (gate_up.dtype, gate_up.shape.clone()),
+            (Dtype::U8, vec![4, 32, 64])
+        );
+        assert_eq!(gate_up.owner, Owner::ExpertSlices { layer: 1 });
+        let scales = find("1.feed_forward.experts.gate_up_proj_scales");
+        assert_eq!(
+            (scales.dtype, scales.shape.clone()),
+            (Dtype::F16, vec![4, 4, 64])
+        );
+        let down = find("2.feed_forward.experts.down_proj");
+        assert_eq!(down.shape, vec![4, 16, 64]);
+        assert_eq!(
+            find("2.feed_forward.experts.down_proj_scales").shape,
+            vec![4, 2, 64]
+        );
+        // Expert e's slice: 32 * 64 bytes at e times that.
+        let parts = gate_up.parts();
+        assert_eq!(parts.len(), 4);
+        for (e, (key, range)) in parts.into_iter().enumerate() {
+            let expert = ObjectKey::Expert {
+                layer: 1,
+                expert: e as u32,
+            };
+            assert_eq!(
+                (key, range),
+                (expert, e as u64 * 2048..(e as u64 + 1) * 2048)
+            );
+        }
+        let router = find("1.feed_forward.router.weight");
+        assert_eq!(router.shape, vec![4, 64]);
+        assert_eq!(router.owner, Owner::Object(trunk(ATTN, Some(1))));
+        let dense = find("0.feed_forward.gate_proj.weight");
+        assert_eq!(dense.shape, vec![96, 64]);
+        assert_eq!(dense.owner, Owner::Object(trunk(DENSE_FFN, Some(0))));
+        let shared = find("2.feed_forward.shared_expert.down_proj.weight");
+        assert_eq!(shared.shape, vec![64, 32]);
+        assert_eq!(shared.owner, Owner::Object(trunk(SHARED_EXPERT, Some(2))));
+        assert!(t.iter().all(|s| s.name.starts_with("language_model.")));
+        assert!(t.iter().any(|s| s.name == "language_model.lm_head.weight"));
+        assert!(!t
+            .iter()
+            .any(|s| s.name.contains("router") && s.name.contains(".0.")));
+
+        // The text-only checkpoint: the same tensors without the prefix.
+        let text = tensors(&ArchConfig {
+            arch: Arch::Llama4Text,
+            ..cfg
+        });
+        assert_eq!(text.len(), t.len());
+        for (a, b) in t.iter().zip(&text) {
+            assert_eq!(a.name, format!("language_model.{}", b.name));
+            assert_eq!((&a.shape, &a.owner), (&b.shape, &b.owner));
+        }
     }
 
     #[test]

@@ -14,7 +14,23 @@
 //! Scale `s[r][c / group]` covers `group` consecutive input features of row
 //! `r`; the weight is `q * s`. `cols` must be a multiple of `group`, so an
 //! expert of `params` parameters takes `params * bits / 8 + params / group * 2`
-//! bytes: the `{bits, group}` size of DESIGN 3.2 exactly. Only routed
+//! bytes: the `{bits, group}` size of DESIGN 3.2 exactly.
+//!
+//! A fused expert parameter (Llama-4's `experts.gate_up_proj`,
+//! `experts.down_proj`: every expert of a layer in one tensor, each expert's
+//! matrix in `x @ W` orientation, `[experts, inputs, outputs]`, no `.weight`
+//! suffix) is stored as:
+//! - `bf16`: `<param>`, `BF16 [experts, inputs, outputs]`.
+//! - `int8`: `<param>`, `I8 [experts, inputs, outputs]`; plus
+//!   `<param>_scales`, `F16 [experts, inputs / group, outputs]`.
+//! - `int4`: `<param>`, `U8 [experts, inputs / 2, outputs]`, byte `[e][j][o]`
+//!   holding input features `2j` (low nibble) and `2j + 1` (high nibble) of
+//!   output `o`; plus `<param>_scales`, `F16 [experts, inputs / group,
+//!   outputs]`.
+//!
+//! Groups and nibble pairs run along the input features, as above, so an
+//! expert's bytes are the same number; and every tensor stays contiguous per
+//! expert along its first dimension. Only routed
 //! experts are packed; the trunk stays BF16. `config.json` announces the
 //! container as `quantization_config: {"quant_method": "residency", "bits",
 //! "group_size", "packing_version"}`.
@@ -28,6 +44,8 @@ pub const DEFAULT_INT4_GROUP: u64 = 64;
 
 /// Suffix of a packed weight's scales tensor (the weight keeps `.weight`).
 pub const SCALES_SUFFIX: &str = "scales";
+/// Suffix of a packed fused parameter's scales tensor (`<param>_scales`).
+pub const FUSED_SCALES_SUFFIX: &str = "_scales";
 
 /// How routed experts are stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -89,6 +107,31 @@ impl ExpertFormat {
             }
         }
     }
+
+    /// The stored tensors of a fused parameter of `experts` matrices of
+    /// `inputs` x `outputs` in `x @ W` orientation (see the module doc): name
+    /// suffixes appended to the parameter's name, dtypes, shapes. `inputs`
+    /// fits the format.
+    pub fn fused(self, experts: usize, inputs: usize, outputs: usize) -> Vec<StoredTensor> {
+        match self {
+            ExpertFormat::Bf16 => vec![("", Dtype::BF16, vec![experts, inputs, outputs])],
+            ExpertFormat::Packed { bits, group } => {
+                let (dtype, packed_inputs) = if bits == 8 {
+                    (Dtype::I8, inputs)
+                } else {
+                    (Dtype::U8, inputs / 2)
+                };
+                vec![
+                    ("", dtype, vec![experts, packed_inputs, outputs]),
+                    (
+                        FUSED_SCALES_SUFFIX,
+                        Dtype::F16,
+                        vec![experts, inputs / group as usize, outputs],
+                    ),
+                ]
+            }
+        }
+    }
 }
 
 /// Bytes of a tensor of `dtype` and `shape`.
@@ -122,6 +165,39 @@ mod tests {
                 .sum();
             assert_eq!(total, expected, "{}", format.name());
         }
+    }
+
+    #[test]
+    fn fused_experts_take_the_bytes_of_separate_ones() {
+        // One Llama-4-Maverick expert: gate_up [5120, 16384], down [8192, 5120].
+        for format in [
+            ExpertFormat::Bf16,
+            ExpertFormat::Packed {
+                bits: 8,
+                group: 128,
+            },
+            ExpertFormat::Packed { bits: 4, group: 64 },
+        ] {
+            let fused: u64 = [(5120, 16384), (8192, 5120)]
+                .into_iter()
+                .flat_map(|(i, o)| format.fused(1, i, o))
+                .map(|(_, dtype, shape)| tensor_bytes(dtype, &shape))
+                .sum();
+            let separate: u64 = [(8192, 5120), (8192, 5120), (5120, 8192)]
+                .into_iter()
+                .flat_map(|(r, c)| format.linear(r, c))
+                .map(|(_, dtype, shape)| tensor_bytes(dtype, &shape))
+                .sum();
+            assert_eq!(fused, separate, "{}", format.name());
+        }
+        // 128 experts: the first dimension.
+        let int4 = ExpertFormat::Packed { bits: 4, group: 64 };
+        let down = int4.fused(128, 8192, 5120);
+        assert_eq!(down[0].2, vec![128, 4096, 5120]);
+        assert_eq!(
+            (down[1].0, down[1].2.clone()),
+            ("_scales", vec![128, 128, 5120])
+        );
     }
 
     #[test]

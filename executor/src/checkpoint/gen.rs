@@ -6,11 +6,14 @@
 //! A description gives the experts' geometry exactly; the rest of the
 //! architecture is derived from its trunk sizes (BF16, two bytes per
 //! parameter): the vocabulary from `lm_head`, the dense MLP from `dense_ffn`,
-//! the shared experts from `shared_expert`, and the attention heads by
+//! the shared experts from `shared_expert` (Llama-4's is as wide as a routed
+//! expert, as its config.json has it), and the attention heads by
 //! fitting the `attn` size (the candidate geometry whose `attn` component is
 //! closest, trying common head sizes first). Each derivation is reported as
 //! a note. Values are seeded per tensor name, so a tensor's bytes do not
-//! depend on sharding or on `--layers`.
+//! depend on sharding or on `--layers`. Llama-4 is written as released
+//! (`Llama4ForConditionalGeneration`, tensors under `language_model.`)
+//! without its vision tower, which is no object the planner places.
 //!
 //! The directory appears whole or not at all: everything is written into a
 //! hidden sibling directory that is renamed to the output at the end.
@@ -299,12 +302,14 @@ fn random_values(spec: &TensorSpec, seed: u64) -> Vec<u8> {
 
 /// The family a description's name (or file name) points to.
 fn infer_family(d: &ModelDescription, path: &Path) -> Option<Family> {
-    const HINTS: [(&str, Family); 5] = [
+    const HINTS: [(&str, Family); 7] = [
         ("mixtral", Family::Mixtral),
         ("deepseek-v3", Family::DeepseekV3),
         ("deepseek-v2", Family::DeepseekV2),
         ("qwen", Family::QwenMoe),
         ("olmoe", Family::Olmoe),
+        ("llama4", Family::Llama4),
+        ("llama-4", Family::Llama4),
     ];
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned());
     [Some(d.name.clone()), stem]
@@ -387,12 +392,13 @@ pub fn arch_config(
         Family::QwenMoe if has_shared => Arch::Qwen2Moe,
         Family::QwenMoe => Arch::Qwen3Moe,
         Family::Olmoe => Arch::Olmoe,
+        Family::Llama4 => Arch::Llama4,
     };
     let spec = arch.spec();
     let dense_ok = match spec.dense {
         DenseLayers::None => dense_layers.is_empty(),
         DenseLayers::FirstK => dense_layers.iter().enumerate().all(|(i, &l)| i == l),
-        DenseLayers::MlpOnly => true,
+        DenseLayers::MlpOnly | DenseLayers::Interleave => true,
     };
     if !dense_ok {
         return Err(err(
@@ -426,6 +432,7 @@ pub fn arch_config(
             nearest(bytes, mlp_bytes * d.expert_intermediate) * intermediate
         }
         (SharedExpert::Qwen, Some(bytes)) => nearest(bytes, mlp_bytes),
+        (SharedExpert::Llama4, _) => intermediate,
         _ => 0,
     };
     let vocab = match bytes_of(family::LM_HEAD, 0) {
@@ -538,12 +545,18 @@ fn attention_candidates(base: &ArchConfig) -> Vec<Attention> {
         AttentionKind::Gqa { head_dim_key, .. } => {
             // Real models use heads of 64 to 256 and a query width within a
             // factor of 4 of hidden; small test models scale the head down.
+            // Head counts are powers of two, or the one whose query width is
+            // hidden (Llama-4-Maverick: 40 heads of 128 at hidden 5120).
             let min_head_dim = h.min(256) / 4;
             for head_dim in [128, 64, 256, 32, 16, 8, 4] {
                 if head_dim < min_head_dim {
                     continue;
                 }
-                let mut heads: Vec<usize> = powers
+                let mut counts = powers.clone();
+                if h.is_multiple_of(head_dim) && !counts.contains(&(h / head_dim)) {
+                    counts.push(h / head_dim);
+                }
+                let mut heads: Vec<usize> = counts
                     .iter()
                     .copied()
                     .filter(|&n| {
@@ -557,7 +570,7 @@ fn attention_candidates(base: &ArchConfig) -> Vec<Attention> {
                     .collect();
                 heads.sort_by_key(|&n| (n * head_dim).abs_diff(h));
                 for &n in &heads {
-                    for &kv in powers.iter().rev().filter(|&&kv| kv <= n) {
+                    for &kv in powers.iter().rev().filter(|&&kv| n.is_multiple_of(kv)) {
                         out.push(Attention::Gqa {
                             heads: n,
                             kv_heads: kv,

@@ -3,8 +3,8 @@
 //! components by small per-family adapters.
 //!
 //! - `family`: the adapters: for Mixtral, DeepSeek-V2/V3, Qwen-MoE (Qwen2-MoE,
-//!   Qwen3-MoE) and OLMoE, every tensor's real Hugging Face name, shape and
-//!   dtype, and the object it belongs to.
+//!   Qwen3-MoE), OLMoE and Llama-4 (multimodal or text-only), every tensor's
+//!   real Hugging Face name, shape and dtype, and the object(s) it belongs to.
 //! - `config`: the geometry an adapter needs, read from and written to an
 //!   HF-style `config.json`.
 //! - `format`: the storage formats of routed experts and the packed int8/int4
@@ -17,7 +17,11 @@
 //!   (`residency gen-checkpoint`).
 //!
 //! Objects. Each routed expert's projections (gate, up, down, and their
-//! scales when packed) form `ObjectKey::Expert`. Everything else is a trunk
+//! scales when packed) form `ObjectKey::Expert`. Where a family fuses every
+//! expert of a layer into one tensor (Llama-4's `experts.gate_up_proj` and
+//! `experts.down_proj`, `[experts, ...]`), expert `e`'s part is its slice
+//! along the first dimension, contiguous in the shard: an object's extents
+//! are byte ranges, whole tensors or such slices. Everything else is a trunk
 //! component (`ObjectKey::Trunk`), named as the model descriptions in
 //! `profiles/models` name them:
 //! - `attn` (per layer, stage dense): the attention projections, both layer
@@ -26,9 +30,11 @@
 //!   attention keeps it out of the experts stage, whose GPU overhead it would
 //!   otherwise pay on its own.
 //! - `dense_ffn` (per dense layer, stage dense): the MLP of layers without
-//!   experts (DeepSeek's first layers, Qwen's `mlp_only_layers`).
+//!   experts (DeepSeek's first layers, Qwen's `mlp_only_layers`, Llama-4's
+//!   layers between its interleaved MoE layers).
 //! - `shared_expert` (per MoE layer, stage experts): DeepSeek's
-//!   `shared_experts`, Qwen2-MoE's `shared_expert` and its gate.
+//!   `shared_experts`, Qwen2-MoE's `shared_expert` and its gate, Llama-4's
+//!   `shared_expert`.
 //! - `lm_head` (stage head): the output projection and the final norm.
 //! - `embed`: the token embedding. An engine reads one row of it per token,
 //!   so it is not a per-token trunk read and the derived description leaves
@@ -39,6 +45,8 @@ pub mod config;
 pub mod family;
 pub mod format;
 pub mod gen;
+#[cfg(test)]
+mod llama4_tests;
 pub mod read;
 #[cfg(test)]
 mod tests;

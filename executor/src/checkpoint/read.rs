@@ -5,8 +5,9 @@
 //! is checked against what the family adapter expects from `config.json`
 //! and against the shard's length, so a truncated shard or a wrong dtype or
 //! shape is an error naming the tensor. The result maps each object to the
-//! byte extents of its tensors, carries the model identity, and derives the
-//! planner's model description (`residency plan --model DIR`).
+//! byte extents of its tensors (for a fused expert tensor, each expert's
+//! slice of it), carries the model identity, and derives the planner's model
+//! description (`residency plan --model DIR`).
 
 use super::config::ArchConfig;
 use super::family::{self, TensorSpec};
@@ -29,13 +30,15 @@ pub const SINGLE_SHARD_FILE: &str = "model.safetensors";
 /// The safetensors crate's limit on a header, applied before reading one.
 const MAX_HEADER_BYTES: u64 = 100_000_000;
 
-/// Where one tensor's bytes lie.
+/// Where one of an object's byte ranges lies: a whole tensor, or the slice
+/// of a fused expert tensor that is one expert's (`family::Owner`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Extent {
     pub shard: PathBuf,
     /// Offset of the first byte in the shard file.
     pub offset: u64,
     pub len: u64,
+    /// The tensor the range lies in.
     pub tensor: String,
 }
 
@@ -47,7 +50,7 @@ pub struct Checkpoint {
     pub identity: ModelIdentity,
     /// Shard files, in name order.
     pub shards: Vec<PathBuf>,
-    /// Every object's tensors, in shard and offset order.
+    /// Every object's extents, in shard and offset order.
     pub objects: BTreeMap<ObjectKey, Vec<Extent>>,
 }
 
@@ -146,13 +149,20 @@ impl Checkpoint {
                 ));
             };
             check_against(spec, &f.info, &shards[f.shard], &config)?;
-            objects.entry(spec.key.clone()).or_default().push(Extent {
-                shard: shards[f.shard].clone(),
-                offset: f.offset,
-                len: spec.bytes(),
-                tensor: spec.name.clone(),
-            });
+            for (key, range) in spec.parts() {
+                objects.entry(key).or_default().push(Extent {
+                    shard: shards[f.shard].clone(),
+                    offset: f.offset + range.start,
+                    len: range.end - range.start,
+                    tensor: spec.name.clone(),
+                });
+            }
         }
+        // Tensors outside the language model (Llama-4's vision tower and its
+        // projector) are no objects the planner places: they are left alone,
+        // though their headers count in the content id like every header.
+        let ignored = config.spec().ignored_prefixes;
+        found.retain(|name, _| !ignored.iter().any(|p| name.starts_with(p)));
         if let Some((name, f)) = found.iter().next() {
             return Err(tensor_error(
                 &shards[f.shard],
@@ -192,7 +202,7 @@ impl Checkpoint {
         })
     }
 
-    /// The extents of an object's tensors (empty for an object the checkpoint lacks).
+    /// The extents of an object (empty for an object the checkpoint lacks).
     pub fn extents(&self, key: &ObjectKey) -> &[Extent] {
         self.objects.get(key).map_or(&[], Vec::as_slice)
     }

@@ -3,7 +3,7 @@
 //! corrupted shards; the adapters' fit on the real descriptions.
 
 use super::config::Attention;
-use super::family::Arch;
+use super::family::{Arch, ExpertLayout};
 use super::gen::{arch_config, GenDtype, GenOptions};
 use super::read::INDEX_FILE;
 use super::{generate, Checkpoint, ExpertFormat};
@@ -81,6 +81,7 @@ fn small_yaml(arch: Arch) -> (&'static str, String) {
             "0..=2",
             "  - { name: attn, layers: \"0..=2\", bytes: 30000, stage: dense }".to_string(),
         ),
+        Arch::Llama4 | Arch::Llama4Text => unreachable!("fused experts: see llama4_tests"),
     };
     let yaml = format!(
         "name: {name}\nlayers: {layers}\nmoe_layers: \"{moe}\"\nexperts: {EXPERTS}\ntop_k: 2\n\
@@ -139,7 +140,9 @@ fn checkpoint_of_every_family_round_trips() {
         let moe = &model.moe_layer_numbers()[..2];
         assert_eq!(ckpt.config.moe_layers(), moe, "{arch:?}");
         assert_eq!(ckpt.config.layers, moe[1] + 1);
-        let projections = arch.spec().expert_projections;
+        let ExpertLayout::PerExpert(projections) = arch.spec().experts else {
+            unreachable!("these families have one module per expert")
+        };
         for &layer in moe {
             for expert in 0..EXPERTS {
                 let key = ObjectKey::Expert {
@@ -504,6 +507,15 @@ fn checkpoint_adapters_fit_the_real_descriptions() {
             129280,
             18432,
             2048,
+        ),
+        // 40 heads: the query width is hidden, 5120.
+        (
+            "llama4-maverick",
+            Arch::Llama4,
+            gqa(40, 8, 128),
+            202048,
+            16384,
+            8192,
         ),
     ];
     for (name, arch, attention, vocab, dense, shared) in cases {
