@@ -10,7 +10,7 @@ use residency_executor::serve::replay::{replay, ReplayConfig, ServePolicy};
 use residency_executor::sim::felt::read_seconds;
 use residency_executor::sim::job::{cut_trace, Budget, Cut};
 use residency_executor::storage::BackendKind;
-use residency_planner::heat::{read_trace, HeatContext, HeatFormat};
+use residency_planner::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_planner::inputs::defaults;
 use residency_planner::profile::HardwareProfile;
 use residency_planner::units::Bytes;
@@ -68,12 +68,43 @@ pub struct ReplayArgs {
     /// Load every expert the budget holds before the clock starts.
     #[arg(long)]
     warm: bool,
+    /// Serve the last N tokens of each training category first, untimed,
+    /// so every arm starts from its own policy's state rather than cold
+    /// (needs --train-categories).
+    #[arg(long, default_value_t = 0)]
+    seed_tokens: usize,
     /// Read path for misses: direct (O_DIRECT) or io-uring.
     #[arg(long, default_value = "direct", value_parser = parse_backend)]
     backend: BackendKind,
     /// Write `{"runs":[...]}` here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// The last `--seed-tokens` tokens of each training category, in trace order.
+fn seed_tokens(tokens: &[TokenRoutes], args: &ReplayArgs) -> Result<Vec<TokenRoutes>> {
+    if args.seed_tokens == 0 {
+        return Ok(Vec::new());
+    }
+    let Some(train) = &args.train_categories else {
+        bail!(
+            "--seed-tokens {}: seeding serves training tokens; give --train-categories too",
+            args.seed_tokens
+        );
+    };
+    let mut seed = Vec::new();
+    for category in train {
+        let of: Vec<&TokenRoutes> = tokens
+            .iter()
+            .filter(|t| t.category.as_ref() == Some(category))
+            .collect();
+        seed.extend(
+            of[of.len().saturating_sub(args.seed_tokens)..]
+                .iter()
+                .map(|&t| t.clone()),
+        );
+    }
+    Ok(seed)
 }
 
 fn parse_format(name: &str) -> Result<HeatFormat, String> {
@@ -154,6 +185,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             }
         }
     }
+    let seed = seed_tokens(&trace.tokens, args)?;
     let expert_bytes = checkpoint.object_bytes(&residency_executor::identity::ObjectKey::Expert {
         layer: checkpoint.config.moe_layers()[0] as u32,
         expert: 0,
@@ -177,6 +209,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         read_bytes_per_s: if fastest > 0.0 { fastest } else { 1e9 },
         backend: args.backend,
         warm: args.warm,
+        seed,
     };
     for note in &notes {
         eprintln!("note: {note}");

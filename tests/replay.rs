@@ -158,6 +158,67 @@ fn a_warm_full_budget_reads_nothing_and_matches_the_resident_baseline() {
     }
 }
 
+/// `--seed-tokens` serves the training category's tokens before the clock:
+/// their experts are read as start-up, and the outputs do not change.
+#[test]
+fn seeding_is_start_up_and_leaves_the_outputs_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let runs_with = |seed: &str| {
+        let json = dir.path().join(format!("seed-{seed}.json"));
+        let o = run(&[
+            "replay",
+            "--checkpoint",
+            s(&ckpt),
+            "--trace",
+            s(&trace),
+            "--model",
+            s(&yaml),
+            "--policy",
+            "lru",
+            "--ram-budget",
+            "100%",
+            "--train-categories",
+            "a",
+            "--seed-tokens",
+            seed,
+            "--json",
+            s(&json),
+        ]);
+        assert!(o.status.success(), "{}", stderr(&o));
+        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        doc["runs"][0].clone()
+    };
+    let (cold, seeded) = (runs_with("0"), runs_with("30"));
+    assert_eq!(cold["output_checksum"], seeded["output_checksum"]);
+    // Category a routes experts 0-3 in both layers (the generator's
+    // (t * k + k) mod 4 visits all four): 8 experts of 12 KiB read before
+    // the clock. Category b uses 4-7, so the evaluation still misses 8 of
+    // its 30 x 2 x 2 requests at a full budget.
+    assert_eq!(cold["startup_bytes"], 0);
+    assert_eq!(seeded["startup_bytes"], 8 * 12288);
+    for r in [&cold, &seeded] {
+        assert_eq!(r["misses"], 8, "{r}");
+        assert_eq!(r["hits"], 120 - 8, "{r}");
+    }
+    // Seeding needs training categories to take the tokens from.
+    let o = run(&[
+        "replay",
+        "--checkpoint",
+        s(&ckpt),
+        "--trace",
+        s(&trace),
+        "--seed-tokens",
+        "4",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("give --train-categories too"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// A budget of one expert while a layer asks for two at once: a finished
 /// load must not hold its lease while the computing thread waits for the
 /// other (whose load needs those bytes). This deadlocked in route order,

@@ -115,6 +115,9 @@ pub struct ReplayConfig {
     /// Load every expert the budget holds before the clock starts (in
     /// index order), so a full budget measures serving with nothing to read.
     pub warm: bool,
+    /// Tokens served before the clock starts, through the store and live
+    /// heat (not `resident`): the history the measured tokens follow.
+    pub seed: Vec<TokenRoutes>,
 }
 
 /// One arm's run.
@@ -190,10 +193,15 @@ pub fn replay(
     let trace_layers = tokens.first().map_or(0, |t| t.routes.len());
     let widest = tokens
         .iter()
+        .chain(&config.seed)
         .flat_map(|t| t.routes.iter().flatten())
         .max()
         .map_or(0, |&e| e as usize + 1);
-    if trace_layers != layers || widest > experts {
+    let ragged = tokens
+        .iter()
+        .chain(&config.seed)
+        .any(|t| t.routes.len() != trace_layers);
+    if trace_layers != layers || ragged || widest > experts {
         return Err(ReplayError::Geometry {
             trace: trace_layers,
             trace_experts: widest,
@@ -321,11 +329,27 @@ fn run_arm(
         },
         &store_config,
     )?;
+    let mut heat = LiveHeat::new(
+        &vec![experts; checkpoint.config.moe_layers().len()],
+        DEFAULT_HALVE_EVERY_TOKENS,
+    );
     let started = Instant::now();
     store.load_all(&pins, 8, &|_| {})?;
     if config.warm {
         let all: Vec<ObjectIndex> = (0..n as ObjectIndex).collect();
         store.load_all(&all, 8, &|_| {})?;
+    }
+    // Seeding serves the tokens that came before, untimed, so every arm
+    // starts in the state its own policy would have reached (the paired
+    // arms of DESIGN 6, seeded rather than cold).
+    for token in &config.seed {
+        for (l, route) in token.routes.iter().enumerate() {
+            heat.report_route(l, route)
+                .expect("routes were checked against the checkpoint");
+            for &e in route {
+                drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
+            }
+        }
     }
     let startup_seconds = started.elapsed().as_secs_f64();
     let startup = store.telemetry();
@@ -339,10 +363,6 @@ fn run_arm(
             &pins,
         )
     });
-    let mut heat = LiveHeat::new(
-        &vec![experts; checkpoint.config.moe_layers().len()],
-        DEFAULT_HALVE_EVERY_TOKENS,
-    );
     // Repins run on a thread of their own, as an engine would run them: a
     // promotion's read overlaps serving instead of stalling a token.
     let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
