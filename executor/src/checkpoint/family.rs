@@ -168,6 +168,34 @@ pub struct ArchSpec {
 
 const GATE_UP_DOWN: [&str; 3] = ["gate_proj", "up_proj", "down_proj"];
 
+/// Llama-4 as released (the multimodal checkpoint); the text-only row reuses it.
+const LLAMA4: ArchSpec = ArchSpec {
+    arch: Arch::Llama4,
+    family: Family::Llama4,
+    model_type: "llama4",
+    architecture: "Llama4ForConditionalGeneration",
+    text_config: Some("llama4_text"),
+    prefix: "language_model.",
+    ignored_prefixes: &["vision_model.", "multi_modal_projector."],
+    experts_key: "num_local_experts",
+    expert_intermediate_key: "intermediate_size",
+    dense_intermediate_key: "intermediate_size_mlp",
+    moe_module: "feed_forward",
+    router: "router",
+    dense_module: "feed_forward",
+    experts: ExpertLayout::Fused,
+    // Its query/key norm (`use_qk_norm`) is an L2 norm without weights.
+    attention: AttentionKind::Gqa {
+        qkv_bias: false,
+        qk_norm: QkNorm::None,
+        head_dim_key: true,
+    },
+    dense: DenseLayers::Interleave,
+    shared: SharedExpert::Llama4,
+    router_bias: false,
+    rms_norm_eps: 1e-5,
+};
+
 pub const ARCHS: [ArchSpec; 8] = [
     ArchSpec {
         arch: Arch::Mixtral,
@@ -312,56 +340,16 @@ pub const ARCHS: [ArchSpec; 8] = [
         router_bias: false,
         rms_norm_eps: 1e-5,
     },
-    ArchSpec {
-        arch: Arch::Llama4,
-        family: Family::Llama4,
-        model_type: "llama4",
-        architecture: "Llama4ForConditionalGeneration",
-        text_config: Some("llama4_text"),
-        prefix: "language_model.",
-        ignored_prefixes: &["vision_model.", "multi_modal_projector."],
-        experts_key: "num_local_experts",
-        expert_intermediate_key: "intermediate_size",
-        dense_intermediate_key: "intermediate_size_mlp",
-        moe_module: "feed_forward",
-        router: "router",
-        dense_module: "feed_forward",
-        experts: ExpertLayout::Fused,
-        // Its query/key norm (`use_qk_norm`) is an L2 norm without weights.
-        attention: AttentionKind::Gqa {
-            qkv_bias: false,
-            qk_norm: QkNorm::None,
-            head_dim_key: true,
-        },
-        dense: DenseLayers::Interleave,
-        shared: SharedExpert::Llama4,
-        router_bias: false,
-        rms_norm_eps: 1e-5,
-    },
+    LLAMA4,
+    // The language model alone: the same tensors without the prefix.
     ArchSpec {
         arch: Arch::Llama4Text,
-        family: Family::Llama4,
         model_type: "llama4_text",
         architecture: "Llama4ForCausalLM",
         text_config: None,
         prefix: "",
         ignored_prefixes: &[],
-        experts_key: "num_local_experts",
-        expert_intermediate_key: "intermediate_size",
-        dense_intermediate_key: "intermediate_size_mlp",
-        moe_module: "feed_forward",
-        router: "router",
-        dense_module: "feed_forward",
-        experts: ExpertLayout::Fused,
-        attention: AttentionKind::Gqa {
-            qkv_bias: false,
-            qk_norm: QkNorm::None,
-            head_dim_key: true,
-        },
-        dense: DenseLayers::Interleave,
-        shared: SharedExpert::Llama4,
-        router_bias: false,
-        rms_norm_eps: 1e-5,
+        ..LLAMA4
     },
 ];
 
