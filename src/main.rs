@@ -18,7 +18,7 @@ use residency_planner::heat::{self, HeatContext, HeatFormat};
 use residency_planner::inputs::InputPaths;
 use residency_planner::kv::KvGroupsFile;
 use residency_planner::model::Model;
-use residency_planner::plan::Plan;
+use residency_planner::plan::{Plan, PlanInputs};
 use residency_planner::profile::HardwareProfile;
 use residency_planner::solve::{self, SolveOptions};
 use std::path::{Path, PathBuf};
@@ -59,6 +59,21 @@ struct InputArgs {
     kv: Option<PathBuf>,
 }
 
+/// Re-planning from a plan in use (DESIGN 4.5).
+#[derive(clap::Args, Clone)]
+struct ReplanArgs {
+    /// Re-plan from this plan (the placement in use) for the new inputs,
+    /// moving only what pays for its move over --horizon-tokens.
+    #[arg(long)]
+    from: Option<PathBuf>,
+    /// Tokens over which a move must pay for itself.
+    #[arg(long, default_value_t = 100_000.0, requires = "from")]
+    horizon_tokens: f64,
+    /// A move's seconds count this many times.
+    #[arg(long, default_value_t = 2.0, requires = "from")]
+    hysteresis: f64,
+}
+
 impl InputArgs {
     fn paths(&self) -> InputPaths {
         InputPaths {
@@ -94,6 +109,8 @@ enum Command {
         /// else the current directory).
         #[arg(long)]
         export_dir: Option<PathBuf>,
+        #[command(flatten)]
+        replan: ReplanArgs,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
     Heat {
@@ -199,8 +216,10 @@ fn run(command: Command) -> Result<()> {
             time_limit,
             export,
             export_dir,
+            replan,
         } => plan(
             &inputs,
+            &replan,
             out.as_deref(),
             time_limit,
             &export,
@@ -266,6 +285,7 @@ fn notes(notes: &[String]) {
 
 fn plan(
     args: &InputArgs,
+    replan: &ReplanArgs,
     out: Option<&Path>,
     time_limit: f64,
     exports: &[Engine],
@@ -274,20 +294,53 @@ fn plan(
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
     }
-    let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
-    let inst = inputs.instance()?;
-    notes(&inputs.notes);
-    let solution = solve::solve(
-        &inst,
-        SolveOptions {
-            time_limit_seconds: time_limit,
-        },
-    )?;
-    let plan = Plan::new(&inst, &solution, inputs.refs.clone(), time_limit);
+    for (flag, value) in [
+        ("--horizon-tokens", replan.horizon_tokens),
+        ("--hysteresis", replan.hysteresis),
+    ] {
+        if !(value.is_finite() && value > 0.0) {
+            bail!("{flag} {value}: give a positive number");
+        }
+    }
+    let (inst, solution, refs, current) = match &replan.from {
+        None => {
+            let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
+            let inst = inputs.instance()?;
+            notes(&inputs.notes);
+            let options = SolveOptions {
+                time_limit_seconds: time_limit,
+            };
+            let solution = solve::solve(&inst, options)?;
+            (inst, solution, inputs.refs, None)
+        }
+        Some(from) => {
+            let LoadedPlan {
+                inst,
+                placement: current,
+                refs,
+                ..
+            } = load_plan(from, args)?;
+            let options = solve::ReplanOptions {
+                time_limit_seconds: time_limit,
+                horizon_tokens: replan.horizon_tokens,
+                hysteresis: replan.hysteresis,
+            };
+            let solution = solve::replan(&inst, &current, options)?;
+            (inst, solution, refs, Some(current))
+        }
+    };
+    let plan = Plan::new(&inst, &solution, refs, time_limit);
     if let Some(out) = out {
         plan.write(out)?;
     }
     print::plan_summary(&plan, &inst, out);
+    if let Some(current) = current {
+        print::plan_diff(&residency_planner::diff::diff(
+            &inst,
+            &current,
+            &solution.placement,
+        ));
+    }
     let dir = match (export_dir, out.and_then(Path::parent)) {
         (Some(dir), _) => dir,
         (None, Some(parent)) if !parent.as_os_str().is_empty() => parent,
@@ -308,8 +361,17 @@ fn plan(
     Ok(())
 }
 
+/// A plan read back for the given inputs.
+struct LoadedPlan {
+    plan: Plan,
+    inst: Instance,
+    placement: Vec<usize>,
+    /// The references of the inputs given now (not the plan's).
+    refs: PlanInputs,
+}
+
 /// Reads a plan and the placement it encodes for the given inputs.
-fn load_plan(file: &Path, args: &InputArgs) -> Result<(Plan, Instance, Vec<usize>)> {
+fn load_plan(file: &Path, args: &InputArgs) -> Result<LoadedPlan> {
     let plan = Plan::read(file)?;
     let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
     let mut inst = inputs.instance()?;
@@ -318,14 +380,21 @@ fn load_plan(file: &Path, args: &InputArgs) -> Result<(Plan, Instance, Vec<usize
     }
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
-    Ok((plan, inst, placement))
+    Ok(LoadedPlan {
+        plan,
+        inst,
+        placement,
+        refs: inputs.refs,
+    })
 }
 
 fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
     }
-    let (_, inst, placement) = load_plan(file, args)?;
+    let LoadedPlan {
+        inst, placement, ..
+    } = load_plan(file, args)?;
     let explanation =
         residency_planner::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
     print::explanation(file, &explanation);
@@ -333,9 +402,13 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
 }
 
 fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
-    let (_, inst, a) = load_plan(before, args)?;
-    let (_, _, b) = load_plan(after, args)?;
-    print::plan_diff(&residency_planner::diff::diff(&inst, &a, &b));
+    let before = load_plan(before, args)?;
+    let after = load_plan(after, args)?;
+    print::plan_diff(&residency_planner::diff::diff(
+        &before.inst,
+        &before.placement,
+        &after.placement,
+    ));
     Ok(())
 }
 
@@ -470,7 +543,12 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
             );
         }
         "plan" => {
-            let (plan, inst, placement) = load_plan(file, args)?;
+            let LoadedPlan {
+                plan,
+                inst,
+                placement,
+                ..
+            } = load_plan(file, args)?;
             let recomputed = inst.evaluate(&placement).token_seconds;
             let reported = plan.objective.token_seconds;
             if (recomputed - reported).abs() > 1e-9 * reported.abs() {

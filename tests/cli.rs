@@ -315,3 +315,69 @@ fn a_tampered_plan_fails_validation() {
     assert_eq!(bad_limit.status.code(), Some(1));
     assert!(stderr(&bad_limit).contains("--time-limit"));
 }
+
+/// `plan --from`: re-planning a plan for its own inputs where no move can
+/// pay (a one-token horizon) moves nothing: the plan is a local optimum of
+/// token time and moves only add cost. For new heat the re-plan's token
+/// time is no worse than staying.
+#[test]
+fn replan_from_a_plan_moves_only_what_pays() {
+    let dir = tempfile::tempdir().unwrap();
+    let p0 = dir.path().join("p0.json");
+    let p1 = dir.path().join("p1.json");
+    let o = run(&["plan", "--time-limit", "2", "--out", p0.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run(&[
+        "plan",
+        "--time-limit",
+        "2",
+        "--from",
+        p0.to_str().unwrap(),
+        "--horizon-tokens",
+        "1",
+        "--out",
+        p1.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("moved: 0 experts, 0 trunk components, 0 KV groups"),
+        "{}",
+        stdout(&o)
+    );
+    // A flat heat for the default model: the re-plan's token time is no
+    // worse than the old placement's under that heat (printed "a -> b").
+    let heat = dir.path().join("flat.json");
+    let rows: Vec<Vec<u64>> = (0..26).map(|_| vec![1; 64]).collect();
+    std::fs::write(&heat, serde_json::json!({ "layers": rows }).to_string()).unwrap();
+    let o = run(&[
+        "plan",
+        "--time-limit",
+        "2",
+        "--from",
+        p0.to_str().unwrap(),
+        "--heat",
+        heat.to_str().unwrap(),
+        "--out",
+        p1.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("token time "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let ms: Vec<f64> = line
+        .split_whitespace()
+        .filter_map(|w| w.parse::<f64>().ok())
+        .collect();
+    assert!(ms[1] <= ms[0], "{line}");
+    let o = run(&[
+        "plan",
+        "--from",
+        p0.to_str().unwrap(),
+        "--horizon-tokens",
+        "0",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--horizon-tokens 0: give a positive number"));
+}

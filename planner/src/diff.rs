@@ -31,7 +31,7 @@ pub struct PlanDiff {
 /// Bytes per second of the slowest hop from `from` to `to`; `None` when the
 /// move carries no bytes (a weight evicted to disk is discarded, a KV group
 /// dropped or taken up is filled by its next prefill).
-fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
+pub(crate) fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
     let r = &inst.resources;
     let fastest_drive = r.drive_read_bytes_per_s.iter().copied().fold(0.0, f64::max);
     // Where the bytes come from: a drive read, or a copy already in memory.
@@ -50,6 +50,16 @@ fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
         }),
         Place::Gpu(g) => Some(source.min(r.gpu_upload_bytes_per_s[g])),
     }
+}
+
+/// Seconds to move object `o` from place index `from` to `to` (DESIGN 4.5):
+/// its bytes at `to` over the slowest hop; 0 when nothing is carried.
+pub fn move_seconds(inst: &Instance, o: usize, from: usize, to: usize) -> f64 {
+    if from == to {
+        return 0.0;
+    }
+    let (from, to) = (inst.places[from], inst.places[to]);
+    link_rate(inst, from, to).map_or(0.0, |rate| inst.objects[o].bytes_at(to) as f64 / rate)
 }
 
 pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
@@ -74,10 +84,9 @@ pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
             seconds: 0.0,
         });
         entry.objects += 1;
-        if let Some(rate) = link_rate(inst, from, to) {
-            let bytes = object.bytes_at(to);
-            entry.bytes += bytes;
-            entry.seconds += bytes as f64 / rate;
+        if link_rate(inst, from, to).is_some() {
+            entry.bytes += object.bytes_at(to);
+            entry.seconds += move_seconds(inst, o, a, b);
         }
     }
     let links: Vec<LinkMove> = links.into_values().collect();
@@ -85,7 +94,8 @@ pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
         moved_experts,
         moved_trunk,
         moved_kv,
-        move_seconds: links.iter().map(|l| l.seconds).sum(),
+        // A fold from +0: an empty f64 sum is -0, which prints as "-0.000".
+        move_seconds: links.iter().fold(0.0, |total, l| total + l.seconds),
         links,
         token_seconds_before: inst.evaluate(before).token_seconds,
         token_seconds_after: inst.evaluate(after).token_seconds,

@@ -1,6 +1,8 @@
 //! The solver: greedy baseline, the participation relaxation (lower bound and
 //! a fractional placement), rounding, capacity repair and local search on the
 //! true objective. Returns the best placement found with an honest bound.
+//! `replan` starts instead from a current placement and charges every move
+//! away from it (DESIGN 4.5).
 
 pub mod greedy;
 pub mod relaxation;
@@ -79,11 +81,13 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
         }
     };
     let lp = relaxation::solve(inst, start + limit.mul_f64(0.5));
+    if let Some(lp) = &lp {
+        bound = (lp.lower_bound_seconds, lp.method);
+    }
     // How long rounding and polishing take, so the integer refinement leaves
     // time for them within the limit.
     let polish_start = Instant::now();
     if let Some(lp) = &lp {
-        bound = (lp.lower_bound_seconds, lp.method);
         // Leave the greedy start a share of the limit: on large instances
         // under a short limit it can end better than the rounding.
         consider(
@@ -117,24 +121,95 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
         }
     }
     let (_, method, placement) = best;
-    let token_seconds = inst.evaluate(&placement).token_seconds;
-    let (bound, bound_method) = bound;
-    debug_assert!(
-        bound <= token_seconds * (1.0 + 1e-6),
-        "bound {bound} above plan {token_seconds}"
-    );
-    let lower_bound_seconds = bound.min(token_seconds);
-    Ok(Solution {
-        proven_optimal: token_seconds / lower_bound_seconds - 1.0 <= OPTIMAL_GAP,
+    Ok(Solution::new(
+        inst,
         placement,
-        token_seconds,
-        lower_bound_seconds,
-        bound_method,
-        greedy_placement,
-        greedy_token_seconds,
-        method: method.to_string(),
-        solve_seconds: start.elapsed().as_secs_f64(),
-    })
+        bound,
+        (greedy_placement, greedy_token_seconds),
+        method,
+        start,
+    ))
+}
+
+impl Solution {
+    fn new(
+        inst: &Instance,
+        placement: Vec<usize>,
+        (bound, bound_method): (f64, &'static str),
+        (greedy_placement, greedy_token_seconds): (Vec<usize>, f64),
+        method: &str,
+        start: Instant,
+    ) -> Solution {
+        let token_seconds = inst.evaluate(&placement).token_seconds;
+        debug_assert!(
+            bound <= token_seconds * (1.0 + 1e-6),
+            "bound {bound} above plan {token_seconds}"
+        );
+        let lower_bound_seconds = bound.min(token_seconds);
+        Solution {
+            proven_optimal: token_seconds / lower_bound_seconds - 1.0 <= OPTIMAL_GAP,
+            placement,
+            token_seconds,
+            lower_bound_seconds,
+            bound_method,
+            greedy_placement,
+            greedy_token_seconds,
+            method: method.to_string(),
+            solve_seconds: start.elapsed().as_secs_f64(),
+        }
+    }
+}
+
+/// How a re-plan weighs moving (DESIGN 4.5): a move must pay for itself
+/// over `horizon_tokens`, with its seconds counted `hysteresis` times.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplanOptions {
+    pub time_limit_seconds: f64,
+    pub horizon_tokens: f64,
+    pub hysteresis: f64,
+}
+
+/// Re-plans from `current` (place index per object), minimising
+/// `token_seconds + hysteresis * move_seconds / horizon_tokens`: local
+/// search on that objective from two starts, the current placement (first
+/// moved back within capacities when the inputs shrank a place) and a
+/// fresh plan for the new inputs, keeping the better. The fresh plan's
+/// bound is valid for any placement.
+pub fn replan(inst: &Instance, current: &[usize], options: ReplanOptions) -> Result<Solution> {
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(options.time_limit_seconds.max(0.01));
+    let fresh = solve(
+        inst,
+        SolveOptions {
+            time_limit_seconds: limit.as_secs_f64() * 0.5,
+        },
+    )?;
+    let deadline = start + limit;
+    let searched = |from: &[usize]| {
+        let mut state = SearchState::new(inst, from.to_vec()).with_migration(search::Migration {
+            current: current.to_vec(),
+            horizon_tokens: options.horizon_tokens,
+            hysteresis: options.hysteresis,
+        });
+        state.repair().then(|| {
+            let until = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+            state.improve(until);
+            (state.objective(), state.placement)
+        })
+    };
+    let best = [searched(current), searched(&fresh.placement)]
+        .into_iter()
+        .flatten()
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .expect("the fresh plan fits");
+    Ok(Solution::new(
+        inst,
+        best.1,
+        (fresh.lower_bound_seconds, fresh.bound_method),
+        (fresh.greedy_placement, fresh.greedy_token_seconds),
+        "re-plan: local search with move costs from the current and a fresh placement",
+        start,
+    ))
 }
 
 /// A readable name of an object: `expert (3, 17)` or `trunk attn L5`.

@@ -2,7 +2,9 @@
 //! (stage loads, stage times, free bytes), capacity repair, single moves and
 //! capacity trades between stages (one object into a full place, another out
 //! of it). Every step is evaluated with the cost model's `StageLoads`, so the
-//! search optimises exactly what the plan reports.
+//! search optimises exactly what the plan reports. When re-planning from a
+//! current placement (DESIGN 4.5), each object away from where it is now
+//! also costs its move seconds times the hysteresis over the horizon.
 
 use crate::cost::{Instance, StageLoads};
 use std::cmp::Ordering;
@@ -19,6 +21,16 @@ pub struct SearchState<'a> {
     stage_seconds: Vec<f64>,
     /// Free bytes per place index; negative while over capacity. Disk: unbounded.
     free: Vec<i128>,
+    migration: Option<Migration>,
+}
+
+/// What moving away from a current placement costs (DESIGN 4.5): per
+/// object and place index, its move seconds from where it is now times
+/// `hysteresis / horizon_tokens`, in seconds per token.
+pub struct Migration {
+    pub current: Vec<usize>,
+    pub horizon_tokens: f64,
+    pub hysteresis: f64,
 }
 
 impl<'a> SearchState<'a> {
@@ -41,20 +53,56 @@ impl<'a> SearchState<'a> {
             loads,
             stage_seconds,
             free,
+            migration: None,
         }
+    }
+
+    /// Charges moves away from `migration.current` in every step's delta.
+    pub fn with_migration(mut self, migration: Migration) -> Self {
+        self.migration = Some(migration);
+        self
     }
 
     pub fn token_seconds(&self) -> f64 {
         self.stage_seconds.iter().sum::<f64>() + self.inst.resources.fixed_token_seconds
     }
 
+    /// What the search minimises: `token_seconds`, plus every object's
+    /// migration seconds per token when re-planning.
+    pub fn objective(&self) -> f64 {
+        self.token_seconds()
+            + (0..self.placement.len())
+                .map(|o| self.migration_seconds(o, self.placement[o]))
+                .sum::<f64>()
+    }
+
+    /// Seconds per token that `o` at place `q` costs in migration.
+    fn migration_seconds(&self, o: usize, q: usize) -> f64 {
+        self.migration.as_ref().map_or(0.0, |m| {
+            crate::diff::move_seconds(self.inst, o, m.current[o], q) * m.hysteresis
+                / m.horizon_tokens
+        })
+    }
+
     fn bytes(&self, o: usize, q: usize) -> i128 {
         self.inst.objects[o].bytes_at(self.inst.places[q]) as i128
     }
 
-    /// Change of `token_seconds` if the given objects (at most two) moved to
-    /// the given places; evaluated without copying any stage's loads.
+    /// Change of the objective (`token_seconds`, plus migration seconds when
+    /// re-planning) if the given objects (at most two) moved to the given
+    /// places; evaluated without copying any stage's loads.
     pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
+        let migration: f64 = moves
+            .iter()
+            .map(|&(o, q)| {
+                self.migration_seconds(o, q) - self.migration_seconds(o, self.placement[o])
+            })
+            .sum();
+        self.token_delta(moves) + migration
+    }
+
+    /// The change of `token_seconds` alone.
+    fn token_delta(&self, moves: &[(usize, usize)]) -> f64 {
         debug_assert!(moves.len() <= 2);
         let r = &self.inst.resources;
         let change = |&(o, q): &(usize, usize)| {
