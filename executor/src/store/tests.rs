@@ -362,16 +362,19 @@ fn a_failed_load_publishes_nothing_and_can_be_retried() {
 #[test]
 fn stress_never_exceeds_budgets_and_never_serves_wrong_bytes() {
     // 200 objects of 1..=40 bytes, a 1500-byte place with 10 pinned
-    // objects, 8 threads acquiring (holding up to 2 leases), evicting and
-    // prefetching at random; some loads fail.
+    // objects, 8 threads acquiring (holding up to 2 leases), evicting,
+    // prefetching and re-pinning (one pin for an object no larger, so the
+    // pinned bytes never grow) at random; some loads fail.
     let sizes: Vec<u64> = (0..200).map(|o| 1 + (o * 13 % 40)).collect();
-    let loader = PatternLoader::new(sizes);
+    let loader = PatternLoader::new(sizes.clone());
     let pins: Vec<ObjectIndex> = (0..10).collect();
     for policy in [PolicyKind::Lru, PolicyKind::Frequency, PolicyKind::S3Fifo] {
         let s = store(&loader, 1500, policy, &pins, Duration::from_millis(20));
+        let pinned = Arc::new(Mutex::new(pins.clone()));
         let threads: Vec<_> = (0..8u64)
             .map(|t| {
-                let (s, loader) = (s.clone(), loader.clone());
+                let (s, loader, pinned, sizes) =
+                    (s.clone(), loader.clone(), pinned.clone(), sizes.clone());
                 thread::spawn(move || {
                     let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
                     let mut held: Vec<Lease> = Vec::new();
@@ -381,6 +384,16 @@ fn stress_never_exceeds_budgets_and_never_serves_wrong_bytes() {
                         x ^= x << 17;
                         let o = (x % 200) as ObjectIndex;
                         match x % 10 {
+                            0 if x % 3 == 0 => {
+                                let mut pinned = pinned.lock().unwrap();
+                                let swap = pinned
+                                    .iter()
+                                    .position(|&p| sizes[p as usize] >= sizes[o as usize]);
+                                if let Some(i) = swap.filter(|_| !pinned.contains(&o)) {
+                                    let demoted = std::mem::replace(&mut pinned[i], o);
+                                    let _ = s.repin(&[o], &[demoted]);
+                                }
+                            }
                             0 => {
                                 s.evict(o);
                             }
@@ -414,6 +427,8 @@ fn stress_never_exceeds_budgets_and_never_serves_wrong_bytes() {
             .collect();
         threads.into_iter().for_each(|t| t.join().unwrap());
         loader.failing.lock().unwrap().clear();
+        // Re-pins happened, and loaded what was not cached.
+        assert!(s.telemetry().migrations > 0);
         // Every lease is gone: whatever is published fits the place.
         assert_eq!(used(&s, "staging"), 0);
         assert!(used(&s, "ram:0") <= 1500);
