@@ -384,7 +384,7 @@ fn stress_never_exceeds_budgets_and_never_serves_wrong_bytes() {
                         x ^= x << 17;
                         let o = (x % 200) as ObjectIndex;
                         match x % 10 {
-                            0 if x % 3 == 0 => {
+                            0 if x.is_multiple_of(3) => {
                                 let mut pinned = pinned.lock().unwrap();
                                 let swap = pinned
                                     .iter()
