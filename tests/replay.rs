@@ -29,6 +29,21 @@ fn s(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
+/// `residency replay` of `trace` from `ckpt` for the model `yaml`, with `extra` arguments.
+fn replay(ckpt: &Path, trace: &Path, yaml: &Path, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "replay",
+        "--checkpoint",
+        s(ckpt),
+        "--trace",
+        s(trace),
+        "--model",
+        s(yaml),
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// A checkpoint of `TINY` and a jsonl trace of 60 tokens in two categories
 /// whose hot experts differ (a: 0-3, b: 4-7), with some reuse.
 fn checkpoint_and_trace(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
@@ -67,27 +82,25 @@ fn every_policy_computes_the_same_outputs() {
     let dir = tempfile::tempdir().unwrap();
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
     let json = dir.path().join("replay.json");
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--model",
-        s(&yaml),
-        "--policy",
-        "lru,lfru,frequency,cost,plan,replan",
-        "--ram-budget",
-        "25%",
-        "--train-categories",
-        "a",
-        "--rounds",
-        "2",
-        "--replan-every",
-        "4",
-        "--json",
-        s(&json),
-    ]);
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &[
+            "--policy",
+            "lru,lfru,frequency,cost,plan,replan",
+            "--ram-budget",
+            "25%",
+            "--train-categories",
+            "a",
+            "--rounds",
+            "2",
+            "--replan-every",
+            "4",
+            "--json",
+            s(&json),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stdout(&o).contains("equal for every policy"),
@@ -126,22 +139,20 @@ fn a_warm_full_budget_reads_nothing_and_matches_the_resident_baseline() {
     let dir = tempfile::tempdir().unwrap();
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
     let json = dir.path().join("replay.json");
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--model",
-        s(&yaml),
-        "--policy",
-        "resident,lru,cost",
-        "--ram-budget",
-        "100%",
-        "--warm",
-        "--json",
-        s(&json),
-    ]);
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &[
+            "--policy",
+            "resident,lru,cost",
+            "--ram-budget",
+            "100%",
+            "--warm",
+            "--json",
+            s(&json),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = doc["runs"].as_array().unwrap();
@@ -166,25 +177,23 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
     let runs_with = |seed: &str| {
         let json = dir.path().join(format!("seed-{seed}.json"));
-        let o = run(&[
-            "replay",
-            "--checkpoint",
-            s(&ckpt),
-            "--trace",
-            s(&trace),
-            "--model",
-            s(&yaml),
-            "--policy",
-            "lru",
-            "--ram-budget",
-            "100%",
-            "--train-categories",
-            "a",
-            "--seed-tokens",
-            seed,
-            "--json",
-            s(&json),
-        ]);
+        let o = replay(
+            &ckpt,
+            &trace,
+            &yaml,
+            &[
+                "--policy",
+                "lru",
+                "--ram-budget",
+                "100%",
+                "--train-categories",
+                "a",
+                "--seed-tokens",
+                seed,
+                "--json",
+                s(&json),
+            ],
+        );
         assert!(o.status.success(), "{}", stderr(&o));
         let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
         doc["runs"][0].clone()
@@ -232,21 +241,19 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
 fn a_budget_of_one_expert_does_not_deadlock() {
     let dir = tempfile::tempdir().unwrap();
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--model",
-        s(&yaml),
-        "--policy",
-        "lru,cost,replan",
-        "--ram-budget",
-        "12288",
-        "--train-categories",
-        "a",
-    ]);
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &[
+            "--policy",
+            "lru,cost,replan",
+            "--ram-budget",
+            "12288",
+            "--train-categories",
+            "a",
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
@@ -255,20 +262,12 @@ fn per_category_runs_are_reported_apart() {
     let dir = tempfile::tempdir().unwrap();
     let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
     let json = dir.path().join("replay.json");
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--model",
-        s(&yaml),
-        "--policy",
-        "lru,cost",
-        "--per-category",
-        "--json",
-        s(&json),
-    ]);
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &["--policy", "lru,cost", "--per-category", "--json", s(&json)],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = doc["runs"].as_array().unwrap();
@@ -315,19 +314,12 @@ fn bad_replay_input_is_one_line_with_no_output() {
         "expert",
         &json,
     );
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--model",
-        s(&yaml),
-        "--train-categories",
-        "a,b",
-        "--json",
-        s(&json),
-    ]);
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &["--train-categories", "a,b", "--json", s(&json)],
+    );
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("no token left to replay"),
