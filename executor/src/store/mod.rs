@@ -633,11 +633,21 @@ impl Store {
         }
         let place = &self.inner.places[self.inner.homes.place[o as usize]];
         let mut evicted = Vec::new();
-        place
-            .policy
-            .lock()
-            .unwrap()
-            .access(&self.request(o, now), &mut evicted);
+        let mut policy = place.policy.lock().unwrap();
+        policy.access(&self.request(o, now), &mut evicted);
+        // A hit on an object chosen as a victim while leased (to go at its
+        // last release) re-admits it: the policy counts it again, so the
+        // store must keep it. Under the policy lock, so that no victim
+        // choice comes between.
+        if policy.contains(o) {
+            if let Slot::Ready {
+                evict_on_release, ..
+            } = &mut *self.inner.slots[o as usize].lock().unwrap()
+            {
+                *evict_on_release = false;
+            }
+        }
+        drop(policy);
         // Some policies (SLRU with unequal sizes) evict on a hit.
         for v in evicted {
             self.evict_victim(v);

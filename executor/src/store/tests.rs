@@ -228,6 +228,36 @@ fn repins_promote_from_the_cache_or_disk_and_demote_into_room() {
 }
 
 #[test]
+fn a_hit_on_a_leased_victim_keeps_it_for_the_policy() {
+    // 20 bytes, objects of 10, LRU. 0 is leased when 2's miss makes LRU
+    // evict it, so it is marked to go at its last release and 2 waits for
+    // its bytes. A hit on 0 then re-admits it (LRU evicts 1, which makes
+    // room for 2): the store must keep 0 when the leases go, or the policy
+    // would count bytes the store dropped.
+    let loader = PatternLoader::new(vec![10; 4]);
+    let s = store(&loader, 20, PolicyKind::Lru, &[], Duration::from_secs(5));
+    let first = s.acquire(0).unwrap();
+    drop(s.acquire(1).unwrap());
+    let waiting = {
+        let s = s.clone();
+        thread::spawn(move || drop(s.acquire(2).unwrap()))
+    };
+    while s.state(0) != ObjectState::Demoting {
+        thread::yield_now();
+    }
+    let second = s.acquire(0).unwrap();
+    waiting.join().unwrap();
+    assert_eq!(s.state(1), ObjectState::Absent);
+    drop((first, second));
+    assert_eq!(s.state(0), ObjectState::Evictable);
+    assert_eq!(used(&s, "ram:0"), 20);
+    // LRU order is 2, then 0: a miss on 3 evicts 2 and keeps 0.
+    drop(s.acquire(3).unwrap());
+    assert_eq!(s.state(2), ObjectState::Absent);
+    assert_eq!(s.state(0), ObjectState::Evictable);
+}
+
+#[test]
 fn concurrent_misses_join_one_load() {
     let loader = PatternLoader::new(vec![64; 4]);
     let s = store(&loader, 1000, PolicyKind::Lru, &[], Duration::from_secs(5));
