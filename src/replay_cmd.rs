@@ -59,6 +59,9 @@ pub struct ReplayArgs {
     /// `replan`: tokens between passes.
     #[arg(long, default_value_t = ReplanParams::default().every_tokens)]
     replan_every: u64,
+    /// `replan`: also pass after this many seconds, when sooner.
+    #[arg(long)]
+    replan_every_seconds: Option<f64>,
     /// Keep the first N tokens of each category.
     #[arg(long)]
     tokens: Option<usize>,
@@ -124,6 +127,12 @@ fn parse_backend(name: &str) -> Result<BackendKind, String> {
 }
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
+    if let Some(seconds) = args
+        .replan_every_seconds
+        .filter(|s| !(s.is_finite() && *s > 0.0))
+    {
+        bail!("--replan-every-seconds {seconds}: give a positive number of seconds");
+    }
     if !(0.0..=1.0).contains(&args.pin_share) {
         bail!(
             "--pin-share {}: give a share between 0 and 1",
@@ -202,6 +211,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         pin_share: args.pin_share,
         replan: ReplanParams {
             every_tokens: args.replan_every.max(1),
+            every_seconds: args.replan_every_seconds,
             ..ReplanParams::default()
         },
         rounds: args.rounds,

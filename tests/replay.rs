@@ -327,4 +327,17 @@ fn bad_replay_input_is_one_line_with_no_output() {
         stderr(&o)
     );
     assert!(!json.exists());
+    let o = replay(
+        &ckpt,
+        &trace,
+        &yaml,
+        &["--replan-every-seconds", "0", "--json", s(&json)],
+    );
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("--replan-every-seconds 0: give a positive number of seconds"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!json.exists());
 }

@@ -18,6 +18,9 @@ use crate::policy::ObjectIndex;
 pub struct ReplanParams {
     /// Tokens between passes.
     pub every_tokens: u64,
+    /// Seconds between passes, when set: a pass is due after whichever of
+    /// the two comes first.
+    pub every_seconds: Option<f64>,
     /// A move's saving over the horizon must exceed its cost times this.
     pub hysteresis: f64,
     /// Tokens `H` over which a move must pay for itself.
@@ -37,6 +40,7 @@ impl Default for ReplanParams {
     fn default() -> Self {
         ReplanParams {
             every_tokens: 32,
+            every_seconds: None,
             hysteresis: 2.0,
             horizon_tokens: 512.0,
             min_age_tokens: 64,
@@ -66,6 +70,7 @@ pub struct Replanner {
     last_move: Vec<Option<u64>>,
     allowance_bytes: u64,
     last_pass: u64,
+    last_pass_seconds: f64,
 }
 
 impl Replanner {
@@ -96,6 +101,7 @@ impl Replanner {
             last_move: vec![None; n],
             allowance_bytes: 0,
             last_pass: 0,
+            last_pass_seconds: 0.0,
         }
     }
 
@@ -103,19 +109,25 @@ impl Replanner {
         &self.params
     }
 
-    /// Whether a pass is due at `token`.
-    pub fn due(&self, token: u64) -> bool {
+    /// Whether a pass is due at `token`, `seconds` into serving.
+    pub fn due(&self, token: u64, seconds: f64) -> bool {
         token >= self.last_pass + self.params.every_tokens
+            || self
+                .params
+                .every_seconds
+                .is_some_and(|every| seconds >= self.last_pass_seconds + every)
     }
 
-    /// One pass at `token` with `rate[o]` = expected requests of `o` per
-    /// token. The moves returned are already taken as done.
-    pub fn pass(&mut self, token: u64, rate: &[f64]) -> Moves {
+    /// One pass at `token`, `seconds` into serving, with `rate[o]` =
+    /// expected requests of `o` per token. The moves returned are already
+    /// taken as done.
+    pub fn pass(&mut self, token: u64, seconds: f64, rate: &[f64]) -> Moves {
         let p = &self.params;
         self.allowance_bytes = (self.allowance_bytes
             + p.bytes_per_token * (token - self.last_pass))
             .min(self.share_bytes);
         self.last_pass = token;
+        self.last_pass_seconds = seconds;
         let saving = |o: usize| rate[o] * self.miss_seconds[o];
         let density = |o: usize| saving(o) / self.sizes_bytes[o].max(1) as f64;
         let mut order: Vec<usize> = (0..rate.len()).collect();
@@ -228,11 +240,11 @@ mod tests {
         let mut rate = vec![0.0; 10];
         rate[..4].copy_from_slice(&[0.10, 0.10, 0.05, 0.051]);
         let mut r = replanner(params.clone(), &[0, 1, 2]);
-        assert_eq!(r.pass(32, &rate), Moves::default());
+        assert_eq!(r.pass(32, 0.0, &rate), Moves::default());
         rate[3] = 0.06;
         let mut r = replanner(params, &[0, 1, 2]);
         assert_eq!(
-            r.pass(32, &rate),
+            r.pass(32, 0.0, &rate),
             Moves {
                 promote: vec![3],
                 demote: vec![2]
@@ -265,12 +277,29 @@ mod tests {
                     (x % 1000) as f64 / 1000.0
                 })
                 .collect();
-            let (ma, mb) = (a.pass(pass * 32, &rate), b.pass(pass * 32, &rate));
+            let (ma, mb) = (a.pass(pass * 32, 0.0, &rate), b.pass(pass * 32, 0.0, &rate));
             moved += ma.promote.len();
             assert_eq!(ma, mb, "pass {pass}");
         }
         // The heat moved enough for pins to change.
         assert!(moved > 0);
+    }
+
+    #[test]
+    fn a_pass_is_due_after_tokens_or_seconds_whichever_first() {
+        let params = ReplanParams {
+            every_tokens: 100,
+            every_seconds: Some(1.0),
+            ..ReplanParams::default()
+        };
+        let mut r = replanner(params, &[0, 1, 2]);
+        assert!(!r.due(1, 0.5));
+        assert!(r.due(1, 1.0));
+        r.pass(1, 1.0, &[0.0; 10]);
+        assert!(!r.due(2, 1.5));
+        assert!(r.due(2, 2.0));
+        // Tokens alone still make it due.
+        assert!(r.due(101, 1.2));
     }
 
     #[test]
@@ -289,15 +318,15 @@ mod tests {
         let mut r = replanner(params, &[0, 1, 2]);
         let mut rate = vec![0.0; 10];
         rate[7..].copy_from_slice(&[0.3, 0.3, 0.3]);
-        let first = r.pass(10, &rate);
+        let first = r.pass(10, 0.0, &rate);
         // 10 tokens x 10 bytes = 100 bytes of allowance: one promotion.
         assert_eq!(first.promote.len(), 1);
-        let second = r.pass(30, &rate);
+        let second = r.pass(30, 0.0, &rate);
         assert_eq!(second.promote.len(), 2);
         assert_eq!(r.pinned(), vec![7, 8, 9]);
         assert!(r.pinned_bytes() <= 300);
         // Settled: nothing more moves.
-        assert_eq!(r.pass(60, &rate), Moves::default());
+        assert_eq!(r.pass(60, 0.0, &rate), Moves::default());
     }
 
     #[test]
@@ -311,9 +340,9 @@ mod tests {
         rate[5] = 1.0;
         // Pins are at most 40 tokens old at token 40: none may go, and the
         // share is full, so 5 waits.
-        assert_eq!(r.pass(40, &rate), Moves::default());
+        assert_eq!(r.pass(40, 0.0, &rate), Moves::default());
         assert_eq!(
-            r.pass(100, &rate),
+            r.pass(100, 0.0, &rate),
             Moves {
                 promote: vec![5],
                 demote: vec![2]

@@ -366,6 +366,7 @@ fn run_arm(
     // Repins run on a thread of their own, as an engine would run them: a
     // promotion's read overlaps serving instead of stalling a token.
     let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
+    let serving = Instant::now();
     let served = std::thread::scope(|scope| {
         let repinner = scope.spawn(|| {
             for m in moves {
@@ -383,10 +384,12 @@ fn run_arm(
                     heat.report_route(l, route)
                         .expect("routes were checked against the checkpoint");
                 }
-                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens)) {
+                let seconds = serving.elapsed().as_secs_f64();
+                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens, seconds)) {
+                    let rates = heat_rates(&heat, experts);
                     // A send fails only when the repinner stopped on an
                     // error, which its join reports.
-                    let _ = moves_sender.send(r.pass(served_tokens, &heat_rates(&heat, experts)));
+                    let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
                 }
                 Ok(())
             },
