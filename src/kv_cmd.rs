@@ -12,7 +12,7 @@
 use crate::checkpoint_cmd::model_from_path;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
-use residency_executor::kv::groups::{prefix_groups, GroupSizing};
+use residency_executor::kv::groups::prefix_groups;
 use residency_executor::kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
 use residency_executor::kv::trace::{read_mooncake, KvTrace};
 use residency_executor::kv::EvictionPolicy;
@@ -131,13 +131,7 @@ impl SizingArgs {
 pub fn groups(args: &KvGroupsArgs) -> Result<()> {
     let cost = args.sizing.cost_model()?;
     let trace = read_mooncake(&args.trace, args.block_tokens)?;
-    let groups = prefix_groups(
-        &trace,
-        GroupSizing {
-            kv_bytes_per_token: cost.kv_bytes_per_token,
-            prefill_tokens_per_second: cost.prefill_tokens_per_second,
-        },
-    );
+    let groups = prefix_groups(&trace, &cost);
     let bytes: u64 = groups.iter().map(|g| g.bytes.get()).sum();
     let saved: f64 = groups
         .iter()
@@ -150,10 +144,10 @@ pub fn groups(args: &KvGroupsArgs) -> Result<()> {
         cost.prefill_tokens_per_second,
         cost.kv_bytes_per_token
     );
-    KvGroupsFile::new(source, groups.clone()).write(&args.out)?;
+    let count = groups.len();
+    KvGroupsFile::new(source, groups).write(&args.out)?;
     println!(
-        "kv-groups: {} groups of reused blocks, {} in all; kept all on a GPU they save {} of prefill per generated token",
-        groups.len(),
+        "kv-groups: {count} groups of reused blocks, {} in all; kept all on a GPU they save {} of prefill per generated token",
         Bytes(bytes),
         Seconds(saved)
     );

@@ -314,30 +314,22 @@ fn bad_replay_input_is_one_line_with_no_output() {
         "expert",
         &json,
     );
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
-        &["--train-categories", "a,b", "--json", s(&json)],
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("no token left to replay"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!json.exists());
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
-        &["--replan-every-seconds", "0", "--json", s(&json)],
-    );
-    assert_eq!(o.status.code(), Some(1));
-    assert!(
-        stderr(&o).contains("--replan-every-seconds 0: give a positive number of seconds"),
-        "{}",
-        stderr(&o)
-    );
-    assert!(!json.exists());
+    // Arguments that leave nothing to do or make no sense: one line, no file.
+    for (extra, message) in [
+        (["--train-categories", "a,b"], "no token left to replay"),
+        (
+            ["--replan-every-seconds", "0"],
+            "--replan-every-seconds 0: give a positive number of seconds",
+        ),
+    ] {
+        let o = replay(
+            &ckpt,
+            &trace,
+            &yaml,
+            &[extra[0], extra[1], "--json", s(&json)],
+        );
+        assert_eq!(o.status.code(), Some(1));
+        assert!(stderr(&o).contains(message), "{}", stderr(&o));
+        assert!(!json.exists());
+    }
 }

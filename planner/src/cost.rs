@@ -342,6 +342,13 @@ impl Resources {
         }
     }
 
+    /// Prefill seconds per generated token a KV group still costs at `place`
+    /// (its `Prefill` work): `r * (prefill - saved)`.
+    pub fn kv_seconds(&self, o: &Object, place: Place) -> f64 {
+        debug_assert!(o.is_kv(), "only KV groups cost prefill");
+        self.work(o, place)[0].1
+    }
+
     /// The work (seconds per token) object `o` puts on each resource when at
     /// `place` (DESIGN 4): a streamed expert loads its drive and the cores
     /// of the drive's node; the second entry is zero work otherwise.

@@ -238,7 +238,7 @@ impl Plan {
                     reuses_per_token: group.reuses_per_token,
                     prefill_seconds: group.prefill_seconds,
                     place: (place != Place::Recompute).then(|| place.to_string()),
-                    token_seconds: r.work(&inst.objects[o], place)[0].1,
+                    token_seconds: r.kv_seconds(&inst.objects[o], place),
                 }
             })
             .collect();

@@ -17,6 +17,7 @@
 //! still keep a small low band without a large high one when only that
 //! fits, which overstates the saving by that band.
 
+use super::replay::KvCostModel;
 use super::trace::KvTrace;
 use residency_planner::kv::KvGroup;
 use residency_planner::units::{Bytes, Seconds};
@@ -24,13 +25,6 @@ use std::collections::{BTreeMap, HashMap};
 
 /// Reuse counts up to this get a band each; above, bands double.
 const EXACT_BANDS: u64 = 16;
-
-/// How blocks turn into bytes and prefill seconds.
-#[derive(Debug, Clone, Copy)]
-pub struct GroupSizing {
-    pub kv_bytes_per_token: u64,
-    pub prefill_tokens_per_second: f64,
-}
 
 /// The band of a block reused `reuses` (>= 1) times: itself up to
 /// `EXACT_BANDS`, else the power of two at or below it.
@@ -44,7 +38,7 @@ fn band(reuses: u64) -> u64 {
 
 /// Groups of the trace's reused blocks, most reused band first. Blocks
 /// never reused are left out: keeping them saves nothing.
-pub fn prefix_groups(trace: &KvTrace, sizing: GroupSizing) -> Vec<KvGroup> {
+pub fn prefix_groups(trace: &KvTrace, sizing: &KvCostModel) -> Vec<KvGroup> {
     // Per block id: occurrences and its tokens (the last block of a prompt
     // may be partial; an id names one prefix, so its tokens agree).
     let mut blocks: HashMap<u64, (u64, u32)> = HashMap::new();
@@ -110,11 +104,11 @@ mod tests {
                     {\"timestamp\":1,\"input_length\":10,\"output_length\":20,\"hash_ids\":[1,2,3]}\n\
                     {\"timestamp\":2,\"input_length\":6,\"output_length\":10,\"hash_ids\":[1,4]}\n";
         let trace = read_mooncake_str(text, Path::new("t.jsonl"), 4).unwrap();
-        let sizing = GroupSizing {
+        let sizing = KvCostModel {
             kv_bytes_per_token: 100,
             prefill_tokens_per_second: 2.0,
         };
-        let groups = prefix_groups(&trace, sizing);
+        let groups = prefix_groups(&trace, &sizing);
         assert_eq!(groups.len(), 2);
         let (two, one) = (&groups[0], &groups[1]);
         assert_eq!(two.name, "reused-2x-1-blocks");
@@ -141,11 +135,11 @@ mod tests {
             ));
         }
         let trace = read_mooncake_str(&text, Path::new("t.jsonl"), 4).unwrap();
-        let sizing = GroupSizing {
+        let sizing = KvCostModel {
             kv_bytes_per_token: 1,
             prefill_tokens_per_second: 1.0,
         };
-        let groups = prefix_groups(&trace, sizing);
+        let groups = prefix_groups(&trace, &sizing);
         assert_eq!(groups.len(), 1);
         let g = &groups[0];
         assert_eq!(g.name, "reused-16-31x-2-blocks");

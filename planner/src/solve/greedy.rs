@@ -88,8 +88,7 @@ fn place_kv_groups(
     free: &mut [u64],
     placement: &mut [usize],
 ) {
-    // A KV group's cost per token at a place: its `Prefill` work.
-    let kv_seconds = |o: usize, place: Place| inst.resources.work(&inst.objects[o], place)[0].1;
+    let kv_seconds = |o: usize, place: Place| inst.resources.kv_seconds(&inst.objects[o], place);
     let mut kv = inst.kv_ids.clone();
     let density = |o: usize| kv_seconds(o, Place::Recompute) / inst.objects[o].gpu_bytes as f64;
     kv.sort_by(|&a, &b| density(b).total_cmp(&density(a)));

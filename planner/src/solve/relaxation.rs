@@ -531,7 +531,7 @@ fn build(
     let mut kv = Vec::with_capacity(inst.kv_ids.len());
     for &o in &inst.kv_ids {
         let object = &inst.objects[o];
-        let cost = |place: Place| r.work(object, place)[0].1;
+        let cost = |place: Place| r.kv_seconds(object, place);
         let gpu_slots = (0..groups.len()).map(|j| (Slot::Group(j), Place::Gpu(groups[j].gpus[0])));
         let rams = (0..r.numa_nodes()).map(|n| (Slot::Place(Place::Ram(n)), Place::Ram(n)));
         let mut slots = Vec::new();
@@ -707,7 +707,7 @@ fn bound_seconds(inst: &Instance, objective: f64) -> f64 {
     let kv_recompute_seconds: f64 = inst
         .kv_ids
         .iter()
-        .map(|&o| r.work(&inst.objects[o], Place::Recompute)[0].1)
+        .map(|&o| r.kv_seconds(&inst.objects[o], Place::Recompute))
         .sum();
     let lp = objective / TIME_SCALE;
     lp + kv_recompute_seconds - (lp.abs() + kv_recompute_seconds) * TOLERANCE_MARGIN
