@@ -23,7 +23,7 @@ use residency_planner::profile::HardwareProfile;
 use residency_planner::solve::{self, SolveOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -95,9 +95,14 @@ enum Command {
         /// Plan file to write (.json, or .yaml/.yml).
         #[arg(long)]
         out: Option<PathBuf>,
-        /// Wall-clock seconds the solver may use.
+        /// Wall-clock seconds the solver may use, setup included; it returns
+        /// earlier once the plan is within --gap of the bound.
         #[arg(long, default_value_t = 10.0)]
         time_limit: f64,
+        /// Stop once the plan is proven within this much of the optimum: a
+        /// share (0.001) or a percentage (0.1%).
+        #[arg(long, default_value = "0.1%", value_parser = parse_gap)]
+        gap: f64,
         /// Also write engine settings for the plan: coli-place (Colibri's
         /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules),
         /// ktransformers (optimize-rule YAML), sglang (--init-expert-location
@@ -182,6 +187,20 @@ enum Command {
     },
 }
 
+/// A gap as a share (`0.001`) or a percentage (`0.1%`), not negative.
+fn parse_gap(text: &str) -> std::result::Result<f64, String> {
+    let (number, scale) = match text.strip_suffix('%') {
+        Some(number) => (number, 0.01),
+        None => (text, 1.0),
+    };
+    match number.trim().parse::<f64>() {
+        Ok(value) if value.is_finite() && value >= 0.0 => Ok(value * scale),
+        _ => Err(format!(
+            "`{text}` is not a gap: give a share such as 0.001 or a percentage such as 0.1%"
+        )),
+    }
+}
+
 fn parse_engine(name: &str) -> Result<Engine, String> {
     Engine::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
@@ -214,6 +233,7 @@ fn run(command: Command) -> Result<()> {
             inputs,
             out,
             time_limit,
+            gap,
             export,
             export_dir,
             replan,
@@ -221,7 +241,10 @@ fn run(command: Command) -> Result<()> {
             &inputs,
             &replan,
             out.as_deref(),
-            time_limit,
+            SolveOptions {
+                time_limit_seconds: time_limit,
+                gap,
+            },
             &export,
             export_dir.as_deref(),
         ),
@@ -287,10 +310,12 @@ fn plan(
     args: &InputArgs,
     replan: &ReplanArgs,
     out: Option<&Path>,
-    time_limit: f64,
+    options: SolveOptions,
     exports: &[Engine],
     export_dir: Option<&Path>,
 ) -> Result<()> {
+    let started = Instant::now();
+    let time_limit = options.time_limit_seconds;
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
     }
@@ -307,8 +332,10 @@ fn plan(
             let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
             let inst = inputs.instance()?;
             notes(&inputs.notes);
+            // The limit counts reading the inputs too.
             let options = SolveOptions {
-                time_limit_seconds: time_limit,
+                time_limit_seconds: (time_limit - started.elapsed().as_secs_f64()).max(0.01),
+                ..options
             };
             let solution = solve::solve(&inst, options)?;
             (inst, solution, inputs.refs, None)

@@ -148,6 +148,7 @@ fn checkpoint_and_plan(dir: &Path) -> (Checkpoint, PathBuf) {
         &inst,
         SolveOptions {
             time_limit_seconds: 1.0,
+            ..SolveOptions::default()
         },
     )
     .unwrap();

@@ -155,7 +155,7 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
                 Place::Disk(_) | Place::Recompute => unreachable!("unbounded places"),
             }
             let mut search = SearchState::new(&bigger, placement.to_vec());
-            search.improve(Instant::now() + share);
+            search.improve(Instant::now() + share, 0.0);
             MarginalCapacity {
                 place,
                 saved_seconds: (state.token_seconds() - search.token_seconds()).max(0.0),

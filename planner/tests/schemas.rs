@@ -159,6 +159,7 @@ fn a_plan_made_by_the_planner_validates() {
         &inst,
         SolveOptions {
             time_limit_seconds: 2.0,
+            ..SolveOptions::default()
         },
     )
     .unwrap();

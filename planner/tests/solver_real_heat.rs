@@ -60,6 +60,7 @@ fn check(profile: &str, model: &str, heat: &str, overlap: bool) {
         &inst,
         SolveOptions {
             time_limit_seconds: 10.0,
+            ..SolveOptions::default()
         },
     )
     .unwrap();

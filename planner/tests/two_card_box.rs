@@ -63,6 +63,7 @@ fn plan(sync_us: [f64; 2]) -> Outcome {
         &inst,
         SolveOptions {
             time_limit_seconds: 10.0,
+            ..SolveOptions::default()
         },
     )
     .unwrap();

@@ -299,6 +299,7 @@ trunk:
         &inst,
         SolveOptions {
             time_limit_seconds: 1.0,
+            ..SolveOptions::default()
         },
     )
     .unwrap();

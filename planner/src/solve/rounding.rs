@@ -1,101 +1,77 @@
-//! Rounds the relaxation to a whole placement: per stage the heaviest
-//! participation pattern, per bucket whole counts by largest remainder, GPU
-//! groups split over their cards hottest-first to the least loaded card with
-//! room; KV groups where most of each is kept. The result may overfill a
-//! place; `SearchState::repair` fixes that.
+//! Rounds the relaxed placement to a whole one: per stage, whole expert
+//! counts per block by largest remainder, taken back where rounding up
+//! overfills a place, the hottest experts to the first (hottest) block;
+//! objects placed whole (trunk components, KV groups) where the relaxation
+//! put them. The result may still overfill a place; `SearchState::repair`
+//! fixes that.
 
-use super::relaxation::{Relaxation, Slot};
-use crate::cost::{Instance, Place, StageLoads};
+use super::lagrange::Fractional;
+use crate::cost::Instance;
 
-pub fn round(inst: &Instance, relaxation: &Relaxation) -> Vec<usize> {
-    let r = &inst.resources;
+/// `expert_order[s]`: stage `s`'s experts, hottest first.
+pub fn round(inst: &Instance, expert_order: &[Vec<usize>], fractional: &Fractional) -> Vec<usize> {
     let mut placement = vec![usize::MAX; inst.objects.len()];
     let mut free: Vec<i128> = super::greedy::capacities(inst)
         .into_iter()
         .map(i128::from)
         .collect();
-    for stage in &relaxation.stages {
-        let Some(pattern) = stage
-            .patterns
-            .iter()
-            .max_by(|a, b| a.weight.total_cmp(&b.weight))
-        else {
-            continue;
-        };
-        let weight = pattern.weight.max(1e-12);
-        let mut loads = StageLoads::new(r);
-        let mut put = |o: usize, slot: Slot, loads: &mut StageLoads, free: &mut Vec<i128>| {
-            let q = slot_place(inst, relaxation, o, slot, loads, free);
-            loads.apply(r, &inst.objects[o], inst.places[q], 1.0);
-            free[q] -= inst.objects[o].bytes_at(inst.places[q]) as i128;
+    let mut counts: Vec<Vec<usize>> = Vec::with_capacity(fractional.stages.len());
+    for (stage, order) in fractional.stages.iter().zip(expert_order) {
+        for &(o, place) in &stage.whole {
+            let q = inst.place_index(place);
             placement[o] = q;
-        };
-        for (o, shares) in &pattern.trunk {
-            let (slot, _) = shares
-                .iter()
-                .max_by(|a, b| a.1.total_cmp(&b.1))
-                .expect("a trunk object has a slot");
-            put(*o, *slot, &mut loads, &mut free);
+            free[q] -= inst.objects[o].bytes_at(place) as i128;
         }
-        // Whole counts per slot; the densest slot takes the hottest experts.
-        let counts = largest_remainder(
-            pattern.experts.iter().map(|e| e.1 / weight).collect(),
-            stage.experts.len(),
-        );
-        let mut order: Vec<usize> = (0..pattern.experts.len()).collect();
-        let density = |i: usize| pattern.experts[i].2 / pattern.experts[i].1.max(1e-12);
-        order.sort_by(|&a, &b| density(b).total_cmp(&density(a)));
-        let mut experts = stage.experts.iter();
-        for i in order {
-            for &o in experts.by_ref().take(counts[i]) {
-                put(o, pattern.experts[i].0, &mut loads, &mut free);
+        let whole = largest_remainder(stage.blocks.iter().map(|b| b.1).collect(), order.len());
+        for (&(place, _), &count) in stage.blocks.iter().zip(&whole) {
+            if let Some(&first) = order.first() {
+                free[inst.place_index(place)] -=
+                    count as i128 * inst.objects[first].bytes_at(place) as i128;
+            }
+        }
+        counts.push(whole);
+    }
+    // Rounding up in many stages can overfill a place: take experts back
+    // from the stages whose share there was rounded up most, each to the
+    // stage's next colder block.
+    for q in 0..inst.places.len() {
+        while free[q] < 0 {
+            let worst = fractional
+                .stages
+                .iter()
+                .enumerate()
+                .flat_map(|(s, stage)| {
+                    let counts = &counts[s];
+                    stage
+                        .blocks
+                        .windows(2)
+                        .enumerate()
+                        .filter_map(move |(i, pair)| {
+                            let here = inst.place_index(pair[0].0) == q && counts[i] > 0;
+                            here.then(|| (counts[i] as f64 - pair[0].1, s, i))
+                        })
+                })
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let Some((_, s, i)) = worst else { break };
+            let blocks = &fractional.stages[s].blocks;
+            let expert = &inst.objects[expert_order[s][0]];
+            let next = inst.place_index(blocks[i + 1].0);
+            counts[s][i] -= 1;
+            counts[s][i + 1] += 1;
+            free[q] += expert.bytes_at(blocks[i].0) as i128;
+            free[next] -= expert.bytes_at(blocks[i + 1].0) as i128;
+        }
+    }
+    for ((stage, order), counts) in fractional.stages.iter().zip(expert_order).zip(&counts) {
+        let mut experts = order.iter();
+        for (&(place, _), &count) in stage.blocks.iter().zip(counts) {
+            for &o in experts.by_ref().take(count) {
+                placement[o] = inst.place_index(place);
             }
         }
     }
-    // KV groups: kept where the relaxation keeps most of them, when that is
-    // at least half; else recomputed.
-    let no_loads = StageLoads::new(r);
-    for (o, shares) in &relaxation.kv {
-        let kept = shares
-            .iter()
-            .max_by(|a, b| a.1.total_cmp(&b.1))
-            .filter(|share| share.1 >= 0.5);
-        let q = match kept {
-            Some(&(slot, _)) => slot_place(inst, relaxation, *o, slot, &no_loads, &free),
-            None => inst.place_index(Place::Recompute),
-        };
-        free[q] -= inst.objects[*o].bytes_at(inst.places[q]) as i128;
-        placement[*o] = q;
-    }
+    debug_assert!(placement.iter().all(|&q| q != usize::MAX));
     placement
-}
-
-/// The place index of a relaxation slot for object `o`: a RAM node or drive
-/// as is; for a GPU group, its least loaded card with room, else the roomiest.
-fn slot_place(
-    inst: &Instance,
-    relaxation: &Relaxation,
-    o: usize,
-    slot: Slot,
-    loads: &StageLoads,
-    free: &[i128],
-) -> usize {
-    match slot {
-        Slot::Place(place) => inst.place_index(place),
-        Slot::Group(j) => {
-            let cards = &relaxation.groups[j].gpus;
-            let index = |g: usize| inst.place_index(Place::Gpu(g));
-            let bytes = inst.objects[o].gpu_bytes as i128;
-            cards
-                .iter()
-                .copied()
-                .filter(|&g| free[index(g)] >= bytes)
-                .min_by(|&a, &b| loads.gpu[a].total_cmp(&loads.gpu[b]))
-                .or_else(|| cards.iter().copied().max_by_key(|&g| free[index(g)]))
-                .map(index)
-                .expect("a group has at least one card")
-        }
-    }
 }
 
 /// Whole numbers summing to `total`, each the floor of its share plus one

@@ -27,6 +27,7 @@ pub struct SearchState<'a> {
 /// What moving away from a current placement costs (DESIGN 4.5): per
 /// object and place index, its move seconds from where it is now times
 /// `hysteresis / horizon_tokens`, in seconds per token.
+#[derive(Debug, Clone)]
 pub struct Migration {
     pub current: Vec<usize>,
     pub horizon_tokens: f64,
@@ -161,7 +162,7 @@ impl<'a> SearchState<'a> {
             }
             let mut heap = BinaryHeap::new();
             for o in (0..self.placement.len()).filter(|&o| self.placement[o] == q) {
-                if let Some(c) = self.best_exit(o) {
+                if let Some(c) = self.best_exit(o, -self.free[q]) {
                     heap.push(c);
                 }
             }
@@ -169,8 +170,9 @@ impl<'a> SearchState<'a> {
                 let Some(candidate) = heap.pop() else {
                     return false;
                 };
-                // Re-evaluate: earlier moves may have changed this stage or filled the target.
-                let Some(fresh) = self.best_exit(candidate.object) else {
+                // Re-evaluate: earlier moves may have changed this stage or
+                // filled the target, and less may be left to free.
+                let Some(fresh) = self.best_exit(candidate.object, -self.free[q]) else {
                     continue;
                 };
                 if heap
@@ -180,34 +182,111 @@ impl<'a> SearchState<'a> {
                     heap.push(fresh);
                     continue;
                 }
+                if let Some((o, to)) = fresh.then {
+                    self.apply(o, to);
+                }
                 self.apply(fresh.object, fresh.target);
             }
         }
         true
     }
 
-    /// The cheapest move of `o` to another place with room.
-    fn best_exit(&self, o: usize) -> Option<Exit> {
+    /// The cheapest way out for `o`, per byte of the `excess` it frees
+    /// (bytes beyond the excess are worth nothing: a large object is not
+    /// the cheapest way to free a few bytes): a move to a place with room,
+    /// or a move to a place without, whose coldest expert of the same stage
+    /// moves on to a place with room (an ejection chain of two).
+    fn best_exit(&self, o: usize, excess: i128) -> Option<Exit> {
         let from = self.placement[o];
-        let freed = self.bytes(o, from).max(1) as f64;
-        (0..self.inst.places.len())
-            .filter(|&q| q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q))
+        let freed = self.bytes(o, from).min(excess).max(1) as f64;
+        let places = self.inst.places.len();
+        let allowed = |o: usize, q: usize| self.inst.allowed(o, self.inst.places[q]);
+        let direct = (0..places)
+            .filter(|&q| q != from && allowed(o, q) && self.fits(o, q))
             .map(|q| Exit {
                 object: o,
                 target: q,
+                then: None,
                 cost_per_byte: self.delta(&[(o, q)]) / freed,
-            })
+            });
+        let rate = |e: usize| self.inst.objects[e].use_rate;
+        let stage = &self.inst.stages[self.inst.objects[o].stage].objects;
+        let chained = (0..places)
+            .filter(|&via| via != from && allowed(o, via) && !self.fits(o, via))
+            .filter_map(|via| {
+                let needed = self.bytes(o, via) - self.free[via];
+                let coldest = stage
+                    .iter()
+                    .copied()
+                    .filter(|&e| {
+                        e != o
+                            && self.placement[e] == via
+                            && self.inst.objects[e].is_expert()
+                            && self.bytes(e, via) >= needed
+                    })
+                    .min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+                (0..places)
+                    .filter(|&q| {
+                        q != via
+                            && allowed(coldest, q)
+                            && self.free[q] + if q == from { self.bytes(o, from) } else { 0 }
+                                >= self.bytes(coldest, q)
+                    })
+                    .map(|q| Exit {
+                        object: o,
+                        target: via,
+                        then: Some((coldest, q)),
+                        cost_per_byte: self.delta(&[(o, via), (coldest, q)]) / freed,
+                    })
+                    .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
+            });
+        direct
+            .chain(chained)
             .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
     }
 
-    /// Improves the placement until no move helps or the deadline passes.
-    pub fn improve(&mut self, deadline: Instant) {
+    /// Improves the placement until no move helps, the deadline passes or
+    /// the objective is at most `target_seconds`.
+    pub fn improve(&mut self, deadline: Instant, target_seconds: f64) {
         loop {
-            let moved = self.single_moves(deadline) | self.swaps(deadline) | self.trades(deadline);
-            if !moved || Instant::now() >= deadline {
+            let moved = self.single_moves(deadline)
+                | self.swaps(deadline)
+                | self.trades(deadline)
+                | self.trunk_swaps(deadline);
+            if !moved || Instant::now() >= deadline || self.objective() <= target_seconds {
                 return;
             }
         }
+    }
+
+    /// Exchanges of places between two trunk components of unequal sizes,
+    /// any two: what packs the cards when both are full.
+    fn trunk_swaps(&mut self, deadline: Instant) -> bool {
+        let trunk = &self.inst.trunk_ids;
+        let mut improved = false;
+        for (i, &a) in trunk.iter().enumerate() {
+            if i % 16 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            for &b in &trunk[i + 1..] {
+                let (qa, qb) = (self.placement[a], self.placement[b]);
+                if qa == qb {
+                    continue;
+                }
+                let fits = |q: usize, enters: usize, leaves: usize| {
+                    self.free[q] + self.bytes(leaves, q) - self.bytes(enters, q) >= 0
+                };
+                if fits(qb, a, b)
+                    && fits(qa, b, a)
+                    && self.delta(&[(a, qb), (b, qa)]) < -EPSILON_SECONDS
+                {
+                    self.apply(a, qb);
+                    self.apply(b, qa);
+                    improved = true;
+                }
+            }
+        }
+        improved
     }
 
     /// Exchanges within a stage: for each ordered pair of places, the
@@ -394,6 +473,8 @@ impl<'a> SearchState<'a> {
 struct Exit {
     object: usize,
     target: usize,
+    /// A second move that makes room at `target` first.
+    then: Option<(usize, usize)>,
     cost_per_byte: f64,
 }
 

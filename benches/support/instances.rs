@@ -1,0 +1,151 @@
+//! The planner's benchmark instances, shared by `benches/planner_scale.rs`
+//! and `examples/solver_report.rs`: the GLM-5.2 real heat, a Kimi-scale
+//! geometry with Zipf heat, the embedded default, a serial-I/O box without
+//! GPUs, each on its shipped profile and on seeded mixed fleets where no
+//! two cards are alike.
+
+// Each target that includes this file uses a part of it.
+#![allow(dead_code)]
+
+use residency_planner::cost::Instance;
+use residency_planner::inputs::{InputPaths, Inputs};
+use residency_planner::model::Model;
+use residency_planner::profile::HardwareProfile;
+use residency_planner::units::{BytesPerSecond, Seconds};
+use std::path::{Path, PathBuf};
+
+const ROOT: &str = env!("CARGO_MANIFEST_DIR");
+
+/// A deterministic generator (64-bit LCG), so every run builds the same fleets.
+pub struct Lcg(pub u64);
+
+impl Lcg {
+    /// Uniform in [0, 1).
+    pub fn uniform(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// How the cards of a mixed fleet differ from the profile's.
+#[derive(Debug, Clone, Copy)]
+pub enum Mix {
+    /// GEMV and upload bandwidths within +-`spread` of the profile's, and
+    /// sync overheads of two values (the profile's and 1.5 times it).
+    Bandwidths { spread: f64 },
+    /// As `Bandwidths`, and VRAM from 60 % to 100 % of the profile's.
+    BandwidthsAndVram { spread: f64 },
+}
+
+/// The profile with every GPU changed as `mix` says, seeded.
+pub fn mixed_fleet(profile: &HardwareProfile, mix: Mix, seed: u64) -> HardwareProfile {
+    let mut rng = Lcg(seed);
+    let mut mixed = profile.clone();
+    mixed.name = format!("{}-mixed-{seed}", profile.name);
+    for gpu in &mut mixed.gpus {
+        let spread = match mix {
+            Mix::Bandwidths { spread } | Mix::BandwidthsAndVram { spread } => spread,
+        };
+        let mut vary = |x: f64| x * (1.0 - spread + 2.0 * spread * rng.uniform());
+        gpu.gemv_bandwidth = BytesPerSecond(vary(gpu.gemv_bandwidth.0));
+        gpu.upload_bandwidth = BytesPerSecond(vary(gpu.upload_bandwidth.0));
+        if rng.uniform() < 0.5 {
+            gpu.sync_overhead = Seconds(gpu.sync_overhead.0 * 1.5);
+        }
+        if let Mix::BandwidthsAndVram { .. } = mix {
+            let usable = gpu.vram.0 - gpu.reserved.0;
+            let scaled = (usable as f64 * (0.6 + 0.4 * rng.uniform())) as u64;
+            gpu.vram.0 = gpu.reserved.0 + scaled;
+        }
+    }
+    mixed
+}
+
+pub fn profile(name: &str) -> HardwareProfile {
+    HardwareProfile::from_yaml_file(Path::new(&format!("{ROOT}/profiles/hardware/{name}.yaml")))
+        .unwrap()
+}
+
+fn model(name: &str) -> Model {
+    Model::from_yaml_file(Path::new(&format!("{ROOT}/profiles/models/{name}.yaml"))).unwrap()
+}
+
+/// The real GLM-5.2 `.coli_usage` heat, or None without ../shared.
+pub fn glm_heat() -> Option<PathBuf> {
+    let heat = Path::new(ROOT)
+        .join("../shared/data/colibri/glm52_m1ultra_fmt2_2026-08-04/colibri_usage.snapshot");
+    if heat.exists() {
+        Some(heat)
+    } else {
+        eprintln!("GLM scale skipped: {} is absent", heat.display());
+        None
+    }
+}
+
+/// GLM-5.2 with its real heat on `profile`.
+pub fn glm(profile: &HardwareProfile, heat: &Path) -> Instance {
+    let paths = InputPaths {
+        model: Some(PathBuf::from(format!(
+            "{ROOT}/profiles/models/glm-5.2.yaml"
+        ))),
+        heat: Some(heat.to_path_buf()),
+        ..InputPaths::default()
+    };
+    let inputs = Inputs::load(&paths).unwrap();
+    let rates = inputs
+        .heat
+        .use_rates(&inputs.model, heat, &mut Vec::new())
+        .unwrap();
+    Instance::new(profile, &inputs.model, &rates)
+}
+
+/// Kimi scale has no published routing: a Zipf law (exponent 1) over each
+/// layer's experts in a fixed shuffled order.
+pub fn kimi(profile: &HardwareProfile) -> Instance {
+    let model = model("kimi-scale");
+    let mut rng = Lcg(7);
+    let rates: Vec<Vec<f64>> = model
+        .moe
+        .iter()
+        .map(|m| {
+            let mut w: Vec<f64> = (0..m.experts).map(|i| 1.0 / (i + 1) as f64).collect();
+            for i in (1..w.len()).rev() {
+                rng.uniform();
+                w.swap(i, (rng.0 >> 33) as usize % (i + 1));
+            }
+            let sum: f64 = w.iter().sum();
+            w.iter().map(|x| model.top_k() as f64 * x / sum).collect()
+        })
+        .collect();
+    Instance::new(profile, &model, &rates)
+}
+
+/// The embedded default (DeepSeek-V2-Lite, ESFT heat, the two-card box)
+/// on `profile`.
+pub fn default_model(profile: &HardwareProfile) -> Instance {
+    let inputs = Inputs::load(&InputPaths::default()).unwrap();
+    let rates = inputs
+        .heat
+        .use_rates(&inputs.model, Path::new("embedded"), &mut Vec::new())
+        .unwrap();
+    Instance::new(profile, &inputs.model, &rates)
+}
+
+/// A box without GPUs whose reads do not overlap compute: two nodes of 3
+/// GiB usable, two drives (the tightest case docs/solver-quality.md found).
+pub fn serial_io_box() -> HardwareProfile {
+    let text = r#"
+name: two-node-no-gpu-serial
+numa:
+  - { id: 0, ram: 4 GiB, reserved: 1 GiB, cores: 16, gemv_bandwidth: 40 GB/s }
+  - { id: 1, ram: 4 GiB, reserved: 1 GiB, cores: 16, gemv_bandwidth: 40 GB/s }
+drives:
+  - { id: 0, name: nvme0, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }
+  - { id: 1, name: nvme1, numa: 1, read_bandwidth: 6 GB/s, read_latency: 80 us }
+io_overlaps_compute: false
+"#;
+    HardwareProfile::from_yaml_str(text, Path::new("serial-io.yaml")).unwrap()
+}
