@@ -53,10 +53,21 @@ struct InputArgs {
     /// Heat format, when detection from magic bytes or extension is not wanted.
     #[arg(long, value_parser = parse_heat_format)]
     heat_format: Option<HeatFormat>,
+    #[command(flatten)]
+    partial_heat: PartialHeatArg,
     /// KV prefix groups to place beside the weights (YAML or JSON, written
     /// by `residency kv-groups`); default: none. A plan carries its own.
     #[arg(long)]
     kv: Option<PathBuf>,
+}
+
+/// Heat that leaves MoE layers of the model out is refused unless asked for.
+#[derive(clap::Args, Clone, Copy)]
+struct PartialHeatArg {
+    /// Accept heat that gives fewer MoE layers than the model: the missing
+    /// layers get uniform heat (top_k / experts), with a note.
+    #[arg(long)]
+    allow_partial_heat: bool,
 }
 
 /// Re-planning from a plan in use (DESIGN 4.5).
@@ -81,6 +92,7 @@ impl InputArgs {
             model: self.model.clone(),
             heat: self.heat.clone(),
             heat_format: self.heat_format,
+            allow_partial_heat: self.partial_heat.allow_partial_heat,
             kv: self.kv.clone(),
         }
     }
@@ -126,6 +138,8 @@ enum Command {
         /// Model description, to map engine layer numbers and pad experts.
         #[arg(long)]
         model: Option<PathBuf>,
+        #[command(flatten)]
+        partial_heat: PartialHeatArg,
         /// Write the heat here (format from --out-format or the extension).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -252,6 +266,7 @@ fn run(command: Command) -> Result<()> {
             input,
             format,
             model,
+            partial_heat,
             out,
             out_format,
             plot,
@@ -259,6 +274,7 @@ fn run(command: Command) -> Result<()> {
             &input,
             format,
             model.as_deref(),
+            partial_heat,
             out.as_deref(),
             out_format,
             plot.as_deref(),
@@ -439,12 +455,18 @@ fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
     Ok(())
 }
 
-fn heat_context(model: Option<&Path>) -> Result<(Option<Model>, HeatContext)> {
+fn heat_context(
+    model: Option<&Path>,
+    partial_heat: PartialHeatArg,
+) -> Result<(Option<Model>, HeatContext)> {
     let model = model.map(checkpoint_cmd::model_from_path).transpose()?;
-    let ctx = model
-        .as_ref()
-        .map(HeatContext::for_model)
-        .unwrap_or_default();
+    let ctx = HeatContext {
+        allow_partial_heat: partial_heat.allow_partial_heat,
+        ..model
+            .as_ref()
+            .map(HeatContext::for_model)
+            .unwrap_or_default()
+    };
     Ok((model, ctx))
 }
 
@@ -452,6 +474,7 @@ fn heat_command(
     input: &Path,
     format: Option<HeatFormat>,
     model: Option<&Path>,
+    partial_heat: PartialHeatArg,
     out: Option<&Path>,
     out_format: Option<HeatFormat>,
     plot_file: Option<&Path>,
@@ -459,7 +482,7 @@ fn heat_command(
     if let Some(file) = plot_file {
         plot::PlotFormat::from_path(file)?;
     }
-    let (model, ctx) = heat_context(model)?;
+    let (model, ctx) = heat_context(model, partial_heat)?;
     let mut warnings = Vec::new();
     let heat = heat::read_heat(input, format, &ctx, &mut warnings)?;
     if let Some(model) = &model {
@@ -554,7 +577,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
             );
         }
         "heat" => {
-            let (model, ctx) = heat_context(args.model.as_deref())?;
+            let (model, ctx) = heat_context(args.model.as_deref(), args.partial_heat)?;
             let mut warnings = Vec::new();
             let heat = heat::read_heat(file, args.heat_format, &ctx, &mut warnings)?;
             if let Some(model) = &model {

@@ -209,6 +209,15 @@ fn plan_on_a_damaged_checkpoint_names_the_tensor() {
         &format!("tensor `{router}`: has shape [4, 64], expected [5, 64]"),
         &plan,
     );
+
+    // config.json routing each token to more experts than a layer has: the
+    // shards agree, the derived description is refused like a YAML one.
+    std::fs::write(
+        &config_path,
+        config.replace("\"num_experts_per_tok\": 2", "\"num_experts_per_tok\": 5"),
+    )
+    .unwrap();
+    assert_bad_input(&args, &ckpt, "top_k: 5 is larger than experts 4", &plan);
 }
 
 /// Objects and bytes a plan keeps off the disks, counted from the plan file

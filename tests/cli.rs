@@ -266,6 +266,121 @@ fn bad_models_and_heat_give_one_line_and_no_plan() {
 }
 
 #[test]
+fn a_model_with_top_k_above_its_experts_gives_one_line_and_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let good = std::fs::read_to_string(model("deepseek-v2-lite")).unwrap();
+    let file = dir.path().join("top_k.yaml");
+    std::fs::write(&file, good.replace("top_k: 6", "top_k: 65")).unwrap();
+    let want = format!(
+        "error: {}: top_k: 65 is larger than experts 64: a token cannot pick more experts \
+         than the layer has; lower top_k or raise experts\n",
+        file.display()
+    );
+    for args in [
+        vec![
+            "plan",
+            "--model",
+            file.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        vec!["validate", file.to_str().unwrap()],
+    ] {
+        assert_bad_input(&args, &file, "top_k: 65", &out);
+        assert_eq!(stderr(&run(&args)), want, "{args:?}");
+    }
+}
+
+/// DeepSeek-V2-Lite has 26 MoE layers; a long-form csv giving 25 (layers
+/// 0..=24, every expert once) leaves the last one out.
+fn heat_of_25_layers(dir: &std::path::Path) -> PathBuf {
+    let mut csv = String::from("layer,expert,count\n");
+    for layer in 0..25 {
+        for expert in 0..64 {
+            csv.push_str(&format!("{layer},{expert},1\n"));
+        }
+    }
+    let path = dir.join("partial.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+#[test]
+fn heat_with_fewer_moe_layers_than_the_model_gives_one_line_and_no_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let heat = heat_of_25_layers(dir.path());
+    let (h, m) = (heat.to_str().unwrap(), model("deepseek-v2-lite"));
+    let want = format!(
+        "error: {h}: shape: heat gives 25 MoE layers, model `DeepSeek-V2-Lite` has 26; use \
+         heat recorded on every MoE layer of this model, or pass --allow-partial-heat to give \
+         the missing layers uniform heat\n"
+    );
+    for args in [
+        vec![
+            "plan",
+            "--model",
+            &m,
+            "--heat",
+            h,
+            "--out",
+            out.to_str().unwrap(),
+        ],
+        vec!["validate", h, "--kind", "heat", "--model", &m],
+        vec!["heat", h, "--model", &m],
+    ] {
+        assert_bad_input(&args, &heat, "gives 25 MoE layers", &out);
+        assert_eq!(stderr(&run(&args)), want, "{args:?}");
+    }
+}
+
+#[test]
+fn allow_partial_heat_plans_the_missing_layers_with_uniform_heat() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("plan.json");
+    let heat = heat_of_25_layers(dir.path());
+    let (h, m) = (heat.to_str().unwrap(), model("deepseek-v2-lite"));
+    let note = format!(
+        "note: {h}: MoE layers [25] have no routed selections; they get uniform heat \
+         (top_k / experts)"
+    );
+    let o = run(&[
+        "plan",
+        "--model",
+        &m,
+        "--heat",
+        h,
+        "--allow-partial-heat",
+        "--time-limit",
+        "1",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stderr(&o).lines().any(|l| l == note), "{}", stderr(&o));
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(plan["experts"].as_array().unwrap().len(), 26);
+    for args in [
+        vec![
+            "validate",
+            h,
+            "--kind",
+            "heat",
+            "--model",
+            &m,
+            "--allow-partial-heat",
+        ],
+        vec!["heat", h, "--model", &m, "--allow-partial-heat"],
+    ] {
+        let o = run(&args);
+        assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+        assert!(stderr(&o).lines().any(|l| l == note), "{}", stderr(&o));
+    }
+}
+
+#[test]
 fn a_model_nothing_can_hold_says_how_many_bytes_are_missing() {
     // No drive and 1 GiB of RAM for DeepSeek-V2-Lite (7.6 GB of int4 experts).
     let dir = tempfile::tempdir().unwrap();

@@ -736,6 +736,7 @@ pub fn coli_place(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let heat_table = Heat {
         model: None,
         format: HeatFormat::ColiHeat,
+        source_layers: heat.len(),
         total: HeatTable {
             counts,
             tokens: None,

@@ -31,6 +31,8 @@ pub struct InputPaths {
     pub model: Option<PathBuf>,
     pub heat: Option<PathBuf>,
     pub heat_format: Option<HeatFormat>,
+    /// See [`HeatContext::allow_partial_heat`].
+    pub allow_partial_heat: bool,
     /// KV prefix groups to place beside the weights (none by default).
     pub kv: Option<PathBuf>,
 }
@@ -84,7 +86,10 @@ impl Inputs {
                 sha256_hex(defaults::MODEL.as_bytes()),
             ),
         };
-        let ctx = HeatContext::for_model(&model);
+        let ctx = HeatContext {
+            allow_partial_heat: paths.allow_partial_heat,
+            ..HeatContext::for_model(&model)
+        };
         let (heat, heat_ref, heat_file) = match (&paths.heat, model_given) {
             (Some(p), _) => {
                 let heat = read_heat(p, paths.heat_format, &ctx, &mut notes)?;

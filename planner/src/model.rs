@@ -8,6 +8,10 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::path::Path;
 
+/// Why top_k may not exceed a layer's experts: the router picks top_k
+/// distinct experts per token and layer.
+const TOP_K_REASON: &str = "a token cannot pick more experts than the layer has";
+
 /// A set of transformer layers: a list `[0, 3]` or an inclusive range `"1..=26"`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(untagged)]
@@ -224,6 +228,16 @@ impl Model {
                 return Err(err(field, "is zero".into(), "give a positive whole number"));
             }
         }
+        if d.top_k > d.experts {
+            return Err(err(
+                "top_k",
+                format!(
+                    "{} is larger than experts {}: {TOP_K_REASON}",
+                    d.top_k, d.experts
+                ),
+                "lower top_k or raise experts",
+            ));
+        }
         let moe_layers = d
             .moe_layers
             .expand()
@@ -289,6 +303,16 @@ impl Model {
                             &format!("per_layer[{i}]"),
                             "sets a zero size".into(),
                             "give positive values",
+                        ));
+                    }
+                    if experts < d.top_k {
+                        return Err(err(
+                            &format!("per_layer[{i}].experts"),
+                            format!(
+                                "{experts} is smaller than top_k {}: {TOP_K_REASON}",
+                                d.top_k
+                            ),
+                            "raise this layer's experts or lower top_k",
                         ));
                     }
                 }
@@ -452,5 +476,34 @@ per_layer:
             assert!(e.contains(place), "{place} not in {e}");
             assert!(!e.contains('\n'), "{e}");
         }
+    }
+
+    #[test]
+    fn rejects_top_k_above_a_layers_experts() {
+        let read = |text: String| Model::from_yaml_str(&text, Path::new("m.yaml"));
+        let e = read(lite().replace("top_k: 2", "top_k: 9"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.yaml: top_k: 9 is larger than experts 8: a token cannot pick more experts \
+             than the layer has; lower top_k or raise experts"
+        );
+        // lite() gives layer 2 four experts: top_k 5 fits the model's 8, not that layer.
+        let e = read(lite().replace("top_k: 2", "top_k: 5"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.yaml: per_layer[0].experts: 4 is smaller than top_k 5: a token cannot pick \
+             more experts than the layer has; raise this layer's experts or lower top_k"
+        );
+        // Every expert of the smallest layer picked is still a valid routing.
+        assert_eq!(
+            read(lite().replace("top_k: 2", "top_k: 4"))
+                .unwrap()
+                .top_k(),
+            4
+        );
     }
 }

@@ -153,24 +153,16 @@ pub(crate) fn read_heat_file(
 ) -> Result<Heat> {
     let bytes = read_file(path)?;
     let (nl, ne, counts) = binary_table(path, &bytes, HEAT_MAGIC, "HEAT_FILE")?;
+    // Fewer rows than the model's MoE layers are partial heat, which
+    // `read_heat` refuses or pads like any other format's.
     let mut layers = nl;
-    if let Some(m) = ctx.moe_layers.as_ref().map(Vec::len) {
+    if let Some(m) = ctx.moe_layers.as_ref().map(Vec::len).filter(|&m| nl > m) {
         let model = ctx.model_name.as_deref().unwrap_or("the model");
-        if nl < m {
-            return Err(PlannerError::input(
-                path,
-                "byte 4",
-                format!("nl = {nl} layers, `{model}` has {m} MoE layers"),
-                "use the HEAT_FILE recorded on this model",
-            ));
-        }
-        if nl > m {
-            warnings.push(format!(
-                "{}: dropped HEAT_FILE rows {m}..{nl}: `{model}` has {m} MoE layers (an MTP layer the model does not list is the usual cause)",
-                path.display()
-            ));
-            layers = m;
-        }
+        warnings.push(format!(
+            "{}: dropped HEAT_FILE rows {m}..{nl}: `{model}` has {m} MoE layers (an MTP layer the model does not list is the usual cause)",
+            path.display()
+        ));
+        layers = m;
     }
     check_ne(path, ctx, ne, layers)?;
     let rows = counts
@@ -181,6 +173,7 @@ pub(crate) fn read_heat_file(
     Ok(Heat {
         model: None,
         format: HeatFormat::ColiHeat,
+        source_layers: layers,
         total: HeatTable {
             counts: rows,
             tokens: None,
@@ -240,7 +233,10 @@ pub(crate) fn read_usage(
         mapped: 0,
     };
     let bytes = read_file(path)?;
-    let width = if bytes.len() >= 4 && bytes[..4] == USAGE_MAGIC.to_le_bytes() {
+    // Rows of zero counts are not written (text) or skipped (binary), so
+    // the layers a file covers are those its dims name; headerless text
+    // covers up to its highest MoE layer.
+    let (width, given) = if bytes.len() >= 4 && bytes[..4] == USAGE_MAGIC.to_le_bytes() {
         let (nl, ne, counts) = binary_table(path, &bytes, USAGE_MAGIC, "IKU1")?;
         check_ne(path, ctx, ne, usage.map.layers())?;
         for (layer, row) in counts.chunks_exact(ne).enumerate().take(nl) {
@@ -255,7 +251,7 @@ pub(crate) fn read_usage(
                 }
             }
         }
-        ne
+        (ne, usage.map.layers_below(nl as u64))
     } else {
         let text = String::from_utf8(bytes).map_err(|e| {
             PlannerError::input(
@@ -265,8 +261,13 @@ pub(crate) fn read_usage(
                 USAGE_SYNTAX,
             )
         })?;
-        let header = usage_text(path, &text, ctx, &mut usage, warnings)?;
-        header.unwrap_or(0).max(usage.table.width())
+        match usage_text(path, &text, ctx, &mut usage, warnings)? {
+            Some((n_layers, n_experts)) => (
+                (n_experts as usize).max(usage.table.width()),
+                usage.map.layers_below(n_layers),
+            ),
+            None => (usage.table.width(), usage.table.layers()),
+        }
     };
     usage.map.warn_dropped(path, "rows", warnings);
     usage.map.check_some_mapped(path, usage.mapped)?;
@@ -274,19 +275,21 @@ pub(crate) fn read_usage(
     Ok(Heat {
         model: None,
         format: HeatFormat::ColiUsage,
+        source_layers: given,
         total: usage.table.finish(&shape, None),
         categories: Default::default(),
     })
 }
 
-/// Reads text records into `usage`; returns the header's n_experts if any.
+/// Reads text records into `usage`; returns the header's (n_layers,
+/// n_experts) if any.
 fn usage_text(
     path: &Path,
     text: &str,
     ctx: &HeatContext,
     usage: &mut Usage,
     warnings: &mut Vec<String>,
-) -> Result<Option<usize>> {
+) -> Result<Option<(u64, u64)>> {
     let model = ctx.model_name.as_deref().unwrap_or("the model");
     let mut dims: Option<(u64, u64)> = None;
     let mut data_seen = false;
@@ -389,7 +392,7 @@ fn usage_text(
         usage.mapped += 1;
         usage.table.add(ordinal, expert as usize, count);
     }
-    Ok(dims.map(|(_, e)| e as usize))
+    Ok(dims)
 }
 
 fn check_engine(path: &Path, ctx: &HeatContext, id: u64, warnings: &mut Vec<String>) {
@@ -548,6 +551,7 @@ mod tests {
             experts: Some(vec![256; 75]),
             model_layers: Some(78),
             engine: None,
+            allow_partial_heat: false,
         }
     }
 
@@ -558,6 +562,7 @@ mod tests {
             experts: Some(vec![3, 3]),
             model_layers: Some(3),
             engine: None,
+            allow_partial_heat: false,
         }
     }
 
@@ -565,6 +570,7 @@ mod tests {
         Heat {
             model: None,
             format: HeatFormat::ColiHeat,
+            source_layers: counts.len(),
             total: HeatTable {
                 counts,
                 tokens: None,
@@ -653,7 +659,8 @@ mod tests {
                 &none,
             ),
             (long, "byte 36: 1 bytes follow", &none),
-            (one_layer, "byte 4: nl = 1 layers, `small` has 2", &small),
+            // One row of the model's two reads (read_heat judges partial heat).
+            (one_layer, "", &small),
             (good.clone(), "", &small),
         ];
         for (bytes, place, ctx) in cases {

@@ -203,6 +203,15 @@ impl<'a> LayerMap<'a> {
         self.moe_layers.len()
     }
 
+    /// MoE layers among the first `model_layers` model layers: those a
+    /// file of that many model layers covers.
+    pub fn layers_below(&self, model_layers: u64) -> usize {
+        self.moe_layers
+            .iter()
+            .filter(|&&l| (l as u64) < model_layers)
+            .count()
+    }
+
     /// The MoE ordinal of a model layer, if it is an MoE layer.
     pub fn ordinal(&self, layer: u64) -> Option<usize> {
         usize::try_from(layer)

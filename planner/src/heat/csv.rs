@@ -278,10 +278,8 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         .tokens
         .as_ref()
         .map_or(0, |(_, t)| if t.len() > 1 { t.len() } else { 0 });
-    let layers = ctx
-        .moe_layers
-        .as_ref()
-        .map_or(total.layers().max(listed), Vec::len);
+    let given = total.layers().max(listed);
+    let layers = ctx.moe_layers.as_ref().map_or(given, Vec::len);
     let tokens = match pre.tokens {
         None => None,
         Some((_, list)) if list.len() == 1 => Some(vec![list[0]; layers]),
@@ -302,6 +300,7 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
     Ok(Heat {
         model: pre.model,
         format: HeatFormat::Csv,
+        source_layers: given,
         total: total.finish(&shape, tokens),
         categories: parts
             .into_iter()
@@ -379,6 +378,7 @@ mod tests {
         Heat {
             model: Some("tiny".into()),
             format: HeatFormat::Csv,
+            source_layers: counts.len(),
             total: HeatTable { counts, tokens },
             categories: BTreeMap::new(),
         }

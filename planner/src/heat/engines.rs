@@ -115,6 +115,7 @@ pub(crate) fn read(
     Ok(Heat {
         model: None,
         format,
+        source_layers: rows.len(),
         total: table.finish(&shape, None),
         categories: Default::default(),
     })

@@ -68,6 +68,7 @@ pub(crate) fn from_str(text: &str, path: &Path, ctx: &HeatContext) -> Result<Hea
     Ok(Heat {
         model: file.model,
         format: HeatFormat::Json,
+        source_layers: total.counts.len(),
         total,
         categories,
     })
@@ -200,6 +201,7 @@ mod tests {
         Heat {
             model: Some("tiny \"moe\"".into()),
             format: HeatFormat::Json,
+            source_layers: 2,
             total: HeatTable {
                 counts: vec![vec![4.0, 1e-7, 2.0], vec![0.1, 3.0, 1e20]],
                 tokens: Some(vec![5, 5]),

@@ -43,6 +43,11 @@ pub struct HeatTable {
 pub struct Heat {
     pub model: Option<String>,
     pub format: HeatFormat,
+    /// MoE layers the source itself gives: its rows, or for a sparse source
+    /// (long csv, coli-usage without a header, a trace) its highest MoE
+    /// layer + 1. Readers may pad the tables to the model's MoE layers, so
+    /// this, not the tables, tells partial heat (see [`read_heat`]).
+    pub source_layers: usize,
     pub total: HeatTable,
     pub categories: BTreeMap<String, HeatTable>,
 }
@@ -133,6 +138,10 @@ pub struct HeatContext {
     /// Colibri engine name whose FNV-1a-32 is the `.coli_usage` engine id
     /// (written; a mismatch on reading is a warning). `glm_moe_dsa` when unset.
     pub engine: Option<String>,
+    /// Accept heat that gives fewer MoE layers than the model, its missing
+    /// layers padded with zero counts (uniform heat with a note, in
+    /// [`HeatTable::use_rates`]); refused when false (`--allow-partial-heat`).
+    pub allow_partial_heat: bool,
 }
 
 impl HeatContext {
@@ -143,6 +152,7 @@ impl HeatContext {
             experts: Some(model.experts_per_layer()),
             model_layers: Some(model.description.layers),
             engine: None,
+            allow_partial_heat: false,
         }
     }
 }
@@ -150,7 +160,9 @@ impl HeatContext {
 /// Reads heat from a file or data-set directory. `format` overrides
 /// detection (`--heat-format`). Per-token formats are read as a [`Trace`]
 /// and summed by [`Trace::heat`]. Non-fatal findings (dropped MTP rows, a
-/// model-name mismatch) are pushed to `warnings`, one line each.
+/// model-name mismatch) are pushed to `warnings`, one line each. Heat that
+/// gives fewer MoE layers than the model is refused unless
+/// `ctx.allow_partial_heat`.
 pub fn read_heat(
     path: &Path,
     format: Option<HeatFormat>,
@@ -177,6 +189,7 @@ pub fn read_heat(
         | HeatFormat::Llama4Json
         | HeatFormat::MixtralJsonl => read_trace(path, Some(format), ctx, warnings)?.heat(),
     };
+    let heat = fit_model_layers(heat, path, ctx)?;
     if let (Some(recorded), Some(planned)) = (&heat.model, &ctx.model_name) {
         if recorded != planned {
             warnings.push(format!(
@@ -190,7 +203,41 @@ pub fn read_heat(
 
 /// Parses our JSON heat from text (embedded defaults); `path` names it in errors.
 pub fn read_json_str(text: &str, path: &Path, ctx: &HeatContext) -> Result<Heat> {
-    json::from_str(text, path, ctx)
+    fit_model_layers(json::from_str(text, path, ctx)?, path, ctx)
+}
+
+/// Heat that leaves MoE layers of the model out would plan them as if
+/// uniformly used, which the user should choose, not find in a note: it is
+/// refused unless `ctx.allow_partial_heat`, and then padded to the model's
+/// MoE layers with zero counts. A layer inside the source that has no
+/// selections is not partial heat (its source covers it).
+fn fit_model_layers(mut heat: Heat, path: &Path, ctx: &HeatContext) -> Result<Heat> {
+    let Some(widths) = &ctx.experts else {
+        return Ok(heat);
+    };
+    if heat.source_layers >= widths.len() {
+        return Ok(heat);
+    }
+    if !ctx.allow_partial_heat {
+        let model = ctx
+            .model_name
+            .as_ref()
+            .map_or_else(|| "the model".to_string(), |n| format!("model `{n}`"));
+        return Err(PlannerError::input(
+            path,
+            "shape",
+            format!(
+                "heat gives {} MoE layers, {model} has {}",
+                heat.source_layers,
+                widths.len()
+            ),
+            "use heat recorded on every MoE layer of this model, or pass --allow-partial-heat to give the missing layers uniform heat",
+        ));
+    }
+    for table in std::iter::once(&mut heat.total).chain(heat.categories.values_mut()) {
+        table.pad_layers(widths);
+    }
+    Ok(heat)
 }
 
 /// Reads a per-token trace (jsonl, esft, llama4-json, mixtral-jsonl,
@@ -341,6 +388,17 @@ impl HeatTable {
                 .map(|e| vec![1.0; e])
                 .collect(),
             tokens: None,
+        }
+    }
+
+    /// Appends zero-count layers up to `widths.len()` (experts per MoE
+    /// layer), observed by no token where tokens are known.
+    fn pad_layers(&mut self, widths: &[usize]) {
+        let given = self.counts.len().min(widths.len());
+        self.counts
+            .extend(widths[given..].iter().map(|&w| vec![0.0; w]));
+        if let Some(tokens) = &mut self.tokens {
+            tokens.resize(widths.len(), 0);
         }
     }
 

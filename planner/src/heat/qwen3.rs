@@ -60,11 +60,13 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
     }
     let mut total = CountTable::default();
     parts.values().for_each(|t| total.merge(t));
-    let layers = ctx.moe_layers.as_ref().map_or(total.layers(), Vec::len);
+    let given = total.layers();
+    let layers = ctx.moe_layers.as_ref().map_or(given, Vec::len);
     let shape = resolve_shape(ctx, layers, experts);
     Ok(Heat {
         model: None,
         format: HeatFormat::Qwen3Csv,
+        source_layers: given,
         total: total.finish(&shape, None),
         categories: parts
             .into_iter()

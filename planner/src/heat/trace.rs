@@ -84,7 +84,9 @@ impl Trace {
     /// Heat of the trace (DESIGN 3.3): every selection counts one in
     /// `c[l][e]`; `N[l]` = tokens observed in layer `l` (non-empty routes);
     /// one table per category, and the total over all tokens (including
-    /// tokens without a category).
+    /// tokens without a category). The trace gives the layers up to the
+    /// last one a token was observed in: layers past it are padding (routes
+    /// shorter than the model's, or never recorded).
     pub fn heat(&self) -> Heat {
         let empty = || HeatTable {
             counts: self.experts.iter().map(|&w| vec![0.0; w]).collect(),
@@ -107,9 +109,11 @@ impl Trace {
                 }
             }
         }
+        let observed = total.tokens.as_deref().unwrap_or_default();
         Heat {
             model: self.model.clone(),
             format: self.format,
+            source_layers: observed.iter().rposition(|&n| n > 0).map_or(0, |l| l + 1),
             total,
             categories,
         }
