@@ -166,6 +166,67 @@ fn bound_and_plan_against_exhaustive_search() {
     }
 }
 
+/// One MoE layer of 3 experts, a shared expert and two trunk components:
+/// with 3-4 GPUs, 6^6 placements at most.
+const FLEET_MODEL: &str = r#"
+name: tiny-moe-fleet
+layers: 1
+moe_layers: [0]
+experts: 3
+top_k: 2
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: shared, layers: [0], bytes: 80 MB, stage: experts }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+
+/// A fleet of `gpus` cards no two alike: VRAM for 0-2 objects, GEMV
+/// bandwidths from 100 to 400 GB/s, sync overheads from 1 us to 1 ms.
+fn fleet_profile(rng: &mut Lcg, gpus: usize) -> String {
+    let cards: String = (0..gpus)
+        .map(|g| {
+            format!(
+                "  - {{ id: {g}, name: c{g}, vram: {}, numa: 0, gemv_bandwidth: {} GB/s, upload_bandwidth: 10 GB/s, sync_overhead: {} us }}\n",
+                (250.0 * rng.next()).round() as u64 * 1_000_000,
+                (100.0 + 300.0 * rng.next()).round() as u64,
+                (10f64.powf(3.0 * rng.next())).round() as u64,
+            )
+        })
+        .collect();
+    format!(
+        r#"
+name: tiny-fleet
+numa:
+  - {{ id: 0, ram: {ram}, reserved: 0, cores: 4, gemv_bandwidth: 20 GB/s }}
+gpus:
+{cards}drives:
+  - {{ id: 0, name: d, numa: 0, read_bandwidth: 3 GB/s, read_latency: 100 us }}
+io_overlaps_compute: {overlap}
+"#,
+        ram = (100.0 + 300.0 * rng.next()).round() as u64 * 1_000_000,
+        overlap = rng.next() < 0.5,
+    )
+}
+
+#[test]
+fn bound_and_plan_on_fleets_of_distinct_gpus_against_exhaustive_search() {
+    let model = Model::from_yaml_str(FLEET_MODEL, Path::new("fleet.yaml")).unwrap();
+    let mut rng = Lcg(20261201);
+    let mut solved = 0;
+    for case in 0..8 {
+        let text = fleet_profile(&mut rng, 3 + case % 2);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("fleet.yaml")).unwrap();
+        let inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
+        solved += usize::from(check_against_optimum(&inst, case, &text).is_some());
+    }
+    // Most fleets can hold the model: the cases exercise the solver.
+    assert!(solved >= 6, "{solved} of 8 fleets solved");
+}
+
 /// One MoE layer, so that two KV groups and the recompute place keep the
 /// enumeration small (5 places, 7 objects).
 const KV_MODEL: &str = r#"

@@ -1,6 +1,7 @@
 //! The greedy baseline of DESIGN 4, reported beside every plan: roughly what
 //! Colibri does today. Trunk largest first to the roomiest GPU, else the
-//! roomiest RAM node; then experts hottest first, each to the first place
+//! roomiest RAM node (to the fullest place that takes it, when that rule
+//! strands a component); then experts hottest first, each to the first place
 //! with room among GPU `e mod n_gpus`, the RAM nodes in id order, `disk:0`;
 //! then KV groups (DESIGN 4.6 names no baseline) in the room left, most
 //! saved seconds per byte first, GPUs then RAM nodes in id order, else
@@ -18,7 +19,6 @@ pub(crate) fn capacities(inst: &Instance) -> Vec<u64> {
 }
 
 pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
-    let mut free = capacities(inst);
     let mut placement = vec![usize::MAX; inst.objects.len()];
     let gpus: Vec<usize> = (0..inst.resources.gpus())
         .map(|g| inst.place_index(Place::Gpu(g)))
@@ -34,20 +34,14 @@ pub fn greedy(inst: &Instance) -> Result<Vec<usize>> {
             .cmp(&oa.gpu_bytes)
             .then_with(|| trunk_key(&oa.kind).cmp(&trunk_key(&ob.kind)))
     });
-    for o in trunk {
-        let bytes = inst.objects[o].gpu_bytes;
-        // The roomiest GPU (lowest id on ties), else the roomiest RAM node.
-        let roomiest = |ids: &[usize], free: &[u64]| {
-            ids.iter()
-                .copied()
-                .filter(|&q| free[q] >= bytes)
-                .max_by(|&a, &b| free[a].cmp(&free[b]).then(b.cmp(&a)))
-        };
-        let q = roomiest(&gpus, &free)
-            .or_else(|| roomiest(&rams, &free))
-            .ok_or_else(|| missing(inst, o, &free))?;
-        free[q] -= bytes;
-        placement[o] = q;
+    let (placed, mut free) = match place_trunk(inst, &trunk, &gpus, &rams, false) {
+        Ok(done) => done,
+        // The roomiest rule can strand a component that a tighter packing
+        // holds: then each goes to the fullest place that still takes it.
+        Err(error) => place_trunk(inst, &trunk, &gpus, &rams, true).map_err(|_| error)?,
+    };
+    for &o in &trunk {
+        placement[o] = placed[o];
     }
 
     let mut experts: Vec<usize> = inst.expert_ids.iter().flatten().copied().collect();
@@ -115,6 +109,43 @@ fn trunk_key(kind: &ObjectKind) -> (String, Option<usize>) {
         ObjectKind::Trunk { name, layer } => (name.clone(), *layer),
         _ => (String::new(), None),
     }
+}
+
+/// Trunk components in `order` to the roomiest GPU (lowest id on ties),
+/// else the roomiest RAM node; with `best_fit`, to the place of either kind
+/// with the least room that still takes them. Place per object (trunk
+/// only) and the room left, or the first component that fits nowhere.
+fn place_trunk(
+    inst: &Instance,
+    order: &[usize],
+    gpus: &[usize],
+    rams: &[usize],
+    best_fit: bool,
+) -> Result<(Vec<usize>, Vec<u64>)> {
+    let mut free = capacities(inst);
+    let mut placement = vec![usize::MAX; inst.objects.len()];
+    for &o in order {
+        let bytes = inst.objects[o].gpu_bytes;
+        let roomiest = |ids: &[usize], free: &[u64]| {
+            ids.iter()
+                .copied()
+                .filter(|&q| free[q] >= bytes)
+                .max_by(|&a, &b| free[a].cmp(&free[b]).then(b.cmp(&a)))
+        };
+        let q = if best_fit {
+            gpus.iter()
+                .chain(rams)
+                .copied()
+                .filter(|&q| free[q] >= bytes)
+                .min_by_key(|&q| (free[q], q))
+        } else {
+            roomiest(gpus, &free).or_else(|| roomiest(rams, &free))
+        }
+        .ok_or_else(|| missing(inst, o, &free))?;
+        free[q] -= bytes;
+        placement[o] = q;
+    }
+    Ok((placement, free))
 }
 
 fn missing(inst: &Instance, o: usize, free: &[u64]) -> PlannerError {

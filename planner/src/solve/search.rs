@@ -226,11 +226,12 @@ impl<'a> SearchState<'a> {
                     })
                     .min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
                 (0..places)
+                    // Not back into `from`: that would free nothing there.
                     .filter(|&q| {
                         q != via
+                            && q != from
                             && allowed(coldest, q)
-                            && self.free[q] + if q == from { self.bytes(o, from) } else { 0 }
-                                >= self.bytes(coldest, q)
+                            && self.free[q] >= self.bytes(coldest, q)
                     })
                     .map(|q| Exit {
                         object: o,
