@@ -182,67 +182,25 @@ impl<'a> SearchState<'a> {
                     heap.push(fresh);
                     continue;
                 }
-                if let Some((o, to)) = fresh.then {
-                    self.apply(o, to);
-                }
                 self.apply(fresh.object, fresh.target);
             }
         }
         true
     }
 
-    /// The cheapest way out for `o`, per byte of the `excess` it frees
-    /// (bytes beyond the excess are worth nothing: a large object is not
-    /// the cheapest way to free a few bytes): a move to a place with room,
-    /// or a move to a place without, whose coldest expert of the same stage
-    /// moves on to a place with room (an ejection chain of two).
+    /// The cheapest move of `o` to another place with room, per byte of
+    /// the `excess` it frees (bytes beyond the excess are worth nothing: a
+    /// large object is not the cheapest way to free a few bytes).
     fn best_exit(&self, o: usize, excess: i128) -> Option<Exit> {
         let from = self.placement[o];
         let freed = self.bytes(o, from).min(excess).max(1) as f64;
-        let places = self.inst.places.len();
-        let allowed = |o: usize, q: usize| self.inst.allowed(o, self.inst.places[q]);
-        let direct = (0..places)
-            .filter(|&q| q != from && allowed(o, q) && self.fits(o, q))
+        (0..self.inst.places.len())
+            .filter(|&q| q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q))
             .map(|q| Exit {
                 object: o,
                 target: q,
-                then: None,
                 cost_per_byte: self.delta(&[(o, q)]) / freed,
-            });
-        let rate = |e: usize| self.inst.objects[e].use_rate;
-        let stage = &self.inst.stages[self.inst.objects[o].stage].objects;
-        let chained = (0..places)
-            .filter(|&via| via != from && allowed(o, via) && !self.fits(o, via))
-            .filter_map(|via| {
-                let needed = self.bytes(o, via) - self.free[via];
-                let coldest = stage
-                    .iter()
-                    .copied()
-                    .filter(|&e| {
-                        e != o
-                            && self.placement[e] == via
-                            && self.inst.objects[e].is_expert()
-                            && self.bytes(e, via) >= needed
-                    })
-                    .min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
-                (0..places)
-                    // Not back into `from`: that would free nothing there.
-                    .filter(|&q| {
-                        q != via
-                            && q != from
-                            && allowed(coldest, q)
-                            && self.free[q] >= self.bytes(coldest, q)
-                    })
-                    .map(|q| Exit {
-                        object: o,
-                        target: via,
-                        then: Some((coldest, q)),
-                        cost_per_byte: self.delta(&[(o, via), (coldest, q)]) / freed,
-                    })
-                    .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
-            });
-        direct
-            .chain(chained)
+            })
             .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
     }
 
@@ -474,8 +432,6 @@ impl<'a> SearchState<'a> {
 struct Exit {
     object: usize,
     target: usize,
-    /// A second move that makes room at `target` first.
-    then: Option<(usize, usize)>,
     cost_per_byte: f64,
 }
 

@@ -41,7 +41,7 @@ use std::time::Instant;
 const TIME_UNIT: f64 = 1e-6;
 const BYTE_UNIT: f64 = (1u64 << 30) as f64;
 /// Scales of one price at a time around the best prices, for solutions to mix.
-const NEARBY_PRICES: [f64; 6] = [0.999, 1.001, 0.99, 1.01, 0.95, 1.05];
+const NEARBY_PRICES: [f64; 2] = [0.99, 1.01];
 /// Relative margin taken off every bound for floating-point error.
 const TOLERANCE_MARGIN: f64 = 1e-9;
 
