@@ -162,6 +162,15 @@ fn usable_bytes(inst: &Instance, place: Place, capacity: u64) -> u64 {
     }
 }
 
+/// The capacitated place of price index `i` (the inverse of `price_index`).
+fn capacity_place(r: &Resources, i: usize) -> Place {
+    if i < r.gpus() {
+        Place::Gpu(i)
+    } else {
+        Place::Ram(i - r.gpus())
+    }
+}
+
 /// Index of a capacitated place among the prices: GPUs, then RAM nodes.
 fn price_index(r: &Resources, place: Place) -> Option<usize> {
     match place {
@@ -182,11 +191,7 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
     // nothing: the box of the search.
     let most_saved = (0..dims)
         .map(|i| {
-            let place = if i < r.gpus() {
-                Place::Gpu(i)
-            } else {
-                Place::Ram(i - r.gpus())
-            };
+            let place = capacity_place(r, i);
             inst.objects
                 .iter()
                 .enumerate()

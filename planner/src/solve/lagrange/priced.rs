@@ -4,7 +4,7 @@
 //! a subgradient and a relaxed placement.
 
 use super::stage::{Searched, StageProblem};
-use super::{price_index, usable_bytes, Fractional, StageShares};
+use super::{capacity_place, price_index, usable_bytes, Fractional, StageShares};
 use crate::cost::{Instance, Place, Resource, Resources};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -174,14 +174,7 @@ impl<'a> Priced<'a> {
             .iter()
             .chain(&r.ram_capacity_bytes)
             .enumerate()
-            .map(|(i, &c)| {
-                let place = if i < r.gpus() {
-                    Place::Gpu(i)
-                } else {
-                    Place::Ram(i - r.gpus())
-                };
-                usable_bytes(inst, place, c) as f64
-            })
+            .map(|(i, &c)| usable_bytes(inst, capacity_place(r, i), c) as f64)
             .collect();
         Priced {
             inst,
@@ -392,16 +385,16 @@ impl<'a> Priced<'a> {
         let r = self.resources();
         let empty = TrunkLoads::empty(r);
         let slots = self.slots(stage, experts, prices);
+        let problem = |participation: usize, trunk| StageProblem {
+            resources: r,
+            experts,
+            slots: &slots,
+            participation: &self.participation[participation],
+            trunk,
+        };
         let mut heap = BinaryHeap::new();
         for (p, set) in self.participation.iter().enumerate() {
-            let problem = StageProblem {
-                resources: r,
-                experts,
-                slots: &slots,
-                participation: set,
-                trunk: &empty,
-            };
-            let Some(base) = problem.search() else {
+            let Some(base) = problem(p, &empty).search() else {
                 continue;
             };
             for (c, combination) in combinations.iter().enumerate() {
@@ -421,15 +414,12 @@ impl<'a> Priced<'a> {
             if let Some(searched) = candidate.searched {
                 let mut bytes = self.trunk_bytes(combination);
                 let blocks = searched.counts.clone().unwrap_or_else(|| {
-                    let problem = StageProblem {
-                        resources: r,
-                        experts,
-                        slots: &slots,
-                        participation: &self.participation[candidate.participation],
-                        trunk: combination,
-                    };
                     let mut blocks = Vec::new();
-                    problem.fill(searched.time, searched.drive, Some(&mut blocks));
+                    problem(candidate.participation, combination).fill(
+                        searched.time,
+                        searched.drive,
+                        Some(&mut blocks),
+                    );
                     blocks
                 });
                 for &(q, count) in &blocks {
@@ -447,14 +437,7 @@ impl<'a> Priced<'a> {
                     },
                 };
             }
-            let problem = StageProblem {
-                resources: r,
-                experts,
-                slots: &slots,
-                participation: &self.participation[candidate.participation],
-                trunk: combination,
-            };
-            if let Some(searched) = problem.search() {
+            if let Some(searched) = problem(candidate.participation, combination).search() {
                 heap.push(Candidate {
                     bound: searched.bound + combination.price,
                     searched: Some(searched),

@@ -40,6 +40,17 @@ pub(super) struct Searched {
 }
 
 impl StageProblem<'_> {
+    /// The least stage time the rows allow: every GPU taking part pays its
+    /// sync overhead, and the trunk's loads are there whatever the experts do.
+    pub(super) fn least_rows(&self) -> f64 {
+        let r = self.resources;
+        (0..r.gpus())
+            .filter(|&g| self.participation[g])
+            .map(|g| r.gpu_sync_seconds[g] + self.trunk.gpu[g])
+            .chain(self.trunk.cpu.iter().copied())
+            .fold(0.0, f64::max)
+    }
+
     /// The experts' price at stage time `time` with at most `drive` seconds
     /// on any drive, whose `felt_fraction` every node's cores wait for
     /// (`None`: infeasible): the cheapest places filled first, each with the
@@ -170,14 +181,13 @@ impl StageProblem<'_> {
     /// most `drive` seconds on any drive; `None` when no time is feasible.
     pub(super) fn search_time(&self, drive: f64) -> Option<Searched> {
         let value = |t: f64| self.fill(t, drive, None).map(|price| t + price);
-        let r = self.resources;
-        // The least time every row allows, then the least at which the mass fits.
-        let rows = (0..r.gpus())
-            .filter(|&g| self.participation[g])
-            .map(|g| r.gpu_sync_seconds[g] + self.trunk.gpu[g])
-            .chain(self.trunk.cpu.iter().copied())
-            .chain(drive.is_finite().then_some(drive))
-            .fold(0.0, f64::max);
+        // The least time every row allows (the drive's too), then the least
+        // at which the mass fits.
+        let rows = if drive.is_finite() {
+            self.least_rows().max(drive)
+        } else {
+            self.least_rows()
+        };
         // Below `floor` no time is feasible; `low` is the first that is.
         let (floor, low) = least_time(rows, |t| value(t).is_some())?;
         let first = value(low)?;
@@ -229,11 +239,7 @@ impl StageProblem<'_> {
         if k == 0 || k > 6 || vectors > WHOLE_COUNT_VECTORS {
             return None;
         }
-        let rows = (0..r.gpus())
-            .filter(|&g| self.participation[g])
-            .map(|g| r.gpu_sync_seconds[g] + self.trunk.gpu[g])
-            .chain(self.trunk.cpu.iter().copied())
-            .fold(0.0, f64::max);
+        let rows = self.least_rows();
         let total = *self.experts.prefix.last().unwrap();
         let top = |count: usize| self.experts.prefix[count.min(n)];
         // The mass place i can take in `time`, its resource alone.
