@@ -33,3 +33,4 @@ pub mod serve;
 pub mod sim;
 pub mod storage;
 pub mod store;
+mod sync;

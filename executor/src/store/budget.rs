@@ -4,8 +4,9 @@
 //! under any interleaving. A reservation that does not fit waits, bounded,
 //! for others to be returned, or fails with an error naming the budget.
 
+use crate::sync::{lock, wait_timeout, Condvar, Mutex};
 use std::fmt;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub struct Budget {
@@ -65,7 +66,7 @@ impl Budget {
     }
 
     pub fn used_bytes(&self) -> u64 {
-        *self.used_bytes.lock().unwrap()
+        *lock(&self.used_bytes)
     }
 
     /// Wakes the reservations waiting here so that they ask their
@@ -73,12 +74,12 @@ impl Budget {
     /// holds between asking and waiting, so a `give_up` made true before
     /// this call cannot be missed.
     pub fn wake(&self) {
-        let _used = self.used_bytes.lock().unwrap();
+        let _used = lock(&self.used_bytes);
         self.returned.notify_all();
     }
 
     fn give_back(&self, bytes: u64) {
-        let mut used = self.used_bytes.lock().unwrap();
+        let mut used = lock(&self.used_bytes);
         *used -= bytes;
         self.returned.notify_all();
     }
@@ -149,7 +150,7 @@ pub fn reserve_unless(
         waited: false,
     };
     for b in budgets {
-        let mut used = b.used_bytes.lock().unwrap();
+        let mut used = lock(&b.used_bytes);
         while *used + bytes > b.capacity_bytes {
             if give_up() {
                 // `held` goes out of scope here: its bytes go back.
@@ -166,7 +167,7 @@ pub fn reserve_unless(
                 });
             }
             held.waited = true;
-            used = b.returned.wait_timeout(used, deadline - now).unwrap().0;
+            used = wait_timeout(&b.returned, used, deadline - now);
         }
         *used += bytes;
         drop(used);

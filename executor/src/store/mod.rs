@@ -24,9 +24,11 @@ use crate::policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
 };
+use crate::sync::{
+    lock, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering,
+};
 use budget::{reserve, reserve_unless, Budget, BudgetError, Reservation};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 use telemetry::{Counters, Telemetry};
 
@@ -246,7 +248,7 @@ impl Drop for Lease {
         if !self.published {
             return;
         }
-        let mut slot = self.slot.lock().unwrap();
+        let mut slot = lock(&self.slot);
         if let Slot::Ready {
             resident,
             leases,
@@ -370,7 +372,7 @@ impl Store {
         let started = Instant::now();
         let mut waited = false;
         loop {
-            let mut slot = slot_lock.lock().unwrap();
+            let mut slot = lock(slot_lock);
             match &mut *slot {
                 Slot::Ready { .. } => {
                     return Ok(self.lease_ready(o, slot, waited.then_some(started)));
@@ -398,9 +400,14 @@ impl Store {
                     });
                     *slot = Slot::Loading(Arc::clone(&flight));
                     drop(slot);
+                    let leader = Leader {
+                        store: self,
+                        object: o,
+                        flight: Some(flight),
+                    };
                     let now = self.tick(o);
-                    let result = self.load(o, now, &flight);
-                    flight.finish(result.clone());
+                    let result = self.load(o, now, leader.flight());
+                    leader.finish(result.clone());
                     let loaded = result?;
                     if !loaded.admitted {
                         return Ok(self.transient_lease(o, loaded.resident, started));
@@ -416,7 +423,7 @@ impl Store {
     /// `None` when it is absent or loading. Never loads and never waits,
     /// so a caller holding other leases cannot deadlock on it.
     pub fn try_acquire(&self, o: ObjectIndex) -> Result<Option<Lease>, StoreError> {
-        let slot = self.slot(o)?.lock().unwrap();
+        let slot = lock(self.slot(o)?);
         Ok(matches!(*slot, Slot::Ready { .. }).then(|| self.lease_ready(o, slot, None)))
     }
 
@@ -435,7 +442,7 @@ impl Store {
     fn lease_ready(
         &self,
         o: ObjectIndex,
-        mut slot: std::sync::MutexGuard<'_, Slot>,
+        mut slot: MutexGuard<'_, Slot>,
         waited: Option<Instant>,
     ) -> Lease {
         let Slot::Ready {
@@ -482,11 +489,11 @@ impl Store {
             for _ in 0..threads.max(1) {
                 scope.spawn(|| {
                     while let Some(&o) = objects.get(next.fetch_add(1, Ordering::Relaxed)) {
-                        if failed.lock().unwrap().is_some() {
+                        if lock(&failed).is_some() {
                             return;
                         }
                         if let Err(e) = self.prefetch(o) {
-                            failed.lock().unwrap().get_or_insert(e);
+                            lock(&failed).get_or_insert(e);
                             return;
                         }
                         progress(self.inner.loader.size_bytes(o));
@@ -494,7 +501,10 @@ impl Store {
                 });
             }
         });
-        match failed.into_inner().unwrap() {
+        match failed
+            .into_inner()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -526,7 +536,7 @@ impl Store {
             }
             let place = &inner.places[inner.homes.place[o as usize]];
             // Under the policy lock, so that a hit cannot re-admit it meanwhile.
-            let mut policy = place.policy.lock().unwrap();
+            let mut policy = lock(&place.policy);
             inner.pinned[o as usize].store(true, Ordering::Relaxed);
             let cached = policy.contains(o);
             policy.remove(o);
@@ -559,7 +569,7 @@ impl Store {
         let size = inner.loader.size_bytes(o);
         let now = self.tick(o);
         let place = &inner.places[inner.homes.place[o as usize]];
-        let mut policy = place.policy.lock().unwrap();
+        let mut policy = lock(&place.policy);
         if policy.capacity_bytes() - policy.used_bytes() < size {
             return false;
         }
@@ -578,7 +588,7 @@ impl Store {
     /// eviction, e.g. by re-planning); returns whether it was dropped.
     pub fn evict(&self, o: ObjectIndex) -> bool {
         let inner = &self.inner;
-        let mut slot = inner.slots[o as usize].lock().unwrap();
+        let mut slot = lock(&inner.slots[o as usize]);
         if !matches!(&*slot, Slot::Ready { leases: 0, .. }) {
             return false;
         }
@@ -587,12 +597,12 @@ impl Store {
         inner.counters.evictions.fetch_add(1, Ordering::Relaxed);
         // The policy must not go on counting bytes the store dropped.
         let place = &inner.places[inner.homes.place[o as usize]];
-        place.policy.lock().unwrap().remove(o);
+        lock(&place.policy).remove(o);
         true
     }
 
     pub fn state(&self, o: ObjectIndex) -> ObjectState {
-        match &*self.inner.slots[o as usize].lock().unwrap() {
+        match &*lock(&self.inner.slots[o as usize]) {
             Slot::Absent => ObjectState::Absent,
             Slot::Loading(_) => ObjectState::Loading,
             Slot::Ready {
@@ -633,7 +643,7 @@ impl Store {
         }
         let place = &self.inner.places[self.inner.homes.place[o as usize]];
         let mut evicted = Vec::new();
-        let mut policy = place.policy.lock().unwrap();
+        let mut policy = lock(&place.policy);
         policy.access(&self.request(o, now), &mut evicted);
         // A hit on an object chosen as a victim while leased (to go at its
         // last release) re-admits it: the policy counts it again, so the
@@ -642,7 +652,7 @@ impl Store {
         if policy.contains(o) {
             if let Slot::Ready {
                 evict_on_release, ..
-            } = &mut *self.inner.slots[o as usize].lock().unwrap()
+            } = &mut *lock(&self.inner.slots[o as usize])
             {
                 *evict_on_release = false;
             }
@@ -669,11 +679,7 @@ impl Store {
         let place = &inner.places[inner.homes.place[o as usize]];
         let mut admitted = self.is_pinned(o) || {
             let mut evicted = Vec::new();
-            let outcome = place
-                .policy
-                .lock()
-                .unwrap()
-                .access(&self.request(o, now), &mut evicted);
+            let outcome = lock(&place.policy).access(&self.request(o, now), &mut evicted);
             for v in evicted {
                 self.evict_victim(v);
             }
@@ -735,7 +741,7 @@ impl Store {
                     counters: Arc::clone(&inner.counters),
                 }))
             });
-        let mut slot = inner.slots[o as usize].lock().unwrap();
+        let mut slot = lock(&inner.slots[o as usize]);
         *slot = match &result {
             Ok(resident) if admitted => Slot::Ready {
                 resident: Arc::clone(resident),
@@ -751,7 +757,7 @@ impl Store {
     /// Drops a victim now, or marks it to go at its last release.
     fn evict_victim(&self, v: ObjectIndex) {
         let inner = &self.inner;
-        let mut slot = inner.slots[v as usize].lock().unwrap();
+        let mut slot = lock(&inner.slots[v as usize]);
         let loading = match &mut *slot {
             Slot::Ready { leases: 0, .. } => {
                 *slot = Slot::Absent;
@@ -803,16 +809,59 @@ impl Store {
     }
 }
 
+/// The leader's duty to the requests that joined its load: a finished
+/// flight, whatever happens. Dropped unfinished (the loader or a policy
+/// panicked), it clears the slot and hands the joiners an error, so that
+/// none of them waits forever and the object can be requested again; the
+/// reservation, if taken, went back as the panic unwound.
+struct Leader<'a> {
+    store: &'a Store,
+    object: ObjectIndex,
+    /// `None` once finished.
+    flight: Option<Arc<Flight>>,
+}
+
+impl Leader<'_> {
+    fn flight(&self) -> &Flight {
+        self.flight
+            .as_ref()
+            .expect("a leader is finished only once")
+    }
+
+    fn finish(mut self, result: Result<Loaded, StoreError>) {
+        if let Some(flight) = self.flight.take() {
+            flight.finish(result);
+        }
+    }
+}
+
+impl Drop for Leader<'_> {
+    fn drop(&mut self) {
+        let Some(flight) = self.flight.take() else {
+            return;
+        };
+        let mut slot = lock(&self.store.inner.slots[self.object as usize]);
+        if matches!(&*slot, Slot::Loading(f) if Arc::ptr_eq(f, &flight)) {
+            *slot = Slot::Absent;
+        }
+        drop(slot);
+        flight.finish(Err(StoreError::Load {
+            object: self.object,
+            reason: "the loader panicked while reading it; the next request loads it again".into(),
+        }));
+    }
+}
+
 impl Flight {
     fn finish(&self, result: Result<Loaded, StoreError>) {
-        *self.result.lock().unwrap() = Some(result);
+        *lock(&self.result) = Some(result);
         self.done.notify_all();
     }
 
     fn wait(&self) -> Result<Loaded, StoreError> {
-        let mut result = self.result.lock().unwrap();
+        let mut result = lock(&self.result);
         while result.is_none() {
-            result = self.done.wait(result).unwrap();
+            result = wait(&self.done, result);
         }
         result.clone().unwrap()
     }

@@ -12,6 +12,8 @@ struct PatternLoader {
     size_bytes: Vec<u64>,
     loads: AtomicUsize,
     failing: Mutex<HashSet<ObjectIndex>>,
+    /// Objects whose next load panics (once each).
+    panicking: Mutex<HashSet<ObjectIndex>>,
     /// While true, loads wait (to pile up joiners).
     hold: Mutex<bool>,
     released: Condvar,
@@ -27,6 +29,7 @@ impl PatternLoader {
             size_bytes,
             loads: AtomicUsize::new(0),
             failing: Mutex::new(HashSet::new()),
+            panicking: Mutex::new(HashSet::new()),
             hold: Mutex::new(false),
             released: Condvar::new(),
         })
@@ -50,6 +53,9 @@ impl Loader for PatternLoader {
             hold = self.released.wait(hold).unwrap();
         }
         drop(hold);
+        if self.panicking.lock().unwrap().remove(&o) {
+            panic!("the test loader panics reading object {o}");
+        }
         if self.failing.lock().unwrap().contains(&o) {
             return Err(format!("short read of object {o}"));
         }
@@ -387,6 +393,46 @@ fn a_failed_load_publishes_nothing_and_can_be_retried() {
     assert_eq!(used(&s, "ram:0"), 0);
     loader.failing.lock().unwrap().clear();
     assert!(pattern_ok(&s.acquire(1).unwrap()));
+}
+
+#[test]
+fn a_loader_that_panics_fails_its_joiners_and_the_object_loads_again() {
+    // Before the single-flight guard, the slot stayed `Loading` and every
+    // joiner waited forever.
+    let loader = PatternLoader::new(vec![10; 3]);
+    let s = store(&loader, 30, PolicyKind::Lru, &[], Duration::ZERO);
+    loader.panicking.lock().unwrap().insert(1);
+    *loader.hold.lock().unwrap() = true;
+    let requests: Vec<_> = (0..4)
+        .map(|_| {
+            let s = s.clone();
+            thread::spawn(move || s.acquire(1).map(|_| ()))
+        })
+        .collect();
+    while s.telemetry().single_flight_joins < 3 {
+        thread::sleep(Duration::from_millis(1));
+    }
+    loader.release();
+    // Whichever request came first led the load: the panic reaches its
+    // caller, and the three that joined get an error.
+    let (panicked, returned): (Vec<_>, Vec<_>) = requests
+        .into_iter()
+        .map(|r| r.join())
+        .partition(|r| r.is_err());
+    assert_eq!(panicked.len(), 1);
+    for r in returned {
+        let e = r.unwrap().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("loading object 1 failed: the loader panicked"),
+            "{e}"
+        );
+    }
+    assert_eq!(s.state(1), ObjectState::Absent);
+    // The reservation went back while the panic unwound.
+    assert_eq!(used(&s, "ram:0"), 0);
+    assert!(pattern_ok(&s.acquire(1).unwrap()));
+    assert_eq!(loader.loads.load(Ordering::SeqCst), 2);
 }
 
 #[test]

@@ -1,0 +1,37 @@
+//! The locks, condition variables and atomics that the object store
+//! synchronizes with, in one place so that the model-checked build of the
+//! store (the `store-model` crate) can put loom's in their stead, and
+//! lock helpers that survive a poisoned lock: a panic in a loader or a
+//! policy must not turn every later request into a second panic.
+
+pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Locks `mutex`, taking over the data of a holder that panicked: the
+/// store's state is kept consistent at each unlock point it reaches, and
+/// a panic (in a loader or a policy) is cleaned up by the single-flight
+/// guard, not by refusing every later request.
+pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`Condvar::wait`], tolerating poison as [`lock`] does.
+pub fn wait<'a, T>(condvar: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    condvar
+        .wait(guard)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`Condvar::wait_timeout`], tolerating poison as [`lock`] does.
+pub fn wait_timeout<'a, T>(
+    condvar: &Condvar,
+    guard: MutexGuard<'a, T>,
+    timeout: std::time::Duration,
+) -> MutexGuard<'a, T> {
+    condvar
+        .wait_timeout(guard, timeout)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .0
+}
