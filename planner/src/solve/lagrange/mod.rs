@@ -213,9 +213,6 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
         .collect::<Vec<f64>>();
     let scaled = |p: &[f64]| -> Vec<f64> { p.iter().map(|x| x * TIME_UNIT / BYTE_UNIT).collect() };
     let evaluate = |p: &[f64]| {
-        if p.iter().any(|x| !x.is_finite()) {
-            eprintln!("DEBUG non-finite prices {p:?}");
-        }
         let (value, g, fractional) = priced.evaluate(&scaled(p));
         (
             value / TIME_UNIT,

@@ -1,11 +1,8 @@
-//! The locks, condition variables and atomics that the object store
-//! synchronizes with, in one place so that the model-checked build of the
-//! store (the `store-model` crate) can put loom's in their stead, and
-//! lock helpers that survive a poisoned lock: a panic in a loader or a
-//! policy must not turn every later request into a second panic.
+//! Lock helpers that take over a lock whose holder panicked, over
+//! whichever primitives the parent module names (std's, or loom's in the
+//! model-checked build).
 
-pub use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-pub use std::sync::{Condvar, Mutex, MutexGuard};
+use super::{Condvar, Mutex, MutexGuard};
 
 /// Locks `mutex`, taking over the data of a holder that panicked: the
 /// store's state is kept consistent at each unlock point it reaches, and
