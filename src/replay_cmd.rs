@@ -5,11 +5,12 @@
 use crate::checkpoint_cmd::model_from_path;
 use anyhow::{bail, Result};
 use residency_executor::checkpoint::Checkpoint;
-use residency_executor::serve::replan::ReplanParams;
+use residency_executor::serve::replan::{MoveLink, ReplanParams};
 use residency_executor::serve::replay::{replay, ReplayConfig, ServePolicy};
 use residency_executor::sim::felt::read_seconds;
 use residency_executor::sim::job::{cut_trace, Budget, Cut};
 use residency_executor::storage::BackendKind;
+use residency_planner::cost::{Place, Resources};
 use residency_planner::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_planner::inputs::defaults;
 use residency_planner::profile::HardwareProfile;
@@ -200,11 +201,20 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         expert: 0,
     });
     let all_bytes = expert_bytes * train_counts.len() as u64;
-    let fastest = profile
-        .drives
-        .iter()
-        .map(|d| d.read_bandwidth.0)
-        .fold(0.0, f64::max);
+    let mut resources = Resources::from_profile(&profile);
+    if resources.drive_read_bytes_per_s.iter().all(|&r| r <= 0.0) {
+        // The profile describes no drive the checkpoint is read from: moves
+        // are priced at 1 GB/s (as a miss falls back to 1 ms).
+        resources.drive_numa = vec![0];
+        resources.drive_read_bytes_per_s = vec![1e9];
+        resources.drive_latency_seconds = vec![0.0];
+    }
+    let fastest = (0..resources.drives())
+        .max_by(|&a, &b| {
+            let rate = &resources.drive_read_bytes_per_s;
+            rate[a].total_cmp(&rate[b])
+        })
+        .expect("one drive at least");
     let config = ReplayConfig {
         policies: args.policy.clone(),
         ram_budget_bytes: args.ram_budget.bytes(all_bytes),
@@ -216,7 +226,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
         rounds: args.rounds,
         miss_seconds: read_seconds(&profile, expert_bytes).unwrap_or(1e-3),
-        read_bytes_per_s: if fastest > 0.0 { fastest } else { 1e9 },
+        move_link: MoveLink {
+            resources,
+            from: Place::Disk(fastest),
+            to: Place::Ram(0),
+        },
         backend: args.backend,
         warm: args.warm,
         seed,

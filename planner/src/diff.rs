@@ -3,7 +3,7 @@
 //! RAM to GPU at the card's upload rate, GPU to GPU through the host), the
 //! seconds that takes, and the predicted change of token time.
 
-use crate::cost::{Instance, ObjectKind, Place};
+use crate::cost::{Instance, ObjectKind, Place, Resources};
 use std::collections::BTreeMap;
 
 /// Bytes and objects moved from one place to another.
@@ -31,8 +31,7 @@ pub struct PlanDiff {
 /// Bytes per second of the slowest hop from `from` to `to`; `None` when the
 /// move carries no bytes (a weight evicted to disk is discarded, a KV group
 /// dropped or taken up is filled by its next prefill).
-pub(crate) fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> {
-    let r = &inst.resources;
+fn link_rate(r: &Resources, from: Place, to: Place) -> Option<f64> {
     let fastest_drive = r.drive_read_bytes_per_s.iter().copied().fold(0.0, f64::max);
     // Where the bytes come from: a drive read, or a copy already in memory.
     let source = match from {
@@ -52,14 +51,22 @@ pub(crate) fn link_rate(inst: &Instance, from: Place, to: Place) -> Option<f64> 
     }
 }
 
-/// Seconds to move object `o` from place index `from` to `to` (DESIGN 4.5):
-/// its bytes at `to` over the slowest hop; 0 when nothing is carried.
-pub fn move_seconds(inst: &Instance, o: usize, from: usize, to: usize) -> f64 {
+/// Seconds to carry `bytes` from `from` to `to` (DESIGN 4.5) over the
+/// slowest hop; 0 when nothing is carried. The one move cost: the solver's
+/// re-planning, `plan --from` and the serving loop's re-planner all price
+/// a move with it.
+pub fn carry_seconds(resources: &Resources, bytes: u64, from: Place, to: Place) -> f64 {
     if from == to {
         return 0.0;
     }
+    link_rate(resources, from, to).map_or(0.0, |rate| bytes as f64 / rate)
+}
+
+/// Seconds to move object `o` from place index `from` to `to`: its bytes
+/// at `to`, carried.
+pub fn move_seconds(inst: &Instance, o: usize, from: usize, to: usize) -> f64 {
     let (from, to) = (inst.places[from], inst.places[to]);
-    link_rate(inst, from, to).map_or(0.0, |rate| inst.objects[o].bytes_at(to) as f64 / rate)
+    carry_seconds(&inst.resources, inst.objects[o].bytes_at(to), from, to)
 }
 
 pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
@@ -84,7 +91,7 @@ pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
             seconds: 0.0,
         });
         entry.objects += 1;
-        if link_rate(inst, from, to).is_some() {
+        if link_rate(&inst.resources, from, to).is_some() {
             entry.bytes += object.bytes_at(to);
             entry.seconds += move_seconds(inst, o, a, b);
         }

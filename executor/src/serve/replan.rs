@@ -7,12 +7,24 @@
 //! tier, as in the simulator). A move happens only when it pays: promoting
 //! `c` in place of victims `V` saves `(rate_c m_c - sum rate_v m_v)` seconds
 //! per token, which over the horizon `H` must exceed the move's seconds
-//! (`bytes_c / read_bytes_per_s`) times the hysteresis factor. Moves are
+//! (`diff::carry_seconds`, the planner's one move cost) times the
+//! hysteresis factor. Moves are
 //! further bounded by a minimum age of a pin, a minimum interval between two
 //! moves of one object, a bytes-moved allowance that accrues per token, and
 //! a maximum of promotions per pass, so churn never eats the gain.
 
 use crate::policy::ObjectIndex;
+use residency_planner::cost::{Place, Resources};
+use residency_planner::diff::carry_seconds;
+
+/// The link a promotion comes over: from where the object is read to the
+/// place of the pinned share, on the machine's rates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoveLink {
+    pub resources: Resources,
+    pub from: Place,
+    pub to: Place,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ReplanParams {
@@ -63,7 +75,7 @@ pub struct Replanner {
     share_bytes: u64,
     sizes_bytes: Vec<u64>,
     miss_seconds: Vec<f64>,
-    read_bytes_per_s: f64,
+    link: MoveLink,
     pinned: Vec<bool>,
     pinned_bytes: u64,
     pinned_at: Vec<u64>,
@@ -80,7 +92,7 @@ impl Replanner {
         share_bytes: u64,
         sizes_bytes: Vec<u64>,
         miss_seconds: Vec<f64>,
-        read_bytes_per_s: f64,
+        link: MoveLink,
         pinned: &[ObjectIndex],
     ) -> Replanner {
         let n = sizes_bytes.len();
@@ -94,7 +106,7 @@ impl Replanner {
             share_bytes,
             sizes_bytes,
             miss_seconds,
-            read_bytes_per_s,
+            link,
             pinned: is_pinned,
             pinned_bytes,
             pinned_at: vec![0; n],
@@ -181,7 +193,8 @@ impl Replanner {
                 lost += saving(v);
                 taken += 1;
             }
-            let move_seconds = size as f64 / self.read_bytes_per_s;
+            let link = &self.link;
+            let move_seconds = carry_seconds(&link.resources, size, link.from, link.to);
             let pays = (saving(c) - lost) * self.params.horizon_tokens
                 > move_seconds * self.params.hysteresis;
             if freed < size || !pays {
@@ -221,10 +234,29 @@ impl Replanner {
 mod tests {
     use super::*;
 
-    /// Ten objects of 100 bytes, 1 ms per miss, read at 100 kB/s (a move
-    /// costs 1 ms), share of 3 objects.
+    /// Ten objects of 100 bytes, 1 ms per miss, read from a drive at
+    /// 100 kB/s into RAM (a move costs 1 ms), share of 3 objects.
     fn replanner(params: ReplanParams, pinned: &[ObjectIndex]) -> Replanner {
-        Replanner::new(params, 300, vec![100; 10], vec![1e-3; 10], 1e5, pinned)
+        let resources = Resources {
+            gpu_gemv_bytes_per_s: vec![],
+            gpu_sync_seconds: vec![],
+            gpu_upload_bytes_per_s: vec![],
+            gpu_capacity_bytes: vec![],
+            cpu_gemv_bytes_per_s: vec![1e9],
+            ram_capacity_bytes: vec![300],
+            drive_numa: vec![0],
+            drive_read_bytes_per_s: vec![1e5],
+            drive_latency_seconds: vec![0.0],
+            felt_fraction: 1.0,
+            fixed_token_seconds: 0.0,
+            gpu_hosts: vec![],
+        };
+        let link = MoveLink {
+            resources,
+            from: Place::Disk(0),
+            to: Place::Ram(0),
+        };
+        Replanner::new(params, 300, vec![100; 10], vec![1e-3; 10], link, pinned)
     }
 
     #[test]

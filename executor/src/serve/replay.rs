@@ -15,7 +15,7 @@
 //! identical for every placement policy.
 
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
-use super::replan::{Moves, ReplanParams, Replanner};
+use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
 use crate::checkpoint::Checkpoint;
 use crate::identity::ObjectKey;
@@ -109,8 +109,8 @@ pub struct ReplayConfig {
     /// Felt seconds of one miss (the profile's drive), for the value of a
     /// pin and the cost policy.
     pub miss_seconds: f64,
-    /// What a move costs: bytes over this rate.
-    pub read_bytes_per_s: f64,
+    /// The link a re-planner's promotion comes over (what a move costs).
+    pub move_link: MoveLink,
     pub backend: BackendKind,
     /// Load every expert the budget holds before the clock starts (in
     /// index order), so a full budget measures serving with nothing to read.
@@ -359,7 +359,7 @@ fn run_arm(
             share_bytes,
             sizes.clone(),
             miss_seconds.clone(),
-            config.read_bytes_per_s,
+            config.move_link.clone(),
             &pins,
         )
     });
