@@ -1,11 +1,12 @@
 //! `residency apply`: a plan onto a checkpoint through the executor's store,
 //! with a progress bar, a per-tier table and `--json`.
 
+use crate::flags::BackendArg;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_executor::apply::{apply, ApplyOptions};
 use residency_executor::checkpoint::Checkpoint;
-use residency_executor::storage::{open_backend, BackendKind};
+use residency_executor::storage::open_backend;
 use residency_planner::plan::Plan;
 use residency_planner::units::Bytes;
 use std::path::PathBuf;
@@ -21,11 +22,8 @@ pub struct ApplyArgs {
     /// Read every resident back and compare checksums with a plain read.
     #[arg(long)]
     verify: bool,
-    /// Read path: direct (O_DIRECT), io-uring (falls back to direct),
-    /// pread, mmap. Direct is the default: it tied io_uring here and beat it
-    /// on the H200 machine (docs/executor.md).
-    #[arg(long, default_value = "direct", value_parser = parse_backend)]
-    backend: BackendKind,
+    #[command(flatten)]
+    backend: BackendArg,
     /// A directory with identical copies of the checkpoint's shards on
     /// another drive (repeatable): each read goes to the least busy copy.
     #[arg(long)]
@@ -36,11 +34,6 @@ pub struct ApplyArgs {
     /// Write `{"tiers":[...], "verified": ...}` here.
     #[arg(long)]
     json: Option<PathBuf>,
-}
-
-fn parse_backend(name: &str) -> Result<BackendKind, String> {
-    BackendKind::from_name(name)
-        .ok_or_else(|| format!("unknown backend `{name}`; one of io-uring, direct, pread, mmap"))
 }
 
 pub fn run(args: &ApplyArgs) -> Result<()> {
@@ -68,7 +61,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         mirrors: args.mirror.clone(),
         ..ApplyOptions::default()
     };
-    let backend = open_backend(args.backend);
+    let backend = open_backend(args.backend.backend);
     let applied = apply(
         &plan,
         &args.plan,

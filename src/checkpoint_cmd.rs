@@ -2,6 +2,7 @@
 //! checkpoint directory accepted wherever a model description is (`--model
 //! DIR`), its description derived by the executor's checkpoint reader.
 
+use crate::flags::named;
 use anyhow::Result;
 use residency_executor::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
 use residency_executor::identity::Family;
@@ -23,10 +24,10 @@ pub struct GenCheckpointArgs {
     layers: Option<usize>,
     /// Expert format: bf16, or int8/int4 packed with an F16 scale per group
     /// (group size from the description's formats, else 128 and 64).
-    #[arg(long, default_value = "bf16", value_parser = parse_dtype)]
+    #[arg(long, default_value = "bf16", value_parser = named::<GenDtype>())]
     dtype: GenDtype,
     /// Tensor-naming family (default: from the model's name).
-    #[arg(long, value_parser = parse_family)]
+    #[arg(long, value_parser = named::<Family>())]
     family: Option<Family>,
     /// Largest shard, e.g. `2 GiB` or `64KiB`.
     #[arg(long, default_value = "2 GiB", value_parser = parse_size)]
@@ -34,20 +35,6 @@ pub struct GenCheckpointArgs {
     /// Seed of the random values.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-}
-
-fn parse_dtype(name: &str) -> Result<GenDtype, String> {
-    GenDtype::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = GenDtype::ALL.iter().map(|d| d.name()).collect();
-        format!("unknown dtype `{name}`; one of {}", names.join(", "))
-    })
-}
-
-fn parse_family(name: &str) -> Result<Family, String> {
-    Family::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
-        format!("unknown family `{name}`; one of {}", names.join(", "))
-    })
 }
 
 pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {

@@ -10,6 +10,7 @@
 //! replays in well under a second per run, so `--tokens` would buy nothing.
 
 use crate::checkpoint_cmd::model_from_path;
+use crate::flags::named;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_executor::kv::groups::prefix_groups;
@@ -39,8 +40,8 @@ pub struct KvReplayArgs {
     /// Cache capacities in blocks, comma-separated.
     #[arg(long, value_delimiter = ',', required = true)]
     capacity_blocks: Vec<usize>,
-    /// Eviction policies, comma-separated: lru, lru-leaf, utility.
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
+    /// Eviction policies, comma-separated.
+    #[arg(long, value_delimiter = ',', value_parser = named::<EvictionPolicy>(), default_value = "lru")]
     policy: Vec<EvictionPolicy>,
     #[command(flatten)]
     sizing: SizingArgs,
@@ -80,13 +81,6 @@ pub struct KvGroupsArgs {
     /// Groups file to write (.yaml, or .json), for `plan --kv`.
     #[arg(long)]
     out: PathBuf,
-}
-
-fn parse_policy(name: &str) -> Result<EvictionPolicy, String> {
-    EvictionPolicy::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = EvictionPolicy::ALL.iter().map(|p| p.name()).collect();
-        format!("unknown KV policy `{name}`; one of {}", names.join(", "))
-    })
 }
 
 /// KV bytes per token from the flag, the model, or the embedded default

@@ -3,6 +3,7 @@
 
 mod apply_cmd;
 mod checkpoint_cmd;
+mod flags;
 mod kv_cmd;
 mod plot;
 mod print;
@@ -12,6 +13,7 @@ mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
+use flags::named;
 use residency_planner::cost::Instance;
 use residency_planner::export::{self, Engine};
 use residency_planner::heat::{self, HeatContext, HeatFormat};
@@ -51,7 +53,7 @@ struct InputArgs {
     #[arg(long)]
     heat: Option<PathBuf>,
     /// Heat format, when detection from magic bytes or extension is not wanted.
-    #[arg(long, value_parser = parse_heat_format)]
+    #[arg(long, value_parser = named::<HeatFormat>())]
     heat_format: Option<HeatFormat>,
     #[command(flatten)]
     partial_heat: PartialHeatArg,
@@ -133,7 +135,7 @@ enum Command {
     Heat {
         /// Heat file or data-set directory.
         input: PathBuf,
-        #[arg(long, value_parser = parse_heat_format)]
+        #[arg(long, value_parser = named::<HeatFormat>())]
         format: Option<HeatFormat>,
         /// Model description, to map engine layer numbers and pad experts.
         #[arg(long)]
@@ -143,7 +145,7 @@ enum Command {
         /// Write the heat here (format from --out-format or the extension).
         #[arg(long)]
         out: Option<PathBuf>,
-        #[arg(long, value_parser = parse_heat_format)]
+        #[arg(long, value_parser = named::<HeatFormat>())]
         out_format: Option<HeatFormat>,
         /// Also draw the per-layer concentration to this file (.svg or .png).
         #[arg(long)]
@@ -219,13 +221,6 @@ fn parse_engine(name: &str) -> Result<Engine, String> {
     Engine::from_name(name).ok_or_else(|| {
         let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
         format!("unknown export `{name}`; one of {}", names.join(", "))
-    })
-}
-
-fn parse_heat_format(name: &str) -> Result<HeatFormat, String> {
-    HeatFormat::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = HeatFormat::ALL.iter().map(|f| f.name()).collect();
-        format!("unknown heat format `{name}`; one of {}", names.join(", "))
     })
 }
 

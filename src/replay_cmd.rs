@@ -3,13 +3,13 @@
 //! table and `--json`. The work is `residency_executor::serve::replay`.
 
 use crate::checkpoint_cmd::model_from_path;
+use crate::flags::{named, BackendArg};
 use anyhow::{bail, Result};
 use residency_executor::checkpoint::Checkpoint;
 use residency_executor::serve::replan::{MoveLink, ReplanParams};
 use residency_executor::serve::replay::{replay, ReplayConfig, ServePolicy};
 use residency_executor::sim::felt::read_seconds;
 use residency_executor::sim::job::{cut_trace, Budget, Cut};
-use residency_executor::storage::BackendKind;
 use residency_planner::cost::{Place, Resources};
 use residency_planner::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_planner::inputs::defaults;
@@ -25,7 +25,7 @@ pub struct ReplayArgs {
     /// Per-token routing trace (file or data-set directory).
     #[arg(long)]
     trace: PathBuf,
-    #[arg(long, value_parser = parse_format)]
+    #[arg(long, value_parser = named::<HeatFormat>())]
     trace_format: Option<HeatFormat>,
     /// The model the trace was recorded on (description or checkpoint), to
     /// read it; default: the checkpoint's own description.
@@ -38,7 +38,7 @@ pub struct ReplayArgs {
     /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan,
     /// and `resident` (no store, every expert read into memory first: the
     /// baseline of the executor's overhead, with `--ram-budget 100% --warm`).
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru,cost,replan")]
+    #[arg(long, value_delimiter = ',', value_parser = named::<ServePolicy>(), default_value = "lru,cost,replan")]
     policy: Vec<ServePolicy>,
     /// RAM for experts: a size (`2GiB`) or a share of all experts (`25%`).
     #[arg(long, value_parser = Budget::parse, default_value = "25%")]
@@ -77,9 +77,8 @@ pub struct ReplayArgs {
     /// (needs --train-categories).
     #[arg(long, default_value_t = 0)]
     seed_tokens: usize,
-    /// Read path for misses: direct (O_DIRECT) or io-uring.
-    #[arg(long, default_value = "direct", value_parser = parse_backend)]
-    backend: BackendKind,
+    #[command(flatten)]
+    backend: BackendArg,
     /// Write `{"runs":[...]}` here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -109,22 +108,6 @@ fn seed_tokens(tokens: &[TokenRoutes], args: &ReplayArgs) -> Result<Vec<TokenRou
         );
     }
     Ok(seed)
-}
-
-fn parse_format(name: &str) -> Result<HeatFormat, String> {
-    HeatFormat::from_name(name).ok_or_else(|| format!("unknown trace format `{name}`"))
-}
-
-fn parse_policy(name: &str) -> Result<ServePolicy, String> {
-    ServePolicy::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = ServePolicy::ALL.iter().map(|p| p.name()).collect();
-        format!("unknown policy `{name}`; one of {}", names.join(", "))
-    })
-}
-
-fn parse_backend(name: &str) -> Result<BackendKind, String> {
-    BackendKind::from_name(name)
-        .ok_or_else(|| format!("unknown backend `{name}`; direct or io-uring"))
 }
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
@@ -231,7 +214,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             from: Place::Disk(fastest),
             to: Place::Ram(0),
         },
-        backend: args.backend,
+        backend: args.backend.backend,
         warm: args.warm,
         seed,
     };

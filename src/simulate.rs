@@ -1,6 +1,7 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
 //! `--plot` files. The simulation itself is `residency_executor::sim::job`.
 
+use crate::flags::named;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_executor::policy::PolicyKind;
@@ -43,7 +44,7 @@ pub struct SimulateArgs {
     #[arg(long)]
     miss_cost_log: Option<PathBuf>,
     /// Policies, comma-separated.
-    #[arg(long, value_delimiter = ',', value_parser = parse_policy, default_value = "lru")]
+    #[arg(long, value_delimiter = ',', value_parser = named::<PolicyKind>(), default_value = "lru")]
     policy: Vec<PolicyKind>,
     /// Cache budgets, comma-separated: sizes (`128MiB`, `2GB`, bytes) or
     /// shares of all experts' bytes (`25%`).
@@ -51,7 +52,7 @@ pub struct SimulateArgs {
     budget: Vec<Budget>,
     /// How a budget is split across MoE layers: global, uniform, dynamic
     /// (comma-separated for several).
-    #[arg(long, value_delimiter = ',', value_parser = parse_allocation, default_value = "global")]
+    #[arg(long, value_delimiter = ',', value_parser = named::<Allocation>(), default_value = "global")]
     allocation: Vec<Allocation>,
     /// Start every arm with the same residents (the training knapsack)
     /// instead of cold.
@@ -94,18 +95,6 @@ fn parse_trace_format(name: &str) -> Result<TraceFormat, String> {
     TraceFormat::from_name(name).ok_or_else(|| {
         format!("unknown trace format `{name}`; oracle-general, jsonl, esft, llama4-json, mixtral-jsonl or coli-route")
     })
-}
-
-fn parse_policy(name: &str) -> Result<PolicyKind, String> {
-    PolicyKind::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
-        format!("unknown policy `{name}`; one of {}", names.join(", "))
-    })
-}
-
-fn parse_allocation(name: &str) -> Result<Allocation, String> {
-    Allocation::from_name(name)
-        .ok_or_else(|| format!("unknown allocation `{name}`; one of global, uniform, dynamic"))
 }
 
 fn parse_seconds(text: &str) -> Result<f64, String> {

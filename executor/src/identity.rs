@@ -5,46 +5,16 @@
 use std::fmt;
 use std::sync::Arc;
 
-/// Tensor-naming family of a checkpoint (one adapter each).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Family {
-    Mixtral,
-    DeepseekV2,
-    DeepseekV3,
-    QwenMoe,
-    Olmoe,
-    Llama4,
-}
-
-impl Family {
-    pub const ALL: [Family; 6] = [
-        Family::Mixtral,
-        Family::DeepseekV2,
-        Family::DeepseekV3,
-        Family::QwenMoe,
-        Family::Olmoe,
-        Family::Llama4,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Family::Mixtral => "mixtral",
-            Family::DeepseekV2 => "deepseek-v2",
-            Family::DeepseekV3 => "deepseek-v3",
-            Family::QwenMoe => "qwen-moe",
-            Family::Olmoe => "olmoe",
-            Family::Llama4 => "llama4",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Family> {
-        Family::ALL.into_iter().find(|f| f.name() == name)
-    }
-}
-
-impl fmt::Display for Family {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+residency_planner::named! {
+    /// Tensor-naming family of a checkpoint (one adapter each).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Family("family") {
+        Mixtral = "mixtral",
+        DeepseekV2 = "deepseek-v2",
+        DeepseekV3 = "deepseek-v3",
+        QwenMoe = "qwen-moe",
+        Olmoe = "olmoe",
+        Llama4 = "llama4",
     }
 }
 

@@ -12,6 +12,7 @@ pub mod heat;
 pub mod inputs;
 pub mod kv;
 pub mod model;
+pub mod names;
 pub mod plan;
 pub mod profile;
 pub mod schema;

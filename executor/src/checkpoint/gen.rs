@@ -34,27 +34,13 @@ pub const DEFAULT_SHARD_BYTES: u64 = 2 << 30;
 /// Vocabulary when the description has no `lm_head` to derive it from.
 pub const DEFAULT_VOCAB: usize = 32_000;
 
-/// Storage format of the generated experts (`--dtype`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GenDtype {
-    Bf16,
-    Int8,
-    Int4,
-}
-
-impl GenDtype {
-    pub const ALL: [GenDtype; 3] = [GenDtype::Bf16, GenDtype::Int8, GenDtype::Int4];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            GenDtype::Bf16 => "bf16",
-            GenDtype::Int8 => "int8",
-            GenDtype::Int4 => "int4",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<GenDtype> {
-        GenDtype::ALL.into_iter().find(|d| d.name() == name)
+residency_planner::named! {
+    /// Storage format of the generated experts (`--dtype`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum GenDtype("dtype") {
+        Bf16 = "bf16",
+        Int8 = "int8",
+        Int4 = "int4",
     }
 }
 

@@ -24,33 +24,17 @@ use super::utility::{self, UtilityModel};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 
-/// How the index chooses a victim.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum EvictionPolicy {
-    Lru,
-    LruLeaf,
-    Utility,
+residency_planner::named! {
+    /// How the index chooses a victim.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum EvictionPolicy("KV policy") {
+        Lru = "lru",
+        LruLeaf = "lru-leaf",
+        Utility = "utility",
+    }
 }
 
 impl EvictionPolicy {
-    pub const ALL: [EvictionPolicy; 3] = [
-        EvictionPolicy::Lru,
-        EvictionPolicy::LruLeaf,
-        EvictionPolicy::Utility,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EvictionPolicy::Lru => "lru",
-            EvictionPolicy::LruLeaf => "lru-leaf",
-            EvictionPolicy::Utility => "utility",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<EvictionPolicy> {
-        Self::ALL.into_iter().find(|p| p.name() == name)
-    }
-
     /// Whether the policy keeps the prefix tree (evicts leaves only).
     pub fn keeps_tree(self) -> bool {
         self != EvictionPolicy::Lru

@@ -26,8 +26,6 @@ mod slru;
 mod static_plan;
 mod wtinylfu;
 
-use std::fmt;
-
 /// Dense index of a cacheable object.
 pub type ObjectIndex = u32;
 
@@ -81,69 +79,29 @@ pub trait Policy {
     fn remove(&mut self, object: ObjectIndex);
 }
 
-/// The policies by name (DESIGN 6).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum PolicyKind {
-    Lru,
-    Fifo,
-    Clock,
-    PinnedLru,
-    Lfu,
-    Lfru,
-    Slru,
-    WTinyLfu,
-    S3Fifo,
-    Sieve,
-    Arc,
-    Frequency,
-    Cost,
-    Belady,
-    Plan,
+residency_planner::named! {
+    /// The policies by name (DESIGN 6).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum PolicyKind("policy") {
+        Lru = "lru",
+        Fifo = "fifo",
+        Clock = "clock",
+        PinnedLru = "pinned-lru",
+        Lfu = "lfu",
+        Lfru = "lfru",
+        Slru = "slru",
+        WTinyLfu = "wtinylfu",
+        S3Fifo = "s3fifo",
+        Sieve = "sieve",
+        Arc = "arc",
+        Frequency = "frequency",
+        Cost = "cost",
+        Belady = "belady",
+        Plan = "plan",
+    }
 }
 
 impl PolicyKind {
-    pub const ALL: [PolicyKind; 15] = [
-        PolicyKind::Lru,
-        PolicyKind::Fifo,
-        PolicyKind::Clock,
-        PolicyKind::PinnedLru,
-        PolicyKind::Lfu,
-        PolicyKind::Lfru,
-        PolicyKind::Slru,
-        PolicyKind::WTinyLfu,
-        PolicyKind::S3Fifo,
-        PolicyKind::Sieve,
-        PolicyKind::Arc,
-        PolicyKind::Frequency,
-        PolicyKind::Cost,
-        PolicyKind::Belady,
-        PolicyKind::Plan,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Lru => "lru",
-            PolicyKind::Fifo => "fifo",
-            PolicyKind::Clock => "clock",
-            PolicyKind::PinnedLru => "pinned-lru",
-            PolicyKind::Lfu => "lfu",
-            PolicyKind::Lfru => "lfru",
-            PolicyKind::Slru => "slru",
-            PolicyKind::WTinyLfu => "wtinylfu",
-            PolicyKind::S3Fifo => "s3fifo",
-            PolicyKind::Sieve => "sieve",
-            PolicyKind::Arc => "arc",
-            PolicyKind::Frequency => "frequency",
-            PolicyKind::Cost => "cost",
-            PolicyKind::Belady => "belady",
-            PolicyKind::Plan => "plan",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<PolicyKind> {
-        PolicyKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-
     /// Policies that use what was learned on training data
     /// ([`Knowledge::prior_rate`] or [`Knowledge::pinned`]); the held-out
     /// gate trains them on some categories and evaluates on others.
@@ -158,12 +116,6 @@ impl PolicyKind {
     /// under other miss costs needs a new replay (not just a re-weighting).
     pub fn uses_miss_costs(self) -> bool {
         matches!(self, PolicyKind::Cost | PolicyKind::Plan)
-    }
-}
-
-impl fmt::Display for PolicyKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

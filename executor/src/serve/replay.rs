@@ -27,57 +27,32 @@ use crate::store::{
 };
 use residency_planner::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
-use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The policies `replay` runs (issue 5 item 3), the simulator's own code.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServePolicy {
-    Lru,
-    Lfru,
-    /// Frequency admission with the training heat as prior.
-    Frequency,
-    /// Cost-aware admission with the training heat as prior.
-    Cost,
-    /// The training knapsack pinned, every other expert from a transient slot.
-    Plan,
-    /// Pins from the training knapsack in a share of the budget, re-planned
-    /// from live heat while serving; LRU in the rest.
-    Replan,
-    /// No store: every expert read into memory before the clock starts and
-    /// multiplied from there. The baseline of the executor's overhead when
-    /// everything is resident.
-    Resident,
+residency_planner::named! {
+    /// The policies `replay` runs (issue 5 item 3), the simulator's own code.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ServePolicy("policy") {
+        Lru = "lru",
+        Lfru = "lfru",
+        /// Frequency admission with the training heat as prior.
+        Frequency = "frequency",
+        /// Cost-aware admission with the training heat as prior.
+        Cost = "cost",
+        /// The training knapsack pinned, every other expert from a transient slot.
+        Plan = "plan",
+        /// Pins from the training knapsack in a share of the budget, re-planned
+        /// from live heat while serving; LRU in the rest.
+        Replan = "replan",
+        /// No store: every expert read into memory before the clock starts and
+        /// multiplied from there. The baseline of the executor's overhead when
+        /// everything is resident.
+        Resident = "resident",
+    }
 }
 
 impl ServePolicy {
-    pub const ALL: [ServePolicy; 7] = [
-        ServePolicy::Lru,
-        ServePolicy::Lfru,
-        ServePolicy::Frequency,
-        ServePolicy::Cost,
-        ServePolicy::Plan,
-        ServePolicy::Replan,
-        ServePolicy::Resident,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            ServePolicy::Lru => "lru",
-            ServePolicy::Lfru => "lfru",
-            ServePolicy::Frequency => "frequency",
-            ServePolicy::Cost => "cost",
-            ServePolicy::Plan => "plan",
-            ServePolicy::Replan => "replan",
-            ServePolicy::Resident => "resident",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<ServePolicy> {
-        ServePolicy::ALL.into_iter().find(|p| p.name() == name)
-    }
-
     /// The store's policy for the cached part of the budget (`resident`
     /// has no store).
     fn cache_policy(self) -> PolicyKind {
@@ -88,12 +63,6 @@ impl ServePolicy {
             ServePolicy::Cost => PolicyKind::Cost,
             ServePolicy::Plan => PolicyKind::Plan,
         }
-    }
-}
-
-impl fmt::Display for ServePolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -9,37 +9,15 @@
 //! of saving per byte), then, where the next hull jump no longer fits,
 //! considers every feasible capacity of every layer.
 
-use std::fmt;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Allocation {
-    /// One cache for all layers.
-    Global,
-    /// `budget / layers` bytes for every layer.
-    Uniform,
-    /// Water-filling on the layers' LRU curves, weighted by miss cost.
-    Dynamic,
-}
-
-impl Allocation {
-    pub const ALL: [Allocation; 3] = [Allocation::Global, Allocation::Uniform, Allocation::Dynamic];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Allocation::Global => "global",
-            Allocation::Uniform => "uniform",
-            Allocation::Dynamic => "dynamic",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Allocation> {
-        Allocation::ALL.into_iter().find(|a| a.name() == name)
-    }
-}
-
-impl fmt::Display for Allocation {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+residency_planner::named! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Allocation("allocation") {
+        /// One cache for all layers.
+        Global = "global",
+        /// `budget / layers` bytes for every layer.
+        Uniform = "uniform",
+        /// Water-filling on the layers' LRU curves, weighted by miss cost.
+        Dynamic = "dynamic",
     }
 }
 

@@ -26,7 +26,6 @@ pub mod uring;
 #[cfg(test)]
 mod tests;
 
-use std::fmt;
 use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Once;
@@ -70,44 +69,18 @@ pub enum StorageError {
     Drives(String),
 }
 
-/// Which read path a backend uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BackendKind {
-    /// Buffered `pread` through the page cache.
-    Pread,
-    /// `O_DIRECT` reads into aligned slabs, bypassing the page cache.
-    Direct,
-    /// Copies out of a read-only mapping after WILLNEED readahead.
-    Mmap,
-    /// `O_DIRECT` reads submitted together through io_uring.
-    IoUring,
-}
-
-impl BackendKind {
-    pub const ALL: [BackendKind; 4] = [
-        BackendKind::Pread,
-        BackendKind::Direct,
-        BackendKind::Mmap,
-        BackendKind::IoUring,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendKind::Pread => "pread",
-            BackendKind::Direct => "direct",
-            BackendKind::Mmap => "mmap",
-            BackendKind::IoUring => "io-uring",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<BackendKind> {
-        BackendKind::ALL.into_iter().find(|k| k.name() == name)
-    }
-}
-
-impl fmt::Display for BackendKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+residency_planner::named! {
+    /// Which read path a backend uses.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum BackendKind("backend") {
+        /// Buffered `pread` through the page cache.
+        Pread = "pread",
+        /// `O_DIRECT` reads into aligned slabs, bypassing the page cache.
+        Direct = "direct",
+        /// Copies out of a read-only mapping after WILLNEED readahead.
+        Mmap = "mmap",
+        /// `O_DIRECT` reads submitted together through io_uring.
+        IoUring = "io-uring",
     }
 }
 

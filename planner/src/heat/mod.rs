@@ -52,71 +52,31 @@ pub struct Heat {
     pub categories: BTreeMap<String, HeatTable>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum HeatFormat {
-    Json,
-    Jsonl,
-    Csv,
-    ColiHeat,
-    ColiUsage,
-    ColiRoute,
-    Esft,
-    Llama4Json,
-    MixtralJsonl,
-    Qwen3Csv,
-    SglangJson,
-    VllmEplb,
+crate::named! {
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+    pub enum HeatFormat("heat format") {
+        Json = "json",
+        Jsonl = "jsonl",
+        Csv = "csv",
+        ColiHeat = "coli-heat",
+        ColiUsage = "coli-usage",
+        ColiRoute = "coli-route",
+        Esft = "esft",
+        Llama4Json = "llama4-json",
+        MixtralJsonl = "mixtral-jsonl",
+        Qwen3Csv = "qwen3-csv",
+        SglangJson = "sglang-json",
+        VllmEplb = "vllm-eplb",
+    }
 }
 
 impl HeatFormat {
-    pub const ALL: [HeatFormat; 12] = [
-        HeatFormat::Json,
-        HeatFormat::Jsonl,
-        HeatFormat::Csv,
-        HeatFormat::ColiHeat,
-        HeatFormat::ColiUsage,
-        HeatFormat::ColiRoute,
-        HeatFormat::Esft,
-        HeatFormat::Llama4Json,
-        HeatFormat::MixtralJsonl,
-        HeatFormat::Qwen3Csv,
-        HeatFormat::SglangJson,
-        HeatFormat::VllmEplb,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            HeatFormat::Json => "json",
-            HeatFormat::Jsonl => "jsonl",
-            HeatFormat::Csv => "csv",
-            HeatFormat::ColiHeat => "coli-heat",
-            HeatFormat::ColiUsage => "coli-usage",
-            HeatFormat::ColiRoute => "coli-route",
-            HeatFormat::Esft => "esft",
-            HeatFormat::Llama4Json => "llama4-json",
-            HeatFormat::MixtralJsonl => "mixtral-jsonl",
-            HeatFormat::Qwen3Csv => "qwen3-csv",
-            HeatFormat::SglangJson => "sglang-json",
-            HeatFormat::VllmEplb => "vllm-eplb",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<HeatFormat> {
-        Self::ALL.into_iter().find(|f| f.name() == name)
-    }
-
     /// Formats we can write as well as read.
     pub fn writable(self) -> bool {
         matches!(
             self,
             HeatFormat::Json | HeatFormat::Csv | HeatFormat::ColiHeat | HeatFormat::ColiUsage
         )
-    }
-}
-
-impl std::fmt::Display for HeatFormat {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
     }
 }
 

@@ -1,0 +1,106 @@
+//! Closed sets of names that users type or files carry (policies, heat
+//! formats, engines, backends, ...): each set is written once, with
+//! [`named!`](crate::named), which makes the enum, its names, parsing and
+//! the list that help texts and errors show.
+
+/// A closed set of names.
+pub trait Named: Copy + Sized + Send + Sync + 'static {
+    /// What a member is called in messages (`policy`, `heat format`).
+    const WHAT: &'static str;
+    fn all() -> &'static [Self];
+    fn name(self) -> &'static str;
+
+    /// The member called `name`, or an error that lists the names.
+    fn parse(name: &str) -> Result<Self, String> {
+        Self::all()
+            .iter()
+            .copied()
+            .find(|v| v.name() == name)
+            .ok_or_else(|| {
+                let names: Vec<&str> = Self::all().iter().map(|v| v.name()).collect();
+                format!(
+                    "unknown {} `{name}`; one of {}",
+                    Self::WHAT,
+                    names.join(", ")
+                )
+            })
+    }
+}
+
+/// `named! { /// docs  #[derive(..)] pub enum Backend("backend") { /// docs
+/// Pread = "pread", ... } }`: the enum with `ALL` (in order), `name`,
+/// `from_name`, `Display` (the name) and [`Named`].
+#[macro_export]
+macro_rules! named {
+    (
+        $(#[$meta:meta])*
+        $vis:vis enum $Enum:ident($what:literal) {
+            $( $(#[$vmeta:meta])* $Variant:ident = $name:literal ),+ $(,)?
+        }
+    ) => {
+        $(#[$meta])*
+        $vis enum $Enum {
+            $( $(#[$vmeta])* $Variant ),+
+        }
+
+        impl $Enum {
+            pub const ALL: [$Enum; [$($name),+].len()] = [$($Enum::$Variant),+];
+
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( $Enum::$Variant => $name ),+
+                }
+            }
+
+            pub fn from_name(name: &str) -> Option<$Enum> {
+                Self::ALL.into_iter().find(|v| v.name() == name)
+            }
+        }
+
+        impl $crate::names::Named for $Enum {
+            const WHAT: &'static str = $what;
+
+            fn all() -> &'static [Self] {
+                &Self::ALL
+            }
+
+            fn name(self) -> &'static str {
+                $Enum::name(self)
+            }
+        }
+
+        impl ::std::fmt::Display for $Enum {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
+                f.write_str(self.name())
+            }
+        }
+    };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Named;
+
+    crate::named! {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        enum Colour("colour") {
+            /// A doc comment on a member is kept.
+            Red = "red",
+            DeepBlue = "deep-blue",
+        }
+    }
+
+    #[test]
+    fn names_parse_print_and_list_in_order() {
+        // Expected values are the literals written above.
+        assert_eq!(Colour::ALL, [Colour::Red, Colour::DeepBlue]);
+        assert_eq!(Colour::DeepBlue.to_string(), "deep-blue");
+        assert_eq!(Colour::from_name("red"), Some(Colour::Red));
+        assert_eq!(Colour::from_name("Red"), None);
+        assert_eq!(<Colour as Named>::parse("deep-blue"), Ok(Colour::DeepBlue));
+        assert_eq!(
+            <Colour as Named>::parse("green"),
+            Err("unknown colour `green`; one of red, deep-blue".to_string())
+        );
+    }
+}
