@@ -1,5 +1,5 @@
 //! The C ABI end to end (DESIGN 7): the committed `include/residency.h` is
-//! exactly what cbindgen makes of `src/ffi.rs` (the drift test), and a C
+//! exactly what cbindgen makes of `src/ffi/` (the drift test), and a C
 //! program built against it and the static library opens a plan made for a
 //! generated checkpoint, acquires experts (one the plan keeps in RAM, one it
 //! leaves on the disk) and a trunk component whose bytes equal plain reads
@@ -41,8 +41,9 @@ fn crate_dir() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The header cbindgen makes of `src/ffi.rs` alone (the crate's other
-/// public constants are no part of the ABI).
+/// The header cbindgen makes of `src/ffi/` alone (the crate's other
+/// public constants are no part of the ABI): `mod.rs`, then its modules in
+/// the order it declares them.
 fn generated_header() -> String {
     let config = cbindgen::Config {
         language: cbindgen::Language::C,
@@ -61,9 +62,9 @@ fn generated_header() -> String {
     };
     let bindings = cbindgen::Builder::new()
         .with_config(config)
-        .with_src(crate_dir().join("src/ffi.rs"))
+        .with_src(crate_dir().join("src/ffi/mod.rs"))
         .generate()
-        .expect("cbindgen reads src/ffi.rs");
+        .expect("cbindgen reads src/ffi/");
     let mut text = Vec::new();
     bindings.write(&mut text);
     String::from_utf8(text).expect("cbindgen writes UTF-8")
@@ -81,7 +82,7 @@ fn committed_header_matches_the_rust_code() {
     let committed = std::fs::read_to_string(&path).unwrap_or_default();
     assert!(
         committed == generated,
-        "executor/{HEADER} differs from what cbindgen makes of src/ffi.rs: regenerate it with \
+        "executor/{HEADER} differs from what cbindgen makes of src/ffi/: regenerate it with \
          `RESIDENCY_WRITE_HEADER=1 cargo test --release -p residency-executor --test c_abi` and commit it"
     );
 }
