@@ -4,11 +4,11 @@
 use crate::flags::BackendArg;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use residency_executor::apply::{apply, ApplyOptions};
-use residency_executor::checkpoint::Checkpoint;
-use residency_executor::storage::open_backend;
 use residency_planner::plan::Plan;
 use residency_planner::units::Bytes;
+use residency_runtime::apply::{apply, ApplyOptions};
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::storage::open_backend;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

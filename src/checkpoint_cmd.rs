@@ -4,16 +4,16 @@
 
 use crate::flags::named;
 use anyhow::Result;
-use residency_executor::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
-use residency_executor::identity::Family;
 use residency_planner::inputs::{InputPaths, Inputs, LoadedModel};
 use residency_planner::model::Model;
 use residency_planner::units::{parse_size, Bytes};
+use residency_runtime::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
+use residency_runtime::identity::Family;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 pub struct GenCheckpointArgs {
-    /// Model description (YAML, DESIGN 3.2) whose geometry to write.
+    /// Model description (YAML, docs/design.md §3.2) whose geometry to write.
     #[arg(long)]
     model: PathBuf,
     /// Directory to create; it must not exist, or be empty.

@@ -4,8 +4,8 @@
 
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
-use residency_executor::storage::BackendKind;
 use residency_planner::names::Named;
+use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
 

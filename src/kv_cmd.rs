@@ -1,11 +1,11 @@
 //! `residency kv-replay`: a prefix-block trace (the Mooncake FAST'25
 //! format) through the KV prefix index, per eviction policy and capacity:
 //! arguments, the table, `--json` and `--plot`. The replay itself is
-//! `residency_executor::kv::replay`, on the block store's own index.
+//! `residency_kv::replay`, on the block store's own index.
 //! `residency kv-groups`: the same trace's reused blocks as the planner's
-//! KV prefix groups (`residency_executor::kv::groups`), for `plan --kv`.
+//! KV prefix groups (`residency_kv::groups`), for `plan --kv`.
 //!
-//! DESIGN 6's common options are not offered: `--layers` has no meaning for
+//! docs/design.md §6's common options are not offered: `--layers` has no meaning for
 //! KV blocks, the traces have no categories, and a whole Mooncake trace
 //! replays in well under a second per run, so `--tokens` would buy nothing.
 
@@ -13,10 +13,10 @@ use crate::checkpoint_cmd::model_from_path;
 use crate::flags::named;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
-use residency_executor::kv::groups::prefix_groups;
-use residency_executor::kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
-use residency_executor::kv::trace::{read_mooncake, KvTrace};
-use residency_executor::kv::EvictionPolicy;
+use residency_kv::groups::prefix_groups;
+use residency_kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
+use residency_kv::trace::{read_mooncake, KvTrace};
+use residency_kv::EvictionPolicy;
 use residency_planner::inputs::defaults;
 use residency_planner::kv::KvGroupsFile;
 use residency_planner::model::Model;

@@ -41,14 +41,14 @@ struct Cli {
 /// The three inputs of a plan; each defaults to the embedded example.
 #[derive(clap::Args, Clone)]
 struct InputArgs {
-    /// Hardware profile (YAML, DESIGN 3.1); default: Colibri's two-card box.
+    /// Hardware profile (YAML, docs/design.md §3.1); default: Colibri's two-card box.
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Model description (YAML, DESIGN 3.2) or checkpoint directory
+    /// Model description (YAML, docs/design.md §3.2) or checkpoint directory
     /// (config.json and safetensors shards); default: DeepSeek-V2-Lite.
     #[arg(long)]
     model: Option<PathBuf>,
-    /// Heat (file or data-set directory, DESIGN 3.3); default: the embedded
+    /// Heat (file or data-set directory, docs/design.md §3.3); default: the embedded
     /// ESFT heat without --model, uniform heat with it.
     #[arg(long)]
     heat: Option<PathBuf>,
@@ -72,7 +72,7 @@ struct PartialHeatArg {
     allow_partial_heat: bool,
 }
 
-/// Re-planning from a plan in use (DESIGN 4.5).
+/// Re-planning from a plan in use (docs/design.md §4.5).
 #[derive(clap::Args, Clone)]
 struct ReplanArgs {
     /// Re-plan from this plan (the placement in use) for the new inputs,
@@ -122,7 +122,7 @@ enum Command {
         /// ktransformers (optimize-rule YAML), sglang (--init-expert-location
         /// JSON), vllm (EPLB expert map per rank, ranks grouped by host).
         /// Repeatable, or a comma list.
-        #[arg(long, value_delimiter = ',', value_parser = parse_engine)]
+        #[arg(long, value_delimiter = ',', value_parser = named::<Engine>())]
         export: Vec<Engine>,
         /// Directory for --export files (default: the directory of --out,
         /// else the current directory).
@@ -179,15 +179,15 @@ enum Command {
     /// Load a plan's residents from a checkpoint through the executor.
     Apply(apply_cmd::ApplyArgs),
     /// Serve a routing trace from a checkpoint through the executor, per
-    /// policy: tok/s, latency, felt wait, bytes read (issue 5).
+    /// policy: tok/s, latency, felt wait, bytes read.
     Replay(replay_cmd::ReplayArgs),
-    /// Replay a trace through cache policies at byte budgets (DESIGN 6).
+    /// Replay a trace through cache policies at byte budgets (docs/design.md §6).
     Simulate(simulate::SimulateArgs),
     /// Replay a prefix-block trace (Mooncake) through the KV prefix cache
-    /// per eviction policy and capacity (DESIGN 8).
+    /// per eviction policy and capacity (docs/design.md §8).
     KvReplay(kv_cmd::KvReplayArgs),
     /// Band a prefix-block trace's reused blocks into KV prefix groups for
-    /// `plan --kv` (DESIGN 4.6).
+    /// `plan --kv` (docs/design.md §4.6).
     KvGroups(kv_cmd::KvGroupsArgs),
     /// Write a checkpoint with a model's real tensor names, shapes and dtypes
     /// and seeded random values (safetensors shards, index, config.json).
@@ -215,13 +215,6 @@ fn parse_gap(text: &str) -> std::result::Result<f64, String> {
             "`{text}` is not a gap: give a share such as 0.001 or a percentage such as 0.1%"
         )),
     }
-}
-
-fn parse_engine(name: &str) -> Result<Engine, String> {
-    Engine::from_name(name).ok_or_else(|| {
-        let names: Vec<&str> = Engine::ALL.iter().map(|e| e.name()).collect();
-        format!("unknown export `{name}`; one of {}", names.join(", "))
-    })
 }
 
 fn main() -> ExitCode {

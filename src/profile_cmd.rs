@@ -7,8 +7,8 @@
 
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
-use residency_executor::profile::{
-    self, calibrate_from_log, CalibrateOptions, DetectOptions, ProfileDoc,
+use residency_hwprofile::{
+    self as profile, calibrate_from_log, CalibrateOptions, DetectOptions, ProfileDoc,
 };
 use std::fmt::Display;
 use std::path::{Path, PathBuf};

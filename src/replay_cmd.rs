@@ -1,20 +1,20 @@
 //! `residency replay`: a routing trace through the executor's real data
-//! path against a checkpoint, per policy (issue 5 item 4); arguments, the
-//! table and `--json`. The work is `residency_executor::serve::replay`.
+//! path against a checkpoint, per policy; arguments, the
+//! table and `--json`. The work is `residency_runtime::serve::replay`.
 
 use crate::checkpoint_cmd::model_from_path;
 use crate::flags::{named, BackendArg};
 use anyhow::{bail, Result};
-use residency_executor::checkpoint::Checkpoint;
-use residency_executor::serve::replan::{MoveLink, ReplanParams};
-use residency_executor::serve::replay::{replay, ReplayConfig, ServePolicy};
-use residency_executor::sim::felt::read_seconds;
-use residency_executor::sim::job::{cut_trace, Budget, Cut};
+use residency_cache::sim::felt::read_seconds;
+use residency_cache::sim::job::{cut_trace, Budget, Cut};
 use residency_planner::cost::{Place, Resources};
 use residency_planner::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_planner::inputs::defaults;
 use residency_planner::profile::HardwareProfile;
 use residency_planner::units::Bytes;
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::serve::replan::{MoveLink, ReplanParams};
+use residency_runtime::serve::replay::{replay, ReplayConfig, ServePolicy};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -179,7 +179,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     }
     let seed = seed_tokens(&trace.tokens, args)?;
-    let expert_bytes = checkpoint.object_bytes(&residency_executor::identity::ObjectKey::Expert {
+    let expert_bytes = checkpoint.object_bytes(&residency_runtime::identity::ObjectKey::Expert {
         layer: checkpoint.config.moe_layers()[0] as u32,
         expert: 0,
     });

@@ -1,17 +1,15 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
-//! `--plot` files. The simulation itself is `residency_executor::sim::job`.
+//! `--plot` files. The simulation itself is `residency_cache::sim::job`.
 
 use crate::flags::named;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
-use residency_executor::policy::PolicyKind;
-use residency_executor::policy::PolicyParams;
-use residency_executor::sim::arms::{SimOptions, Start};
-use residency_executor::sim::budget::Allocation;
-use residency_executor::sim::felt::miss_seconds_from_prof_log;
-use residency_executor::sim::job::{
-    simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat,
-};
+use residency_cache::policy::PolicyKind;
+use residency_cache::policy::PolicyParams;
+use residency_cache::sim::arms::{SimOptions, Start};
+use residency_cache::sim::budget::Allocation;
+use residency_cache::sim::felt::miss_seconds_from_prof_log;
+use residency_cache::sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
 use residency_planner::inputs::defaults;
 use residency_planner::model::Model;
 use residency_planner::profile::HardwareProfile;

@@ -37,7 +37,7 @@ fn plan_files_validate_and_match_the_cost_model() {
         assert!(v.status.success(), "{}", stderr(&v));
         assert!(stdout(&v).contains("matches the cost model"));
     }
-    // The JSON plan has the fields of DESIGN 5, and no place is over capacity.
+    // The JSON plan has the fields of design §5, and no place is over capacity.
     let text = std::fs::read_to_string(dir.path().join("plan.json")).unwrap();
     let plan: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(plan["format"], "residency-plan");

@@ -1,4 +1,4 @@
-//! KV-prefix residency end to end (issue 6): the `lru` replay against an
+//! KV-prefix residency end to end: the `lru` replay against an
 //! independent reference of the issue's semantics (hand-made, random and
 //! the real Mooncake conversation trace, through the library and the
 //! command), `utility` against `lru` on that trace, `residency kv-replay`'s
@@ -8,9 +8,9 @@
 mod common;
 
 use common::{assert_bad_input, run, shared_data, stderr, stdout};
-use residency_executor::kv::replay::{replay, KvCostModel};
-use residency_executor::kv::trace::read_mooncake;
-use residency_executor::kv::{
+use residency_kv::replay::{replay, KvCostModel};
+use residency_kv::trace::read_mooncake;
+use residency_kv::{
     block_keys, BlockKey, BlockStore, DiskConfig, EvictionPolicy, KvIdentity, KvStoreConfig,
     Sequence,
 };
@@ -121,7 +121,7 @@ fn crate_lru_hit_tokens(
 }
 
 /// Five requests whose LRU replay at capacity 3 was worked by hand in
-/// `executor/src/kv/replay.rs` (8 hit tokens of 47).
+/// `crates/kv/src/replay.rs` (8 hit tokens of 47).
 fn hand_trace() -> Vec<Request> {
     vec![
         (7, vec![1, 2]),
@@ -504,7 +504,7 @@ fn crash_key(round: u64, i: u64) -> BlockKey {
     BlockKey(key)
 }
 
-fn crash_store(dir: &Path) -> (BlockStore, residency_executor::kv::disk::OpenReport) {
+fn crash_store(dir: &Path) -> (BlockStore, residency_kv::disk::OpenReport) {
     let (store, report) = BlockStore::open(KvStoreConfig {
         block_tokens: CRASH_TOKENS,
         kv_bytes_per_token: CRASH_BYTES_PER_TOKEN,
@@ -686,7 +686,7 @@ fn kv_groups_compete_with_experts_in_the_plan() {
         .collect();
     let names: Vec<&str> = kv.iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert_eq!(names, shipped_names);
-    // DESIGN 4.6 by hand: a group costs r * (prefill - saved) per token,
+    // design §4.6 by hand: a group costs r * (prefill - saved) per token,
     // saved = prefill on a GPU, prefill - bytes / (fastest upload, 25 GB/s
     // on the default box) from RAM, and nothing when recomputed.
     let fastest_upload = 25e9;

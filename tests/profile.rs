@@ -1,7 +1,6 @@
 //! End-to-end tests of `residency profile`: detection on this machine gives
 //! a profile the planner reads; calibration measures it within a stated
-//! spread and `plan` accepts the result with no hand edits (issue 7's
-//! acceptance); `--from-log` on Colibri's real logs gives the values
+//! spread and `plan` accepts the result with no hand edits; `--from-log` on Colibri's real logs gives the values
 //! computed by hand below; bad inputs give one line naming the file, exit 1
 //! and no output file.
 

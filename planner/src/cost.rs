@@ -1,14 +1,14 @@
-//! The reference cost model of DESIGN section 4, implemented once. An
+//! The reference cost model of design §4 (docs/design.md), implemented once. An
 //! `Instance` is the compiled problem (objects with use rates and sizes,
 //! stages, places, resource rates, capacities); `Instance::evaluate` gives
 //! `token_seconds` of a placement with its per-stage, per-resource breakdown.
 //! The planner, `explain`, the simulator's plan policy and the re-planner all
 //! call this, never a copy of it.
 //!
-//! KV prefix groups (DESIGN 4.6) are objects of one extra stage, `kv`, whose
+//! KV prefix groups (design §4.6) are objects of one extra stage, `kv`, whose
 //! time is the sum (not the max) of the prefill seconds per token they still
 //! cost: recomputed when not kept, uploaded when in RAM, nothing on a GPU.
-//! That is DESIGN 4.6's objective plus the constant `sum r_k * prefill_k`,
+//! That is design §4.6's objective plus the constant `sum r_k * prefill_k`,
 //! so `token_seconds` stays positive and the gap keeps its meaning.
 
 use crate::heat::HeatTable;
@@ -23,7 +23,7 @@ use std::path::Path;
 /// Name of the stage that holds the KV groups.
 pub const KV_STAGE: &str = "kv";
 
-/// Where an object lives (DESIGN 4, Places).
+/// Where an object lives (design §4, Places).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Place {
     Gpu(usize),
@@ -114,7 +114,7 @@ pub struct Stage {
     pub objects: Vec<usize>,
 }
 
-/// Rates of the machine, in the units of the formulas of DESIGN 4.
+/// Rates of the machine, in the units of the formulas of design §4.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Resources {
     pub gpu_gemv_bytes_per_s: Vec<f64>,
@@ -196,7 +196,7 @@ pub struct Instance {
     pub kv_ids: Vec<usize>,
 }
 
-/// Work of each resource in one stage (DESIGN 4): `G` without the sync
+/// Work of each resource in one stage (design §4): `G` without the sync
 /// overhead, `C` without felt I/O, `D`; and which GPUs take part. `prefill`
 /// is the KV stage's prefill seconds, added to the stage's time, not maxed.
 #[derive(Debug, Clone, PartialEq)]
@@ -244,7 +244,7 @@ impl StageLoads {
         self.gpu[g] + sync
     }
 
-    /// `T[s]` of DESIGN 4 and the resource that sets it.
+    /// `T[s]` of design §4 and the resource that sets it.
     pub fn seconds(&self, resources: &Resources) -> (f64, Place) {
         self.seconds_with(resources, &[])
     }
@@ -320,7 +320,7 @@ pub struct Change {
 
 impl Resources {
     /// Prefill seconds one reuse of a KV group of `bytes` avoids at `place`
-    /// (`pi_k[q]` of DESIGN 4.6): all of `prefill_seconds` on a GPU; from RAM
+    /// (`pi_k[q]` of design §4.6): all of `prefill_seconds` on a GPU; from RAM
     /// the same less its upload over the fastest link (all of it when there
     /// is no GPU: the CPU attends from RAM); nothing elsewhere.
     pub fn kv_saved_seconds(&self, bytes: u64, prefill_seconds: f64, place: Place) -> f64 {
@@ -350,7 +350,7 @@ impl Resources {
     }
 
     /// The work (seconds per token) object `o` puts on each resource when at
-    /// `place` (DESIGN 4): a streamed expert loads its drive and the cores
+    /// `place` (design §4): a streamed expert loads its drive and the cores
     /// of the drive's node; the second entry is zero work otherwise.
     pub fn work(&self, o: &Object, place: Place) -> [(Resource, f64); 2] {
         let p = o.use_rate;
@@ -688,7 +688,7 @@ impl Instance {
         }
     }
 
-    /// Fails unless every object can be held somewhere (DESIGN 4, Capacities).
+    /// Fails unless every object can be held somewhere (design §4, Capacities).
     pub fn check_holdable(&self, file: &Path) -> Result<()> {
         let r = &self.resources;
         let room: u64 = r

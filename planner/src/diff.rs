@@ -1,5 +1,5 @@
 //! Comparing two placements of one instance: which objects move, the bytes
-//! each link must carry (DESIGN 4.5: disk to RAM at the drive's read rate,
+//! each link must carry (design §4.5: disk to RAM at the drive's read rate,
 //! RAM to GPU at the card's upload rate, GPU to GPU through the host), the
 //! seconds that takes, and the predicted change of token time.
 
@@ -51,7 +51,7 @@ fn link_rate(r: &Resources, from: Place, to: Place) -> Option<f64> {
     }
 }
 
-/// Seconds to carry `bytes` from `from` to `to` (DESIGN 4.5) over the
+/// Seconds to carry `bytes` from `from` to `to` (design §4.5) over the
 /// slowest hop; 0 when nothing is carried. The one move cost: the solver's
 /// re-planning, `plan --from` and the serving loop's re-planner all price
 /// a move with it.

@@ -1,5 +1,5 @@
 //! Errors of the planner library. Every input error names the file, the
-//! place in it and what to do, on one line (DESIGN principle 5).
+//! place in it and what to do, on one line (the project's rule for bad input).
 
 use std::path::{Path, PathBuf};
 use thiserror::Error;

@@ -1,4 +1,4 @@
-//! KV prefix groups (DESIGN 4.6): reusable prompt prefixes that compete with
+//! KV prefix groups (design §4.6): reusable prompt prefixes that compete with
 //! experts for GPU and RAM bytes in the same plan. A group of prefix blocks
 //! has bytes, expected reuses per generated token and the prefill seconds a
 //! reuse avoids when the group is on a GPU; from RAM it saves less (it is
@@ -47,7 +47,7 @@ impl KvGroupsFile {
 
     /// Reads and checks a groups file (YAML, of which JSON is a subset).
     pub fn read(path: &Path) -> Result<KvGroupsFile> {
-        let fix = "see DESIGN 4.6; `residency kv-groups` writes this file from a trace";
+        let fix = "see design §4.6; `residency kv-groups` writes this file from a trace";
         let file: KvGroupsFile = serde_norway::from_str(&read_text(path)?).map_err(|e| {
             let (place, problem) = split_serde_location(&e.to_string());
             PlannerError::input(path, place, problem, fix)

@@ -1,6 +1,6 @@
 //! residency-planner: inputs -> plan, pure. Reads hardware profiles, model
 //! descriptions and heat; evaluates placements with the one reference cost
-//! model (DESIGN 4); solves for a placement with a lower bound; reads and
+//! model (design §4); solves for a placement with a lower bound; reads and
 //! writes plan files. No I/O beyond reading and writing files.
 
 pub mod cost;

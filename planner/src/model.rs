@@ -1,4 +1,4 @@
-//! The model description (DESIGN 3.2): geometry, expert sizes per format,
+//! The model description (design §3.2): geometry, expert sizes per format,
 //! the format each tier holds, and the dense trunk. Read from YAML, strictly
 //! validated, and expanded into per-layer facts the cost model uses.
 
@@ -84,7 +84,7 @@ pub struct TierFormats {
     pub disk: String,
 }
 
-/// The stage a trunk component runs in (DESIGN 4, Stages).
+/// The stage a trunk component runs in (design §4, Stages).
 #[derive(
     Debug,
     Clone,
@@ -206,13 +206,13 @@ impl Model {
                 path,
                 place,
                 problem,
-                "see DESIGN 3.2 for the model description fields",
+                "see design §3.2 for the model description fields",
             )
         })?;
         Self::validate(description, path)
     }
 
-    /// Checks the rules of DESIGN 3.2 and expands layers and trunk.
+    /// Checks the rules of design §3.2 and expands layers and trunk.
     pub fn validate(d: ModelDescription, path: &Path) -> Result<Model> {
         let err = |place: &str, problem: String, fix: &str| {
             PlannerError::input(path, place, problem, fix)

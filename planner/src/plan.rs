@@ -1,4 +1,4 @@
-//! The plan file (DESIGN 5): what the planner writes and `explain`, `diff`,
+//! The plan file (design §5): what the planner writes and `explain`, `diff`,
 //! `validate` and the executor read. JSON or YAML with the same structure,
 //! chosen by the file's extension; written atomically.
 
@@ -52,7 +52,7 @@ pub struct TrunkPlacement {
     pub place: String,
 }
 
-/// A KV prefix group (DESIGN 4.6) as given, and where it is kept.
+/// A KV prefix group (design §4.6) as given, and where it is kept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KvPlacement {
@@ -133,7 +133,7 @@ pub struct Plan {
     /// `experts[l][e]`: index into `places` of expert `e` of MoE ordinal `l`.
     pub experts: Vec<Vec<usize>>,
     pub trunk: Vec<TrunkPlacement>,
-    /// KV prefix groups (DESIGN 4.6), in input order; empty without `--kv`.
+    /// KV prefix groups (design §4.6), in input order; empty without `--kv`.
     #[serde(default)]
     pub kv: Vec<KvPlacement>,
     pub usage: Vec<Usage>,
@@ -149,7 +149,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 /// sha256 of a file, or of a directory as the sha256 of its sorted
-/// `relative-path sha256` lines (DESIGN 5).
+/// `relative-path sha256` lines (design §5).
 pub fn sha256_of_path(path: &Path) -> Result<String> {
     if !path.is_dir() {
         return Ok(sha256_hex(&crate::error::read_file(path)?));

@@ -1,4 +1,4 @@
-//! The hardware profile (DESIGN 3.1): NUMA nodes, GPUs, drives and the
+//! The hardware profile (design §3.1): NUMA nodes, GPUs, drives and the
 //! overlap of I/O with compute. Read from YAML and validated strictly, so the
 //! cost model can trust every rate to be positive and every reference to exist.
 
@@ -83,7 +83,7 @@ pub struct HardwareProfile {
 }
 
 impl HardwareProfile {
-    /// The felt fraction `f` of DESIGN 4: 1 without overlap, else the given share.
+    /// The felt fraction `f` of design §4: 1 without overlap, else the given share.
     pub fn felt_fraction(&self) -> f64 {
         if self.io_overlaps_compute {
             self.felt_fraction.unwrap_or(0.0)
@@ -114,14 +114,14 @@ impl HardwareProfile {
                 path,
                 place,
                 problem,
-                "see DESIGN 3.1 for the profile fields and units",
+                "see design §3.1 for the profile fields and units",
             )
         })?;
         profile.validate(path)?;
         Ok(profile)
     }
 
-    /// Checks the rules of DESIGN 3.1.
+    /// Checks the rules of design §3.1.
     pub fn validate(&self, path: &Path) -> Result<()> {
         let err = |place: String, problem: String, fix: &str| {
             Err(PlannerError::input(path, place, problem, fix))

@@ -1,5 +1,5 @@
 //! JSON Schemas of the input and output files, generated from the Rust types
-//! (DESIGN 2: `schemas/`, with a test that fails when the committed files
+//! (design §2: `schemas/`, with a test that fails when the committed files
 //! drift from the types). `residency schema` writes them.
 
 use crate::kv::KvGroupsFile;
@@ -8,7 +8,7 @@ use crate::plan::Plan;
 use crate::profile::HardwareProfile;
 
 /// File name and content (pretty JSON and a trailing newline) of each schema:
-/// the hardware profile (DESIGN 3.1), the model description (3.2), the KV
+/// the hardware profile (design §3.1), the model description (3.2), the KV
 /// groups file (4.6) and the plan file (5).
 pub fn schemas() -> Vec<(&'static str, String)> {
     vec![

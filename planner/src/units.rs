@@ -1,5 +1,5 @@
 //! Units at the API boundary: bytes, rates and times, and their text forms
-//! (DESIGN 3.0). Sizes accept SI (`KB` = 1000) and binary (`KiB` = 1024)
+//! (design §3.0). Sizes accept SI (`KB` = 1000) and binary (`KiB` = 1024)
 //! units; rates are a size unit followed by `/s`; times need `s`, `ms`, `us`
 //! or `ns`. Parsing is strict: a wrong kind of unit, a negative, NaN or
 //! infinite value is an error that says what was expected.
@@ -255,7 +255,7 @@ impl Serialize for Seconds {
     }
 }
 
-// JSON Schemas of the text forms (DESIGN 3.0), for the generated files in
+// JSON Schemas of the text forms (design §3.0), for the generated files in
 // `schemas/`. The patterns follow the parsers above: an unsigned decimal number
 // (optionally with an `e` exponent), optional spaces, then the unit.
 const NUMBER_PATTERN: &str = r"\s*([0-9]+(\.[0-9]*)?|\.[0-9]+)(e[+-]?[0-9]+)?\s*";
@@ -338,7 +338,7 @@ mod tests {
 
     #[test]
     fn sizes_use_si_and_binary_powers() {
-        // DESIGN 3.0: `8 GiB` = 8 * 1024^3 = 8589934592.
+        // design §3.0: `8 GiB` = 8 * 1024^3 = 8589934592.
         assert_eq!(parse_size("8 GiB").unwrap(), Bytes(8589934592));
         assert_eq!(parse_size("128MiB").unwrap(), Bytes(128 * 1024 * 1024));
         assert_eq!(parse_size("3 GB").unwrap(), Bytes(3_000_000_000));

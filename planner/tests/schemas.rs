@@ -1,4 +1,4 @@
-//! The JSON Schemas in `schemas/` (DESIGN 2): the committed files are exactly
+//! The JSON Schemas in `schemas/` (design §2): the committed files are exactly
 //! what the Rust types generate (the drift test), and the shipped profiles,
 //! model descriptions and a plan made by the planner validate against them,
 //! while values the readers reject (a bare rate, a size with a rate unit)

@@ -1,4 +1,4 @@
-//! DESIGN 4, "What the model must show", on Colibri's published two-card box
+//! design §4, "What the model must show", on Colibri's published two-card box
 //! (Threadripper 3945WX, RTX 3070 + Quadro RTX 4000) running Qwen3.6-35B-A3B:
 //! the plan finds from the profile alone whether to keep each experts stage
 //! on one card (paying one sync overhead) with lone trunk pieces such as

@@ -9,7 +9,7 @@
 
 pub mod sync;
 
-pub use residency_executor::policy;
+pub use residency_cache::policy;
 
-#[path = "../../../executor/src/store/mod.rs"]
+#[path = "../../runtime/src/store/mod.rs"]
 pub mod store;

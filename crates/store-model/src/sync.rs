@@ -6,5 +6,5 @@ pub use loom::sync::{Condvar, Mutex, MutexGuard};
 
 pub use poison::{lock, wait, wait_timeout};
 
-#[path = "../../../executor/src/sync/poison.rs"]
+#[path = "../../runtime/src/sync/poison.rs"]
 mod poison;

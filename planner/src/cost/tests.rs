@@ -1,5 +1,5 @@
 //! Hand-computed cases of the reference cost model. Each expected number is
-//! worked out in the comment above it from the formulas of DESIGN 4.
+//! worked out in the comment above it from the formulas of design §4.
 
 use super::*;
 use crate::kv::KvGroup;

@@ -50,43 +50,15 @@ pub struct Export {
     pub warnings: Vec<String>,
 }
 
-/// An engine we export to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Engine {
-    ColiPlace,
-    LlamaCpp,
-    Ktransformers,
-    Sglang,
-    Vllm,
-}
-
-impl Engine {
-    pub const ALL: [Engine; 5] = [
-        Engine::ColiPlace,
-        Engine::LlamaCpp,
-        Engine::Ktransformers,
-        Engine::Sglang,
-        Engine::Vllm,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Engine::ColiPlace => "coli-place",
-            Engine::LlamaCpp => "llama-cpp",
-            Engine::Ktransformers => "ktransformers",
-            Engine::Sglang => "sglang",
-            Engine::Vllm => "vllm",
-        }
-    }
-
-    pub fn from_name(name: &str) -> Option<Engine> {
-        Self::ALL.into_iter().find(|e| e.name() == name)
-    }
-}
-
-impl fmt::Display for Engine {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+crate::named! {
+    /// An engine we export to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Engine("export") {
+        ColiPlace = "coli-place",
+        LlamaCpp = "llama-cpp",
+        Ktransformers = "ktransformers",
+        Sglang = "sglang",
+        Vllm = "vllm",
     }
 }
 

@@ -1,4 +1,4 @@
-//! Our `csv` heat format (DESIGN 3.3), read and written, and the wide-CSV
+//! Our `csv` heat format (design §3.3), read and written, and the wide-CSV
 //! parser that `qwen3` shares.
 //!
 //! Long form (written by us): optional `# model=NAME` and `# tokens=N` (all

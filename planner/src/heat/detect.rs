@@ -1,4 +1,4 @@
-//! Heat format detection (DESIGN 3.3: "detected from magic bytes or
+//! Heat format detection (design §3.3: "detected from magic bytes or
 //! extension"): magic bytes first (QTH1 -> coli-heat, IKU1 -> coli-usage),
 //! then the extension with a look at the content (`.json` object vs array,
 //! `.jsonl` first-line keys, `.csv` header), then the content of other text

@@ -1,4 +1,4 @@
-//! Heat recorded by serving engines, read only (issue 7 item 4):
+//! Heat recorded by serving engines, read only:
 //!
 //! - `sglang-json`: SGLang's expert-distribution recorder,
 //!   `{"logical_count": C}` with `C` per layer and logical expert

@@ -1,4 +1,4 @@
-//! Our `json` heat format (DESIGN 3.3), read and written:
+//! Our `json` heat format (design §3.3), read and written:
 //! `{"model":..,"tokens":N,"layers":[[c0,c1,..],..],"categories":{"law":{"tokens":N,"layers":[[..]]}}}`.
 //! `layers[l]` is MoE ordinal `l`; `tokens` is a number (all layers), an
 //! array (per layer) or null/absent. Unknown keys are refused (a typo would
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::Path;
 
-const FIX: &str = "write {\"tokens\": N, \"layers\": [[counts of MoE layer 0], ..], \"categories\": {..}} (DESIGN 3.3)";
+const FIX: &str = "write {\"tokens\": N, \"layers\": [[counts of MoE layer 0], ..], \"categories\": {..}} (design §3.3)";
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]

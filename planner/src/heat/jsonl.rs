@@ -1,4 +1,4 @@
-//! Our `jsonl` per-token trace (DESIGN 3.3), read and written: one line per
+//! Our `jsonl` per-token trace (design §3.3), read and written: one line per
 //! token, `{"seq":"r1","pos":0,"category":"code","routes":[[e,..],..]}`,
 //! `routes[l]` = experts chosen in MoE ordinal `l`. A layer that is `null`,
 //! `[]` or past the end of `routes` was not observed for that token and does

@@ -1,4 +1,4 @@
-//! Heat: how often each routed expert is used (DESIGN 3.3). This module owns
+//! Heat: how often each routed expert is used (design §3.3). This module owns
 //! the in-memory table, the conversion to use rates, format detection and
 //! dispatch to one reader/writer module per format family.
 
@@ -284,7 +284,7 @@ fn check_kind(path: &Path, format: HeatFormat) -> Result<()> {
 }
 
 impl HeatTable {
-    /// Use rates `p[l][e]` (DESIGN 3.3): `c / N[l]` when N is known, else
+    /// Use rates `p[l][e]` (design §3.3): `c / N[l]` when N is known, else
     /// `top_k * c / sum_e c`; a layer summing to zero gets `top_k / experts`
     /// (reported through `warnings`). Fails when the shape is not the model's.
     pub fn use_rates(

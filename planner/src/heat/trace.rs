@@ -81,7 +81,7 @@ impl Trace {
         names
     }
 
-    /// Heat of the trace (DESIGN 3.3): every selection counts one in
+    /// Heat of the trace (design §3.3): every selection counts one in
     /// `c[l][e]`; `N[l]` = tokens observed in layer `l` (non-empty routes);
     /// one table per category, and the total over all tokens (including
     /// tokens without a category). The trace gives the layers up to the

@@ -1,9 +1,9 @@
-//! The greedy baseline of DESIGN 4, reported beside every plan: roughly what
+//! The greedy baseline of design §4, reported beside every plan: roughly what
 //! Colibri does today. Trunk largest first to the roomiest GPU, else the
 //! roomiest RAM node (to the fullest place that takes it, when that rule
 //! strands a component); then experts hottest first, each to the first place
 //! with room among GPU `e mod n_gpus`, the RAM nodes in id order, `disk:0`;
-//! then KV groups (DESIGN 4.6 names no baseline) in the room left, most
+//! then KV groups (design §4.6 names no baseline) in the room left, most
 //! saved seconds per byte first, GPUs then RAM nodes in id order, else
 //! recomputed.
 

@@ -3,7 +3,7 @@
 //! search on the true objective. Returns the best placement found with an
 //! honest bound, within the time limit, early once the gap is small
 //! enough. `replan` starts instead from a current placement and charges
-//! every move away from it (DESIGN 4.5).
+//! every move away from it (design §4.5).
 
 pub mod greedy;
 pub mod lagrange;
@@ -259,7 +259,7 @@ impl Solution {
     }
 }
 
-/// How a re-plan weighs moving (DESIGN 4.5): a move must pay for itself
+/// How a re-plan weighs moving (design §4.5): a move must pay for itself
 /// over `horizon_tokens`, with its seconds counted `hysteresis` times.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplanOptions {

@@ -3,7 +3,7 @@
 //! capacity trades between stages (one object into a full place, another out
 //! of it). Every step is evaluated with the cost model's `StageLoads`, so the
 //! search optimises exactly what the plan reports. When re-planning from a
-//! current placement (DESIGN 4.5), each object away from where it is now
+//! current placement (design §4.5), each object away from where it is now
 //! also costs its move seconds times the hysteresis over the horizon.
 
 use crate::cost::{Instance, StageLoads};
@@ -24,7 +24,7 @@ pub struct SearchState<'a> {
     migration: Option<Migration>,
 }
 
-/// What moving away from a current placement costs (DESIGN 4.5): per
+/// What moving away from a current placement costs (design §4.5): per
 /// object and place index, its move seconds from where it is now times
 /// `hysteresis / horizon_tokens`, in seconds per token.
 #[derive(Debug, Clone)]

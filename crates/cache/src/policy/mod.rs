@@ -1,0 +1,244 @@
+//! Cache policies (design §6), one trait for all of them, shared by the replay
+//! simulator and the serving loop: the same code decides offline and online.
+//!
+//! Objects are dense indices (`0..objects`): the simulator maps libCacheSim
+//! ids and MoE `(layer, expert)` pairs to them once, so a policy works on
+//! arrays, never on hash maps. Semantics are libCacheSim's, byte-weighted:
+//! an object larger than the capacity is not inserted and evicts nothing;
+//! otherwise the policy evicts while `used + size > capacity`, then inserts;
+//! no per-object overhead. Admission policies may decline a miss: the
+//! request then runs from a transient slot ([`Outcome::Bypassed`]).
+
+mod admission;
+mod arc;
+mod belady;
+mod clock;
+pub mod counts;
+mod heap;
+mod lfru;
+mod lfu;
+mod lru;
+mod pinned_lru;
+mod recency;
+mod s3fifo;
+mod sieve;
+mod slru;
+mod static_plan;
+mod wtinylfu;
+
+/// Dense index of a cacheable object.
+pub type ObjectIndex = u32;
+
+/// `Request::next_access` of an object that is never requested again.
+pub const NEVER: u64 = u64::MAX;
+
+/// One request, as a policy sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub object: ObjectIndex,
+    pub size_bytes: u64,
+    /// Position of this request in the replay (0-based): the policies' clock.
+    pub time: u64,
+    /// Position of the next request for the same object, or [`NEVER`]. Only
+    /// the offline bound (`belady`) looks at it.
+    pub next_access: u64,
+}
+
+/// What serving a request did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// The object was resident.
+    Hit,
+    /// A miss; the object is now resident (after the evictions reported).
+    Admitted,
+    /// A miss served from a transient slot: not inserted, nothing evicted.
+    /// Objects larger than the capacity always end here.
+    Bypassed,
+}
+
+/// A cache policy over dense objects with a byte capacity fixed at creation.
+pub trait Policy {
+    /// Serves one request. Objects evicted to make room are pushed to
+    /// `evicted` (which the caller clears); weights are discarded, never
+    /// written back.
+    fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome;
+    /// Whether `object` is resident now.
+    fn contains(&self, object: ObjectIndex) -> bool;
+    /// Bytes of the resident objects; never above the capacity.
+    fn used_bytes(&self) -> u64;
+    /// The capacity fixed at creation.
+    fn capacity_bytes(&self) -> u64;
+    /// Forgets a resident the store dropped or took over from outside the
+    /// policy (an explicit eviction, a failed load, a re-planned pin): it is no
+    /// longer resident and its bytes are free. A no-op for a non-resident.
+    ///
+    /// Forgetting is not a request and not an eviction by the policy: nothing
+    /// is counted, no ghost entry is made, and what the policy learned about
+    /// the object (counters, sketches, ghosts of other objects) stays. Each
+    /// policy's `remove` says what it keeps. O(1) or O(log n).
+    fn remove(&mut self, object: ObjectIndex);
+}
+
+residency_planner::named! {
+    /// The policies by name (design §6).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum PolicyKind("policy") {
+        Lru = "lru",
+        Fifo = "fifo",
+        Clock = "clock",
+        PinnedLru = "pinned-lru",
+        Lfu = "lfu",
+        Lfru = "lfru",
+        Slru = "slru",
+        WTinyLfu = "wtinylfu",
+        S3Fifo = "s3fifo",
+        Sieve = "sieve",
+        Arc = "arc",
+        Frequency = "frequency",
+        Cost = "cost",
+        Belady = "belady",
+        Plan = "plan",
+    }
+}
+
+impl PolicyKind {
+    /// Policies that use what was learned on training data
+    /// ([`Knowledge::prior_rate`] or [`Knowledge::pinned`]); the held-out
+    /// gate trains them on some categories and evaluates on others.
+    pub fn learns(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::PinnedLru | PolicyKind::Frequency | PolicyKind::Cost | PolicyKind::Plan
+        )
+    }
+
+    /// Policies whose decisions depend on the miss costs, so that felt wait
+    /// under other miss costs needs a new replay (not just a re-weighting).
+    pub fn uses_miss_costs(self) -> bool {
+        matches!(self, PolicyKind::Cost | PolicyKind::Plan)
+    }
+}
+
+/// What the cost-aware and learning policies know about the objects, all
+/// indexed by [`ObjectIndex`].
+#[derive(Debug, Clone, Default)]
+pub struct Knowledge {
+    /// Felt seconds one miss of the object costs (design §6 `m_l` of its layer).
+    pub miss_seconds: Vec<f64>,
+    /// Seconds one hit costs in this cache's tier (0 when reading it is free).
+    pub hit_seconds: Vec<f64>,
+    /// Requests per tick learned from training data; empty when nothing was
+    /// learned (the policy then learns online only).
+    pub prior_rate: Vec<f64>,
+    /// Static residents: the plan of `plan`, the pins of `pinned-lru`. Their
+    /// bytes never exceed the capacity (the caller chooses them so).
+    pub pinned: Vec<ObjectIndex>,
+    /// Size of every object, known before it is requested (the pins of
+    /// `plan` and `pinned-lru` are charged from the start); empty when unknown.
+    pub sizes_bytes: Vec<u64>,
+}
+
+/// Tunables; the defaults are the constants design §6 names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyParams {
+    /// `lfu`, `lfru`, `frequency`, `cost`: decayed counters are halved every
+    /// this many ticks (requests).
+    pub halve_every_ticks: u64,
+    /// `frequency`: admit only if `f_new > admission_ratio * f_victim`.
+    pub admission_ratio: f64,
+    /// `cost`: the horizon `H` (ticks) over which a move is paid back.
+    pub horizon_ticks: f64,
+    /// `cost`: seconds per byte of moving an object in after a demand miss.
+    pub move_seconds_per_byte: f64,
+    /// `cost`: utility (seconds per tick per byte) a candidate must exceed
+    /// its victims' by.
+    pub hysteresis: f64,
+}
+
+impl Default for PolicyParams {
+    fn default() -> Self {
+        PolicyParams {
+            halve_every_ticks: 100_000,
+            admission_ratio: 1.10,
+            horizon_ticks: 100_000.0,
+            move_seconds_per_byte: 0.0,
+            hysteresis: 0.0,
+        }
+    }
+}
+
+/// Everything a policy is built from.
+#[derive(Debug, Clone)]
+pub struct PolicySetup {
+    pub capacity_bytes: u64,
+    /// Objects are `0..objects`.
+    pub objects: usize,
+    pub knowledge: Knowledge,
+    pub params: PolicyParams,
+}
+
+/// Builds a policy by kind. Knowledge a policy needs but the setup lacks is
+/// the caller's error; it is checked here so no policy panics later.
+pub fn build(kind: PolicyKind, setup: &PolicySetup) -> Result<Box<dyn Policy + Send>, PolicyError> {
+    let need = |what: &'static str, ok: bool| {
+        if ok {
+            Ok(())
+        } else {
+            Err(PolicyError::Missing { policy: kind, what })
+        }
+    };
+    let n = setup.objects;
+    let k = &setup.knowledge;
+    if kind == PolicyKind::Cost {
+        need("a miss cost per object", k.miss_seconds.len() == n)?;
+        need("a hit cost per object", k.hit_seconds.len() == n)?;
+    }
+    if !k.prior_rate.is_empty() {
+        need("a prior rate per object", k.prior_rate.len() == n)?;
+    }
+    need(
+        "pinned objects inside 0..objects",
+        k.pinned.iter().all(|&o| (o as usize) < n),
+    )?;
+    if matches!(kind, PolicyKind::PinnedLru | PolicyKind::Plan) {
+        need("a size per object", k.sizes_bytes.len() == n)?;
+        let (_, pinned_bytes) = static_plan::pinned_set(setup);
+        need(
+            "pinned objects whose bytes fit the capacity",
+            pinned_bytes <= setup.capacity_bytes,
+        )?;
+    }
+    if kind == PolicyKind::Cost {
+        need("a positive horizon_ticks", setup.params.horizon_ticks > 0.0)?;
+    }
+    Ok(match kind {
+        PolicyKind::Lru => Box::new(lru::Lru::new(setup, true)),
+        PolicyKind::Fifo => Box::new(lru::Lru::new(setup, false)),
+        PolicyKind::Clock => Box::new(clock::Clock::new(setup)),
+        PolicyKind::PinnedLru => Box::new(pinned_lru::PinnedLru::new(setup)),
+        PolicyKind::Lfu => Box::new(lfu::Lfu::new(setup)),
+        PolicyKind::Lfru => Box::new(lfru::Lfru::new(setup)),
+        PolicyKind::Slru => Box::new(slru::Slru::new(setup)),
+        PolicyKind::WTinyLfu => Box::new(wtinylfu::WTinyLfu::new(setup)),
+        PolicyKind::S3Fifo => Box::new(s3fifo::S3Fifo::new(setup)),
+        PolicyKind::Sieve => Box::new(sieve::Sieve::new(setup)),
+        PolicyKind::Arc => Box::new(arc::Arc::new(setup)),
+        PolicyKind::Frequency => Box::new(admission::Admission::frequency(setup)),
+        PolicyKind::Cost => Box::new(admission::Admission::cost(setup)),
+        PolicyKind::Belady => Box::new(belady::Belady::new(setup)),
+        PolicyKind::Plan => Box::new(static_plan::StaticPlan::new(setup)),
+    })
+}
+
+/// A policy that cannot be built from the setup given.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum PolicyError {
+    #[error("policy `{policy}` needs {what}; give it (or choose another policy)")]
+    Missing {
+        policy: PolicyKind,
+        what: &'static str,
+    },
+}
+
+#[cfg(test)]
+pub(crate) mod testing;

@@ -1,0 +1,27 @@
+//! The replay simulator (design §6): traces become request streams
+//! (`stream`, `oracle`), streams run through the policies of
+//! `crate::policy` (`replay`), LRU curves come from one stack-distance pass
+//! (`stack`), budgets are split across layers (`budget`), and the held-out
+//! gate compares learning policies with uniform LRU on felt wait (`gate`).
+
+pub mod arms;
+pub mod budget;
+pub mod felt;
+pub mod gate;
+pub mod job;
+pub mod oracle;
+pub mod replay;
+pub mod stack;
+pub mod stream;
+pub mod synthetic;
+
+/// Why a simulation cannot run as asked.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Input(#[from] residency_planner::error::PlannerError),
+    #[error(transparent)]
+    Policy(#[from] crate::policy::PolicyError),
+    #[error("{0}")]
+    Invalid(String),
+}

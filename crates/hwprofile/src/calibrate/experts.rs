@@ -1,0 +1,225 @@
+//! The expert bytes the GEMV measurements stream: a checkpoint's packed
+//! experts (read from its shards), else experts generated in the model's
+//! tier formats (int4 where a format is neither int4 nor int8), and a
+//! seeded input vector for each matrix.
+
+use super::{CalibrateOptions, FALLBACK_INT4_GROUP};
+use crate::gemv::{PackedRows, Packing, QuantizedInput};
+use crate::ProfileError;
+use residency_planner::inputs::defaults;
+use residency_planner::model::{FormatSize, Model};
+use residency_runtime::checkpoint::{family, Checkpoint, Extent};
+use residency_runtime::storage::HostPool;
+use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// A seeded input vector for each matrix.
+pub(super) fn inputs_for(rows: &[PackedRows]) -> Vec<QuantizedInput> {
+    rows.iter()
+        .enumerate()
+        .map(|(i, m)| QuantizedInput::seeded(m.cols, m.packing, 11 + i as u64))
+        .collect()
+}
+
+/// One projection of an expert in a checkpoint: its weights and scales.
+pub(super) struct Projection {
+    pub(super) weights: Extent,
+    pub(super) scales: Extent,
+    pub(super) rows: usize,
+    pub(super) cols: usize,
+}
+
+/// Where the expert bytes timed come from: a checkpoint's experts, or
+/// generated ones of a model's geometry.
+pub(super) struct ExpertSource {
+    /// For comments: `generated experts of DeepSeek-V2-Lite`.
+    pub(super) label: String,
+    /// (rows, cols) of each projection of one expert.
+    pub(super) shapes: Vec<(usize, usize)>,
+    pub(super) cpu: Packing,
+    pub(super) gpu: Packing,
+    /// The checkpoint's experts, each a list of projections, and its shards.
+    pub(super) checkpoint: Option<(Vec<Vec<Projection>>, Vec<PathBuf>)>,
+}
+
+impl ExpertSource {
+    pub(super) fn new(options: &CalibrateOptions) -> Result<ExpertSource, ProfileError> {
+        if let Some(dir) = &options.checkpoint {
+            let checkpoint = Checkpoint::open(dir)?;
+            if let Some(packing) = Packing::of(checkpoint.config.format) {
+                return ExpertSource::of_checkpoint(&checkpoint, packing);
+            }
+            // BF16 experts: the kernels run packed formats, so generate
+            // int4 experts of the checkpoint's geometry.
+            let int4 = Packing {
+                bits: 4,
+                group: FALLBACK_INT4_GROUP,
+            };
+            let c = &checkpoint.config;
+            return Ok(ExpertSource {
+                label: format!(
+                    "generated experts of {}'s geometry (its experts are BF16)",
+                    dir.display()
+                ),
+                shapes: expert_shapes(c.hidden, c.expert_intermediate),
+                cpu: int4,
+                gpu: int4,
+                checkpoint: None,
+            });
+        }
+        let default_model;
+        let model = match &options.model {
+            Some(m) => m,
+            None => {
+                default_model =
+                    Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?;
+                &default_model
+            }
+        };
+        let d = &model.description;
+        let tier = |name: &str| match d.formats.get(name) {
+            Some(&FormatSize::Packed { bits, group }) if bits == 4 || bits == 8 => Packing {
+                bits,
+                group: group as usize,
+            },
+            _ => Packing {
+                bits: 4,
+                group: FALLBACK_INT4_GROUP,
+            },
+        };
+        Ok(ExpertSource {
+            label: format!("generated experts of {}", model.name()),
+            shapes: expert_shapes(d.hidden as usize, d.expert_intermediate as usize),
+            cpu: tier(&d.tiers.ram),
+            gpu: tier(&d.tiers.gpu),
+            checkpoint: None,
+        })
+    }
+
+    fn of_checkpoint(
+        checkpoint: &Checkpoint,
+        packing: Packing,
+    ) -> Result<ExpertSource, ProfileError> {
+        let specs: BTreeMap<String, family::TensorSpec> = family::tensors(&checkpoint.config)
+            .into_iter()
+            .map(|s| (s.name.clone(), s))
+            .collect();
+        let experts: Vec<Vec<Projection>> = checkpoint
+            .objects
+            .iter()
+            .filter(|(key, _)| matches!(key, residency_runtime::identity::ObjectKey::Expert { .. }))
+            .map(|(_, extents)| {
+                extents
+                    .iter()
+                    .filter_map(|w| {
+                        let module = w.tensor.strip_suffix(".weight")?;
+                        let scales = extents
+                            .iter()
+                            .find(|s| s.tensor == format!("{module}.scales"))?;
+                        let shape = &specs.get(&w.tensor)?.shape;
+                        Some(Projection {
+                            weights: w.clone(),
+                            scales: scales.clone(),
+                            rows: shape[0],
+                            cols: shape[1] * 8 / packing.bits as usize,
+                        })
+                    })
+                    .collect()
+            })
+            .collect();
+        let shapes: Vec<(usize, usize)> = experts
+            .first()
+            .map(|e| e.iter().map(|p| (p.rows, p.cols)).collect())
+            .unwrap_or_default();
+        if shapes.is_empty() {
+            return Err(ProfileError::input(
+                &checkpoint.dir,
+                "has no packed expert weights with their scales",
+                "give a checkpoint with int8 or int4 experts (gen-checkpoint --dtype int4)",
+            ));
+        }
+        Ok(ExpertSource {
+            label: format!("experts of {}", checkpoint.dir.display()),
+            shapes,
+            cpu: packing,
+            gpu: packing,
+            checkpoint: Some((experts, checkpoint.shards.clone())),
+        })
+    }
+
+    pub(super) fn shards(&self) -> &[PathBuf] {
+        self.checkpoint.as_ref().map_or(&[], |(_, s)| s.as_slice())
+    }
+
+    /// Whole experts in `packing`, about `target_bytes` of them, as one
+    /// matrix per input width: the checkpoint's experts (repeated when it
+    /// has fewer), else generated bytes. In `pool`'s memory where given.
+    pub(super) fn expert_rows(
+        &self,
+        packing: Packing,
+        target_bytes: u64,
+        pool: Option<&Arc<HostPool>>,
+    ) -> Result<Vec<PackedRows>, ProfileError> {
+        let mut rows_per_expert: BTreeMap<usize, usize> = BTreeMap::new();
+        for &(rows, cols) in &self.shapes {
+            *rows_per_expert.entry(cols).or_default() += rows;
+        }
+        let expert_bytes: u64 = rows_per_expert
+            .iter()
+            .map(|(&cols, &rows)| {
+                (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64
+            })
+            .sum();
+        let experts = (target_bytes / expert_bytes).max(1) as usize;
+        let mut matrices: Vec<PackedRows> = rows_per_expert
+            .iter()
+            .map(|(&cols, &rows)| PackedRows::zeroed(packing, cols, rows * experts, pool))
+            .collect();
+        match &self.checkpoint {
+            Some((all, _)) => {
+                let mut at = vec![0usize; matrices.len()];
+                for projection in all.iter().cycle().take(experts).flatten() {
+                    let m = rows_per_expert
+                        .keys()
+                        .position(|&c| c == projection.cols)
+                        .expect("shapes of every expert");
+                    let weights = read_extent(&projection.weights)?;
+                    let scales = read_extent(&projection.scales)?;
+                    at[m] += matrices[m].copy_rows(at[m], &weights, &scales);
+                }
+            }
+            None => {
+                for (i, m) in matrices.iter_mut().enumerate() {
+                    m.fill_generated(0x9e37 + i as u64);
+                }
+            }
+        }
+        Ok(matrices)
+    }
+}
+
+/// One expert's projections: gate and up (`intermediate` rows of `hidden`
+/// features each), down (`hidden` rows of `intermediate` features).
+fn expert_shapes(hidden: usize, intermediate: usize) -> Vec<(usize, usize)> {
+    vec![
+        (intermediate, hidden),
+        (intermediate, hidden),
+        (hidden, intermediate),
+    ]
+}
+
+pub(super) fn read_extent(e: &Extent) -> Result<Vec<u8>, ProfileError> {
+    let mut bytes = vec![0u8; e.len as usize];
+    std::fs::File::open(&e.shard)
+        .and_then(|f| f.read_exact_at(&mut bytes, e.offset))
+        .map_err(|err| {
+            ProfileError::input(
+                &e.shard,
+                format!("reading tensor {} ({err})", e.tensor),
+                "check the checkpoint's shards",
+            )
+        })?;
+    Ok(bytes)
+}

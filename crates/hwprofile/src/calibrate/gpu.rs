@@ -1,0 +1,151 @@
+//! Per CUDA GPU: resident GEMV bandwidth (the PTX kernel over packed
+//! experts in device memory, checked against the CPU kernel first), pinned
+//! upload bandwidth, and the round trip of a memset and a stream
+//! synchronize as the per-stage sync overhead.
+
+use super::experts::inputs_for;
+use super::{Run, MAX_GEMV_BYTES, UPLOAD_BYTES};
+use crate::cuda_bench::CudaBench;
+use crate::doc::{field, rate_text, round_rate, round_time, time_text};
+use residency_planner::units::Bytes;
+use std::time::Duration;
+
+impl Run<'_> {
+    /// GEMV, upload and sync of profile GPU `g`, on CUDA device `g`.
+    pub(super) fn gpu(&mut self, g: usize) {
+        let profile_name = self.doc.profile.gpus[g].name.clone();
+        let bench = CudaBench::open(g).and_then(|b| {
+            let name = b.name()?;
+            let (a, b_) = (name.to_lowercase(), profile_name.to_lowercase());
+            if a.contains(&b_) || b_.contains(&a) {
+                Ok(b)
+            } else {
+                Err(format!("CUDA device {g} is `{name}`, not `{profile_name}`"))
+            }
+        });
+        let bench = match bench {
+            Ok(b) => b,
+            Err(e) => {
+                self.notes
+                    .push(format!("gpus[{g}] ({profile_name}): not measured: {e}"));
+                return;
+            }
+        };
+        let quarter = self.share / 4;
+        if let Err(e) = self.gpu_gemv(g, &bench, self.share / 2) {
+            self.notes
+                .push(format!("gpus[{g}]: gemv_bandwidth not measured: {e}"));
+        }
+        let upload = bench.upload(UPLOAD_BYTES).and_then(|mut u| {
+            let bytes = u.bytes() as f64;
+            let step = format!("gpus[{g}]: upload");
+            self.repeat(&step, quarter, |copies| {
+                let seconds: f64 = (0..copies)
+                    .map(|_| u.trial())
+                    .sum::<Result<f64, String>>()?;
+                Ok(bytes * copies as f64 / seconds)
+            })
+        });
+        match upload {
+            Ok((spread, _)) => {
+                let rate = round_rate(spread.median);
+                self.doc.profile.gpus[g].upload_bandwidth = rate;
+                let what = format!(
+                    "cuMemcpyHtoD of {} from page-locked memory",
+                    Bytes(UPLOAD_BYTES as u64)
+                );
+                self.record(
+                    &field("gpus", g, "upload_bandwidth"),
+                    rate_text(rate),
+                    &spread,
+                    true,
+                    what,
+                );
+            }
+            Err(e) => self
+                .notes
+                .push(format!("gpus[{g}]: upload_bandwidth not measured: {e}")),
+        }
+        let step = format!("gpus[{g}]: sync overhead");
+        let sync = self.repeat(&step, quarter, |trips| bench.sync_round_trips(trips));
+        match sync {
+            Ok((spread, trips)) => {
+                let time = round_time(spread.median);
+                self.doc.profile.gpus[g].sync_overhead = time;
+                let what = format!(
+                    "mean of {trips} round trips a trial of a 4-byte memset and a stream synchronize"
+                );
+                self.record(
+                    &field("gpus", g, "sync_overhead"),
+                    time_text(time),
+                    &spread,
+                    false,
+                    what,
+                );
+            }
+            Err(e) => self
+                .notes
+                .push(format!("gpus[{g}]: sync_overhead not measured: {e}")),
+        }
+    }
+
+    /// Resident GEMV bandwidth of GPU `g`, after checking the kernel's
+    /// result against the CPU's on the same bytes.
+    fn gpu_gemv(&mut self, g: usize, bench: &CudaBench, budget: Duration) -> Result<(), String> {
+        let packing = self.source.gpu;
+        if self.gpu_experts.is_none() {
+            let target = MAX_GEMV_BYTES.min(bench.free_bytes()? / 4);
+            let rows = self
+                .source
+                .expert_rows(packing, target, None)
+                .map_err(|e| e.to_string())?;
+            if let Some(why) = rows.iter().find_map(|m| packing.unfit_for(m.cols)) {
+                return Err(format!(
+                    "the GPU kernel cannot run {}: {why}",
+                    packing.name()
+                ));
+            }
+            let inputs = inputs_for(&rows);
+            self.gpu_experts = Some((rows, inputs));
+        }
+        let (rows, inputs) = self.gpu_experts.as_ref().expect("made above");
+        let resident = bench.resident_gemv(rows, inputs)?;
+        resident.trial(1)?;
+        for (m, (matrix, x)) in rows.iter().zip(inputs).enumerate() {
+            let sample = matrix.rows.min(256);
+            let gpu = resident.y(m, sample)?;
+            let cpu: Vec<f32> = (0..sample).map(|r| matrix.row_dot(x, r)).collect();
+            let scale = cpu
+                .iter()
+                .fold(0f32, |a, v| a.max(v.abs()))
+                .max(f32::MIN_POSITIVE);
+            if let Some(r) = (0..sample).find(|&r| (gpu[r] - cpu[r]).abs() > 1e-3 * scale) {
+                return Err(format!(
+                    "the PTX kernel's row {r} is {} where the CPU kernel's is {}; a kernel bug, please report it",
+                    gpu[r], cpu[r]
+                ));
+            }
+        }
+        let bytes = resident.bytes() as f64;
+        let step = format!("gpus[{g}]: resident GEMV");
+        let (spread, passes) = self.repeat(&step, budget, |passes| {
+            Ok(bytes * passes as f64 / resident.trial(passes)?)
+        })?;
+        let rate = round_rate(spread.median);
+        self.doc.profile.gpus[g].gemv_bandwidth = rate;
+        let what = format!(
+            "PTX {} GEMV over {} of {} in device memory, {passes} passes a trial, timed with events",
+            packing.name(),
+            Bytes(resident.bytes()),
+            self.source.label
+        );
+        self.record(
+            &field("gpus", g, "gemv_bandwidth"),
+            rate_text(rate),
+            &spread,
+            true,
+            what,
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,137 @@
+//! Calibration on this machine, of generated experts and of a checkpoint's,
+//! and the one-line refusals of bad budgets and directories.
+
+use super::experts::{read_extent, ExpertSource};
+use super::*;
+use crate::detect::{detect, DetectOptions};
+use residency_runtime::checkpoint::{generate, GenDtype, GenOptions};
+
+fn options(dir: &Path, seconds: f64) -> CalibrateOptions {
+    CalibrateOptions {
+        seconds,
+        checkpoint: None,
+        model: None,
+        model_dir: Some(dir.to_path_buf()),
+    }
+}
+
+#[test]
+fn this_machine_calibrates_in_the_time_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = detect(&DetectOptions {
+        model_dir: dir.path().to_path_buf(),
+    })
+    .unwrap();
+    let started = Instant::now();
+    let c = calibrate(doc, &options(dir.path(), 1.5), &|_, _| {}).unwrap();
+    // Setup (1 GiB at most of generated experts, the temporary file)
+    // comes on top of the budget.
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    let p = &c.doc.profile;
+    assert!(p.numa.iter().all(|n| n.gemv_bandwidth.0 > 0.0));
+    let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
+    assert!(
+        gemv.starts_with("measured: median") && gemv.contains("trials ["),
+        "{gemv}"
+    );
+    if p.drives.is_empty() {
+        assert!(c.measured.len() == p.numa.len(), "{:?}", c.measured);
+    } else {
+        // Measured, or a note says why not (a file system without O_DIRECT).
+        let timed = c.doc.origin("drives[0].read_latency").unwrap_or("");
+        assert!(
+            timed.starts_with("measured:") || !c.notes.is_empty(),
+            "{:?}",
+            c.notes
+        );
+    }
+    for m in &c.measured {
+        let s = m.spread.unwrap();
+        assert!(
+            s.min > 0.0 && s.min <= s.median && s.median <= s.max && s.count >= MIN_TRIALS,
+            "{m}"
+        );
+    }
+    // The temporary file is gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    // It reads back.
+    ProfileDoc::parse(&c.doc.to_yaml(), Path::new("box.yaml")).unwrap();
+}
+
+#[test]
+fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = dir.path().join("mixtral-tiny.yaml");
+    // Groups of 64 int4 values: 32 bytes, the AVX2 kernel's vector.
+    std::fs::write(
+        &yaml,
+        "name: Mixtral-tiny\nlayers: 2\nmoe_layers: \"0..=1\"\nexperts: 4\ntop_k: 2\nhidden: 128\n\
+             expert_intermediate: 64\nformats:\n  int4: { bits: 4, group: 64 }\n\
+             tiers: { gpu: int4, ram: int4, disk: int4 }\n\
+             trunk:\n  - { name: attn, layers: \"0..=1\", bytes: 163840, stage: dense }\n",
+    )
+    .unwrap();
+    let model = Model::from_yaml_file(&yaml).unwrap();
+    let ckpt = dir.path().join("ckpt");
+    let gen = GenOptions {
+        dtype: GenDtype::Int4,
+        ..GenOptions::default()
+    };
+    generate(&model, &yaml, &ckpt, &gen).unwrap();
+    let doc = detect(&DetectOptions {
+        model_dir: ckpt.clone(),
+    })
+    .unwrap();
+    let mut opts = options(&ckpt, 1.0);
+    opts.checkpoint = Some(ckpt.clone());
+    opts.model_dir = None;
+    let c = calibrate(doc, &opts, &|_, _| {}).unwrap();
+    let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
+    assert!(
+        gemv.contains(&format!("int4 experts of {}", ckpt.display())),
+        "{gemv}"
+    );
+    if let Some(read) = c
+        .doc
+        .origin("drives[0].read_bandwidth")
+        .filter(|o| o.starts_with("measured"))
+    {
+        assert!(read.contains("1 shard(s) of the checkpoint"), "{read}");
+    }
+    // The checkpoint's experts, repeated: 4 x 2 experts of 3 projections.
+    let source = ExpertSource::new(&opts).unwrap();
+    let rows = source.expert_rows(source.cpu, 1 << 20, None).unwrap();
+    assert_eq!(rows.iter().map(|m| m.cols).collect::<Vec<_>>(), [64, 128]);
+    let first = &source.checkpoint.as_ref().unwrap().0[0];
+    let weights = read_extent(&first[0].weights).unwrap();
+    let matrix = rows.iter().find(|m| m.cols == first[0].cols).unwrap();
+    assert_eq!(&matrix.weights()[..weights.len()], &weights[..]);
+}
+
+#[test]
+fn bad_budgets_and_directories_are_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let doc = detect(&DetectOptions {
+        model_dir: dir.path().to_path_buf(),
+    })
+    .unwrap();
+    let e = calibrate(doc.clone(), &options(dir.path(), 0.0), &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "--seconds: is 0; give a positive number of seconds, e.g. --seconds 20"
+    );
+    let absent = dir.path().join("absent");
+    let e = calibrate(doc, &options(&absent, 1.0), &|_, _| {})
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.starts_with(&format!("{}: is not a directory", absent.display())),
+        "{e}"
+    );
+}

@@ -1,0 +1,356 @@
+//! Applying a plan at model load (design §7): map the plan's placements onto
+//! a checkpoint's objects, build the store with one budget per place, load
+//! every planned resident in parallel, tier by tier, and optionally read it
+//! all back and compare checksums with an independent buffered read.
+//!
+//! Objects the plan leaves on a disk get their home in the first RAM place,
+//! unpinned: they are cached there on demand under the place's policy.
+//! A `gpu:N` place's objects are uploaded to device N of the GPU tier
+//! (CUDA, else Vulkan) and verified by reading them back; a GPU place
+//! without a device is held in host memory (said once, by the caller,
+//! through `Applied::notes`).
+
+pub mod loader;
+
+use crate::checkpoint::Checkpoint;
+use crate::gpu::{Device, GpuLoader, GpuOptions, GpuTier};
+use crate::identity::ObjectKey;
+use crate::storage::{numa_nodes, HostPool, ReadBackend, StorageError};
+use crate::store::{Homes, Loader, PlaceConfig, Store, StoreConfig, StoreError};
+use loader::{CheckpointLoader, RETAINED_BYTES};
+use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use residency_planner::plan::Plan;
+use sha2::{Digest, Sha256};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct ApplyOptions {
+    /// Loads in flight at once.
+    pub threads: usize,
+    pub verify: bool,
+    /// Policy of every place's cached (unplanned) part.
+    pub policy: PolicyKind,
+    pub staging_bytes: u64,
+    /// Directories holding identical copies of the checkpoint's shards on
+    /// other drives: each read goes to the least busy copy.
+    pub mirrors: Vec<std::path::PathBuf>,
+    /// The devices `gpu:N` places go to; `None`: `GpuTier::detect`, when
+    /// the plan has GPU places.
+    pub gpus: Option<GpuTier>,
+}
+
+impl Default for ApplyOptions {
+    fn default() -> Self {
+        ApplyOptions {
+            threads: 8,
+            verify: false,
+            policy: PolicyKind::Lru,
+            staging_bytes: 1 << 30,
+            mirrors: Vec::new(),
+            gpus: None,
+        }
+    }
+}
+
+/// What loading one place took.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TierLoad {
+    pub place: String,
+    pub objects: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+pub struct Applied {
+    pub store: Store,
+    /// Dense index of every object, by key.
+    pub index: HashMap<ObjectKey, ObjectIndex>,
+    pub tiers: Vec<TierLoad>,
+    /// `Some(all equal)` when verification ran.
+    pub verified: Option<bool>,
+    /// Things to say once (GPU places in host memory, objects left out).
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error("{}: {place}: {problem}; {fix}", plan.display())]
+    Mismatch {
+        plan: std::path::PathBuf,
+        place: String,
+        problem: String,
+        fix: String,
+    },
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// Applies `plan` (read from `plan_path`, for messages) to `checkpoint`,
+/// reading through `backend` (`storage::open_backend`, or a fault-injecting
+/// one in tests). `progress(bytes)` is called as resident bytes finish
+/// loading.
+pub fn apply(
+    plan: &Plan,
+    plan_path: &Path,
+    checkpoint: &Checkpoint,
+    options: &ApplyOptions,
+    backend: Box<dyn ReadBackend>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Applied, ApplyError> {
+    let mismatch = |place: String, problem: String| ApplyError::Mismatch {
+        plan: plan_path.to_path_buf(),
+        place,
+        problem,
+        fix: "apply the plan to the checkpoint it was made for (plan --model DIR)".into(),
+    };
+    let mut notes = Vec::new();
+    // Places objects can live in (not disks), with their capacities.
+    let places: Vec<PlaceConfig> = plan
+        .usage
+        .iter()
+        .filter(|u| !u.place.starts_with("disk"))
+        .map(|u| PlaceConfig {
+            name: u.place.clone(),
+            capacity_bytes: u.capacity_bytes,
+            tier: u.place.split(':').next().unwrap_or("ram").to_string(),
+            policy: options.policy,
+            pin_share_bytes: None,
+        })
+        .collect();
+    let place_of = |name: &str| places.iter().position(|p| p.name == name);
+    let Some(cache_home) = places.iter().position(|p| p.tier == "ram") else {
+        return Err(mismatch("usage".into(), "the plan has no RAM place".into()));
+    };
+    // Every planned object, with its home and whether it is pinned there.
+    let moe_layers = checkpoint.config.moe_layers();
+    if plan.experts.len() != moe_layers.len() {
+        return Err(mismatch(
+            "experts".into(),
+            format!(
+                "the plan places {} MoE layers, the checkpoint has {}",
+                plan.experts.len(),
+                moe_layers.len()
+            ),
+        ));
+    }
+    let mut keys = Vec::new();
+    let mut home = Vec::new();
+    let mut pinned = Vec::new();
+    let mut put = |key: ObjectKey, place: &str| {
+        let at = place_of(place);
+        keys.push(key);
+        home.push(at.unwrap_or(cache_home));
+        pinned.push(at.is_some());
+    };
+    for (l, row) in plan.experts.iter().enumerate() {
+        for (e, &p) in row.iter().enumerate() {
+            let key = ObjectKey::Expert {
+                layer: moe_layers[l] as u32,
+                expert: e as u32,
+            };
+            if checkpoint.extents(&key).is_empty() {
+                return Err(mismatch(
+                    format!("experts[{l}][{e}]"),
+                    format!("the checkpoint has no {key}"),
+                ));
+            }
+            put(key, &plan.places[p]);
+        }
+    }
+    for t in &plan.trunk {
+        let key = ObjectKey::Trunk {
+            name: t.name.clone(),
+            layer: t.layer.map(|l| l as u32),
+        };
+        if checkpoint.extents(&key).is_empty() {
+            return Err(mismatch(
+                format!("trunk {key}"),
+                "the checkpoint has no such component".into(),
+            ));
+        }
+        put(key, &t.place);
+    }
+    let left_out = checkpoint.objects.len() - keys.len();
+    if left_out > 0 {
+        notes.push(format!(
+            "{left_out} checkpoint objects are not in the plan (the embedding: read a row per token) and are not loaded"
+        ));
+    }
+    let holds: Vec<bool> = (0..places.len())
+        .map(|p| (0..keys.len()).any(|o| pinned[o] && home[o] == p))
+        .collect();
+    let place_devices = place_devices(&places, &holds, options.gpus.as_ref(), &mut notes);
+    // RAM places read into their node's pool; GPU places read into node 0's
+    // (until the card's NUMA affinity is known), page-locked for the card's
+    // DMA where its driver can, so uploads need no staging copy.
+    let nodes = numa_nodes();
+    let pools = places
+        .iter()
+        .zip(&place_devices)
+        .map(|(p, device)| {
+            let node = p
+                .name
+                .strip_prefix("ram:")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| nodes.contains(n));
+            let pinner = device.as_ref().and_then(|d| d.pinner());
+            HostPool::pinned_by(node.or(nodes.first().copied()), RETAINED_BYTES, pinner)
+        })
+        .collect();
+    let loader = Arc::new(
+        CheckpointLoader::new(checkpoint, keys.clone(), backend, &options.mirrors)?
+            .with_pools(pools, home.iter().map(|&p| p as u32).collect()),
+    );
+    let config = StoreConfig {
+        places: places.clone(),
+        tier_capacity_bytes: Vec::new(),
+        staging_bytes: options.staging_bytes,
+        wait: Duration::from_secs(30),
+        params: PolicyParams::default(),
+        knowledge: Default::default(),
+    };
+    let homes = Homes {
+        place: home.clone(),
+        pinned: pinned.clone(),
+    };
+    let gpu = Arc::new(GpuLoader::new(
+        loader.clone(),
+        home.iter().map(|&p| place_devices[p].clone()).collect(),
+    ));
+    let store = Store::new(gpu.clone(), homes, &config)?;
+    let mut tiers = Vec::new();
+    for (p, place) in places.iter().enumerate() {
+        let objects: Vec<ObjectIndex> = (0..keys.len())
+            .filter(|&o| pinned[o] && home[o] == p)
+            .map(|o| o as ObjectIndex)
+            .collect();
+        let started = Instant::now();
+        store.load_all(&objects, options.threads, progress)?;
+        tiers.push(TierLoad {
+            place: place.name.clone(),
+            objects: objects.len(),
+            bytes: objects.iter().map(|&o| loader.size_bytes(o)).sum(),
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+    let verified = if options.verify {
+        let resident: Vec<ObjectIndex> = (0..keys.len())
+            .filter(|&o| pinned[o])
+            .map(|o| o as ObjectIndex)
+            .collect();
+        Some(verify(&store, &loader, &gpu, &resident)?)
+    } else {
+        None
+    };
+    let index = keys
+        .into_iter()
+        .enumerate()
+        .map(|(o, k)| (k, o as ObjectIndex))
+        .collect();
+    Ok(Applied {
+        store,
+        index,
+        tiers,
+        verified,
+        notes,
+    })
+}
+
+/// The device each place's objects go to: `gpu:N`'s is the tier's device
+/// N. GPU places that `hold` objects but have no device are held in host
+/// memory, said in one note; GPUs are looked for only when one holds any.
+fn place_devices(
+    places: &[PlaceConfig],
+    holds: &[bool],
+    gpus: Option<&GpuTier>,
+    notes: &mut Vec<String>,
+) -> Vec<Option<Arc<dyn Device>>> {
+    let is_used_gpu = |p: usize| places[p].tier == "gpu" && holds[p];
+    if !(0..places.len()).any(is_used_gpu) {
+        return vec![None; places.len()];
+    }
+    let detected;
+    let tier = match gpus {
+        Some(tier) => tier,
+        None => {
+            detected = GpuTier::detect(&GpuOptions::default());
+            &detected
+        }
+    };
+    let devices: Vec<_> = places
+        .iter()
+        .map(|p| {
+            tier.device(p.name.strip_prefix("gpu:")?.parse().ok()?)
+                .cloned()
+        })
+        .collect();
+    let in_host: Vec<&str> = (0..places.len())
+        .filter(|&p| is_used_gpu(p) && devices[p].is_none())
+        .map(|p| places[p].name.as_str())
+        .collect();
+    if !in_host.is_empty() {
+        notes.push(format!(
+            "{} held in host memory ({})",
+            in_host.join(", "),
+            tier.summary()
+        ));
+    }
+    devices
+}
+
+/// Reads every object back through the store (from its device, for GPU
+/// residents) and compares its sha256 with that of a buffered read of the
+/// same tensors, done here independently of the backend that loaded it.
+fn verify(
+    store: &Store,
+    loader: &CheckpointLoader,
+    gpu: &GpuLoader,
+    objects: &[ObjectIndex],
+) -> Result<bool, ApplyError> {
+    let mismatches = AtomicU64::new(0);
+    for &o in objects {
+        let lease = store.acquire(o)?;
+        let mut reference = Sha256::new();
+        for e in loader.extents(o) {
+            reference.update(read_plain(&e.shard, e.offset, e.len)?);
+        }
+        let bytes = match lease.host() {
+            Some(bytes) => Cow::Borrowed(bytes),
+            // A read-back that fails fails the load's verification.
+            None => Cow::Owned(
+                gpu.read_back(o, lease.device().unwrap_or_default())
+                    .map_err(|e| StoreError::Load {
+                        object: o,
+                        reason: e.to_string(),
+                    })?,
+            ),
+        };
+        if Sha256::digest(&bytes) != reference.finalize() {
+            mismatches.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    Ok(mismatches.load(Ordering::Relaxed) == 0)
+}
+
+fn read_plain(path: &Path, offset: u64, len: u64) -> Result<Vec<u8>, StorageError> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).map_err(|source| StorageError::Open {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let mut bytes = vec![0u8; len as usize];
+    file.read_exact_at(&mut bytes, offset)
+        .map_err(|source| StorageError::Io {
+            path: path.to_path_buf(),
+            offset,
+            source,
+        })?;
+    Ok(bytes)
+}

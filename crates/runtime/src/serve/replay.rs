@@ -1,0 +1,605 @@
+//! `residency replay`: a real data path. Every token of a
+//! routing trace asks, layer by layer, for its routed experts through the
+//! store (misses read from the checkpoint with O_DIRECT, so the page cache
+//! hides nothing), and a CPU matrix-vector product over each expert's bytes
+//! puts compute on the critical path. Within a layer the misses load in
+//! parallel while the experts already there are computed, as an engine
+//! overlaps them; the compute thread's waits are the felt wait.
+//!
+//! Policies are arms run one after another on fresh stores, interleaved
+//! over rounds (A B B A), each cold except for its planned pins, which are
+//! loaded before the clock starts and reported as start-up (with `warm`,
+//! everything the budget holds is). `replan` re-plans between tokens and
+//! applies its moves on a background thread. The outputs'
+//! checksum depends only on the expert bytes and the routes, so it must be
+//! identical for every placement policy.
+
+use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
+use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
+use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
+use crate::checkpoint::Checkpoint;
+use crate::identity::ObjectKey;
+use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageError};
+use crate::store::{
+    Homes, Lease, Loader, ObjectBytes, PlaceConfig, Store, StoreConfig, StoreError,
+};
+use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
+use residency_cache::sim::arms::knapsack;
+use residency_planner::heat::TokenRoutes;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+residency_planner::named! {
+    /// The policies `replay` runs, the simulator's own code.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum ServePolicy("policy") {
+        Lru = "lru",
+        Lfru = "lfru",
+        /// Frequency admission with the training heat as prior.
+        Frequency = "frequency",
+        /// Cost-aware admission with the training heat as prior.
+        Cost = "cost",
+        /// The training knapsack pinned, every other expert from a transient slot.
+        Plan = "plan",
+        /// Pins from the training knapsack in a share of the budget, re-planned
+        /// from live heat while serving; LRU in the rest.
+        Replan = "replan",
+        /// No store: every expert read into memory before the clock starts and
+        /// multiplied from there. The baseline of the executor's overhead when
+        /// everything is resident.
+        Resident = "resident",
+    }
+}
+
+impl ServePolicy {
+    /// The store's policy for the cached part of the budget (`resident`
+    /// has no store).
+    fn cache_policy(self) -> PolicyKind {
+        match self {
+            ServePolicy::Lru | ServePolicy::Replan | ServePolicy::Resident => PolicyKind::Lru,
+            ServePolicy::Lfru => PolicyKind::Lfru,
+            ServePolicy::Frequency => PolicyKind::Frequency,
+            ServePolicy::Cost => PolicyKind::Cost,
+            ServePolicy::Plan => PolicyKind::Plan,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ReplayConfig {
+    pub policies: Vec<ServePolicy>,
+    pub ram_budget_bytes: u64,
+    /// `replan`: share of the budget for pins.
+    pub pin_share: f64,
+    pub replan: ReplanParams,
+    /// Rounds of all arms, alternating their order (A B, B A, ...).
+    pub rounds: usize,
+    /// Felt seconds of one miss (the profile's drive), for the value of a
+    /// pin and the cost policy.
+    pub miss_seconds: f64,
+    /// The link a re-planner's promotion comes over (what a move costs).
+    pub move_link: MoveLink,
+    pub backend: BackendKind,
+    /// Load every expert the budget holds before the clock starts (in
+    /// index order), so a full budget measures serving with nothing to read.
+    pub warm: bool,
+    /// Tokens served before the clock starts, through the store and live
+    /// heat (not `resident`): the history the measured tokens follow.
+    pub seed: Vec<TokenRoutes>,
+}
+
+/// One arm's run.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ReplayRun {
+    pub policy: String,
+    /// The category replayed, when runs are per category.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    pub round: usize,
+    pub tokens: u64,
+    pub seconds: f64,
+    pub tok_per_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Seconds the compute thread waited for experts.
+    pub felt_wait_seconds: f64,
+    pub read_service_seconds: f64,
+    /// Bytes read while serving (start-up excluded).
+    pub bytes_read: u64,
+    pub startup_bytes: u64,
+    pub startup_seconds: f64,
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+    pub migration_bytes: u64,
+    pub output_checksum: String,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReplayError {
+    #[error("the trace routes {trace} MoE layers of {trace_experts} experts; the checkpoint has {checkpoint} of {checkpoint_experts}; cut the trace with --layers or generate the checkpoint with that model and --layers")]
+    Geometry {
+        trace: usize,
+        trace_experts: usize,
+        checkpoint: usize,
+        checkpoint_experts: usize,
+    },
+    #[error("{0}")]
+    Storage(#[from] StorageError),
+    #[error("{0}")]
+    Store(#[from] StoreError),
+}
+
+/// The objects a replay serves: every routed expert, numbered
+/// `l * experts + e` for MoE ordinal `l`.
+fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
+    let experts = checkpoint.config.experts as u32;
+    checkpoint
+        .config
+        .moe_layers()
+        .into_iter()
+        .flat_map(|layer| {
+            (0..experts).map(move |expert| ObjectKey::Expert {
+                layer: layer as u32,
+                expert,
+            })
+        })
+        .collect()
+}
+
+/// Replays `tokens` through every arm of `config`. `train_counts[o]`:
+/// requests for expert `o` in the training data (the evaluated tokens
+/// themselves for an in-sample run).
+pub fn replay(
+    checkpoint: &Checkpoint,
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+) -> Result<Vec<ReplayRun>, ReplayError> {
+    let layers = checkpoint.config.moe_layers().len();
+    let experts = checkpoint.config.experts;
+    let trace_layers = tokens.first().map_or(0, |t| t.routes.len());
+    let widest = tokens
+        .iter()
+        .chain(&config.seed)
+        .flat_map(|t| t.routes.iter().flatten())
+        .max()
+        .map_or(0, |&e| e as usize + 1);
+    let ragged = tokens
+        .iter()
+        .chain(&config.seed)
+        .any(|t| t.routes.len() != trace_layers);
+    if trace_layers != layers || ragged || widest > experts {
+        return Err(ReplayError::Geometry {
+            trace: trace_layers,
+            trace_experts: widest,
+            checkpoint: layers,
+            checkpoint_experts: experts,
+        });
+    }
+    let mut runs = Vec::new();
+    for round in 0..config.rounds.max(1) {
+        let mut order = config.policies.clone();
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for policy in order {
+            runs.push(run_arm(
+                checkpoint,
+                tokens,
+                train_counts,
+                config,
+                policy,
+                round,
+            )?);
+        }
+    }
+    Ok(runs)
+}
+
+fn run_arm(
+    checkpoint: &Checkpoint,
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+    policy: ServePolicy,
+    round: usize,
+) -> Result<ReplayRun, ReplayError> {
+    let keys = expert_keys(checkpoint);
+    let n = keys.len();
+    let experts = checkpoint.config.experts;
+    let hidden = checkpoint.config.hidden;
+    let pool = HostPool::new(numa_nodes().first().copied(), RETAINED_BYTES);
+    let loader = Arc::new(
+        CheckpointLoader::new(checkpoint, keys.clone(), open_backend(config.backend), &[])?
+            .with_pools(vec![pool], vec![0; n]),
+    );
+    let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
+    if policy == ServePolicy::Resident {
+        let started = Instant::now();
+        let bytes: Vec<Box<dyn ObjectBytes>> = (0..n as ObjectIndex)
+            .map(|o| {
+                loader
+                    .load(o)
+                    .map_err(|reason| StoreError::Load { object: o, reason })
+            })
+            .collect::<Result<_, _>>()?;
+        let startup_seconds = started.elapsed().as_secs_f64();
+        let served = serve(
+            tokens,
+            experts,
+            hidden,
+            |objects, x| {
+                let outputs = objects
+                    .iter()
+                    .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
+                    .collect();
+                Ok((outputs, Duration::ZERO))
+            },
+            |_, _| Ok(()),
+        )?;
+        return Ok(ReplayRun {
+            hits: tokens
+                .iter()
+                .flat_map(|t| &t.routes)
+                .map(|r| r.len() as u64)
+                .sum(),
+            startup_bytes: sizes.iter().sum(),
+            startup_seconds,
+            ..served.run(policy, round)
+        });
+    }
+    let total: u64 = train_counts.iter().sum::<u64>().max(1);
+    let prior_rate: Vec<f64> = train_counts
+        .iter()
+        .map(|&c| c as f64 / total as f64)
+        .collect();
+    let miss_seconds = vec![config.miss_seconds; n];
+    let budget = config.ram_budget_bytes;
+    let share_bytes = match policy {
+        ServePolicy::Plan => budget,
+        ServePolicy::Replan => (budget as f64 * config.pin_share) as u64,
+        _ => 0,
+    };
+    let pins: Vec<ObjectIndex> = if share_bytes > 0 {
+        knapsack(&sizes, &prior_rate, &miss_seconds, share_bytes)
+    } else {
+        Vec::new()
+    };
+    let mut pinned = vec![false; n];
+    for &o in &pins {
+        pinned[o as usize] = true;
+    }
+    let store_config = StoreConfig {
+        places: vec![PlaceConfig {
+            name: "ram:0".into(),
+            capacity_bytes: budget,
+            tier: "ram".into(),
+            policy: policy.cache_policy(),
+            pin_share_bytes: Some(share_bytes),
+        }],
+        tier_capacity_bytes: Vec::new(),
+        staging_bytes: budget.max(sizes.iter().copied().max().unwrap_or(0) * 64),
+        wait: Duration::from_secs(60),
+        params: PolicyParams::default(),
+        knowledge: Knowledge {
+            miss_seconds: miss_seconds.clone(),
+            hit_seconds: vec![0.0; n],
+            prior_rate: prior_rate.clone(),
+            ..Knowledge::default()
+        },
+    };
+    let store = Store::new(
+        loader,
+        Homes {
+            place: vec![0; n],
+            pinned,
+        },
+        &store_config,
+    )?;
+    let mut heat = LiveHeat::new(
+        &vec![experts; checkpoint.config.moe_layers().len()],
+        DEFAULT_HALVE_EVERY_TOKENS,
+    );
+    let started = Instant::now();
+    store.load_all(&pins, 8, &|_| {})?;
+    if config.warm {
+        let all: Vec<ObjectIndex> = (0..n as ObjectIndex).collect();
+        store.load_all(&all, 8, &|_| {})?;
+    }
+    // Seeding serves the tokens that came before, untimed, so every arm
+    // starts in the state its own policy would have reached (the paired
+    // arms of design §6, seeded rather than cold).
+    for token in &config.seed {
+        for (l, route) in token.routes.iter().enumerate() {
+            heat.report_route(l, route)
+                .expect("routes were checked against the checkpoint");
+            for &e in route {
+                drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
+            }
+        }
+    }
+    let startup_seconds = started.elapsed().as_secs_f64();
+    let startup = store.telemetry();
+    let mut replanner = (policy == ServePolicy::Replan).then(|| {
+        Replanner::new(
+            config.replan.clone(),
+            share_bytes,
+            sizes.clone(),
+            miss_seconds.clone(),
+            config.move_link.clone(),
+            &pins,
+        )
+    });
+    // Repins run on a thread of their own, as an engine would run them: a
+    // promotion's read overlaps serving instead of stalling a token.
+    let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
+    let serving = Instant::now();
+    let served = std::thread::scope(|scope| {
+        let repinner = scope.spawn(|| {
+            for m in moves {
+                store.repin(&m.promote, &m.demote)?;
+            }
+            Ok::<_, StoreError>(())
+        });
+        let served = serve(
+            tokens,
+            experts,
+            hidden,
+            |objects, x| layer(&store, objects, x),
+            |served_tokens, token| {
+                for (l, route) in token.routes.iter().enumerate() {
+                    heat.report_route(l, route)
+                        .expect("routes were checked against the checkpoint");
+                }
+                let seconds = serving.elapsed().as_secs_f64();
+                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens, seconds)) {
+                    let rates = heat_rates(&heat, experts);
+                    // A send fails only when the repinner stopped on an
+                    // error, which its join reports.
+                    let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
+                }
+                Ok(())
+            },
+        );
+        drop(moves_sender);
+        let repinned = repinner.join().expect("the repinner does not panic");
+        let served = served?;
+        repinned?;
+        Ok::<_, StoreError>(served)
+    })?;
+    let end = store.telemetry();
+    let hits =
+        |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
+    Ok(ReplayRun {
+        read_service_seconds: end.read_service_seconds - startup.read_service_seconds,
+        bytes_read: end.physical_bytes - startup.physical_bytes,
+        startup_bytes: startup.physical_bytes,
+        startup_seconds,
+        hits: hits(&end) - hits(&startup),
+        misses: end.physical_misses - startup.physical_misses,
+        evictions: end.evictions - startup.evictions,
+        migration_bytes: end.migration_bytes,
+        ..served.run(policy, round)
+    })
+}
+
+/// What serving the tokens measured: time, per-token latencies, the
+/// compute thread's waits and the outputs' checksum.
+struct Served {
+    tokens: u64,
+    seconds: f64,
+    latencies_seconds: Vec<f64>,
+    felt: Duration,
+    checksum: String,
+}
+
+impl Served {
+    /// The run, with the store's counters left at zero.
+    fn run(self, policy: ServePolicy, round: usize) -> ReplayRun {
+        let mut latencies = self.latencies_seconds;
+        latencies.sort_by(f64::total_cmp);
+        let percentile = |q: f64| {
+            latencies
+                .get(((latencies.len() as f64 - 1.0) * q).round() as usize)
+                .copied()
+                .unwrap_or(0.0)
+                * 1e3
+        };
+        ReplayRun {
+            policy: policy.name().into(),
+            category: None,
+            round,
+            tokens: self.tokens,
+            seconds: self.seconds,
+            tok_per_s: self.tokens as f64 / self.seconds.max(1e-9),
+            p50_ms: percentile(0.5),
+            p99_ms: percentile(0.99),
+            felt_wait_seconds: self.felt.as_secs_f64(),
+            read_service_seconds: 0.0,
+            bytes_read: 0,
+            startup_bytes: 0,
+            startup_seconds: 0.0,
+            hits: 0,
+            misses: 0,
+            evictions: 0,
+            migration_bytes: 0,
+            output_checksum: self.checksum,
+        }
+    }
+}
+
+/// Serves every token, layer by layer, through `serve_layer` (outputs in
+/// route order and the time waited); `after_token(tokens served, token)`
+/// runs between tokens (heat, re-planning).
+fn serve(
+    tokens: &[TokenRoutes],
+    experts: usize,
+    hidden: usize,
+    mut serve_layer: impl FnMut(&[ObjectIndex], &[f32]) -> Result<(Vec<Vec<f32>>, Duration), StoreError>,
+    mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), StoreError>,
+) -> Result<Served, StoreError> {
+    let mut x = initial_activation(hidden);
+    let mut checksum = Sha256::new();
+    let mut latencies_seconds = Vec::with_capacity(tokens.len());
+    let mut felt = Duration::ZERO;
+    let serving = Instant::now();
+    for (t, token) in tokens.iter().enumerate() {
+        let token_started = Instant::now();
+        for (l, route) in token.routes.iter().enumerate() {
+            let objects: Vec<ObjectIndex> = route
+                .iter()
+                .map(|&e| (l * experts + e as usize) as ObjectIndex)
+                .collect();
+            let (outputs, waited) = serve_layer(&objects, &x)?;
+            felt += waited;
+            x = combine(&x, &outputs);
+            for v in &x {
+                checksum.update(v.to_le_bytes());
+            }
+        }
+        latencies_seconds.push(token_started.elapsed().as_secs_f64());
+        after_token(t as u64 + 1, token)?;
+    }
+    Ok(Served {
+        tokens: tokens.len() as u64,
+        seconds: serving.elapsed().as_secs_f64(),
+        latencies_seconds,
+        felt,
+        checksum: format!("{:x}", checksum.finalize()),
+    })
+}
+
+/// Expected requests per token of each expert, from live heat: a decayed
+/// count holds between one and two windows of requests, so it is taken as
+/// 1.5 windows.
+fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
+    let window = DEFAULT_HALVE_EVERY_TOKENS as f64 * 1.5;
+    (0..heat.layers())
+        .flat_map(|l| (0..experts as u32).map(move |e| heat.count(l, e) as f64 / window))
+        .collect()
+}
+
+/// Serves one layer of one token. The experts resident now are leased
+/// without waiting (`try_acquire`); every other one is acquired on a
+/// thread of its own, so misses load in parallel while the computing thread
+/// multiplies the hits, then each miss as it arrives. The computing thread
+/// never waits while it holds a lease and never acquires what may need a
+/// load: if it did, it could wait for bytes that a finished load's lease
+/// holds while that load waits in the queue for it, and both would wait for
+/// the budget timeout. Outputs come back in route order, so the result is
+/// the same whatever the timing. Returns them and the time the computing
+/// thread waited.
+fn layer(
+    store: &Store,
+    objects: &[ObjectIndex],
+    x: &[f32],
+) -> Result<(Vec<Vec<f32>>, Duration), StoreError> {
+    let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
+    let mut waited = Duration::ZERO;
+    let hits: Vec<Option<Lease>> = objects
+        .iter()
+        .map(|&o| store.try_acquire(o))
+        .collect::<Result<_, _>>()?;
+    std::thread::scope(|scope| {
+        let (sender, arrivals) = std::sync::mpsc::channel();
+        for (i, &o) in objects.iter().enumerate() {
+            if hits[i].is_none() {
+                let sender = sender.clone();
+                scope.spawn(move || sender.send((i, store.acquire(o))));
+            }
+        }
+        drop(sender);
+        let compute = |lease: &Lease| {
+            matvec(
+                lease.host().expect("replay keeps experts in host memory"),
+                x,
+            )
+        };
+        for (i, lease) in hits.into_iter().enumerate() {
+            if let Some(lease) = lease {
+                outputs[i] = compute(&lease);
+            }
+        }
+        loop {
+            let started = Instant::now();
+            let Ok((i, lease)) = arrivals.recv() else {
+                break;
+            };
+            waited += started.elapsed();
+            outputs[i] = compute(&lease?);
+        }
+        Ok::<_, StoreError>(())
+    })?;
+    Ok((outputs, waited))
+}
+
+/// A deterministic start vector in [-0.5, 0.5).
+fn initial_activation(hidden: usize) -> Vec<f32> {
+    (0..hidden)
+        .map(|j| ((j * 7919) % 1000) as f32 / 1000.0 - 0.5)
+        .collect()
+}
+
+/// `W x` with the expert's bytes read as rows of `x.len()` signed bytes
+/// (the packed weights and scales alike: what matters is that every byte
+/// is read and multiplied, as a dequantising kernel does).
+pub fn matvec(bytes: &[u8], x: &[f32]) -> Vec<f32> {
+    const LANES: usize = 16;
+    bytes
+        .chunks_exact(x.len())
+        .map(|row| {
+            // Independent partial sums per lane, so the compiler can keep
+            // them in vector registers (a single f32 sum is a serial chain).
+            let mut acc = [0f32; LANES];
+            let (row_body, row_tail) = row.split_at(row.len() / LANES * LANES);
+            let (x_body, x_tail) = x.split_at(row_body.len());
+            for (w, v) in row_body.chunks_exact(LANES).zip(x_body.chunks_exact(LANES)) {
+                for k in 0..LANES {
+                    acc[k] += (w[k] as i8) as f32 * v[k];
+                }
+            }
+            let tail: f32 = row_tail
+                .iter()
+                .zip(x_tail)
+                .map(|(&w, &v)| (w as i8) as f32 * v)
+                .sum();
+            acc.iter().sum::<f32>() + tail
+        })
+        .collect()
+}
+
+/// The next activation: `x` plus the experts' outputs folded onto its
+/// width, scaled back to at most 1 in magnitude (keeps values finite).
+fn combine(x: &[f32], outputs: &[Vec<f32>]) -> Vec<f32> {
+    let mut next = x.to_vec();
+    for y in outputs {
+        for (i, v) in y.iter().enumerate() {
+            next[i % x.len()] += v * 1e-3;
+        }
+    }
+    let peak = next.iter().fold(0f32, |m, v| m.max(v.abs())).max(1.0);
+    next.iter_mut().for_each(|v| *v /= peak);
+    next
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn matvec_by_hand() {
+        // Rows [1, -1] and [2, 3] (bytes 1, 255, 2, 3) times x = [0.5, 2]:
+        // 0.5 - 2 = -1.5 and 1 + 6 = 7; a trailing partial row is ignored.
+        assert_eq!(matvec(&[1, 255, 2, 3, 9], &[0.5, 2.0]), vec![-1.5, 7.0]);
+    }
+
+    #[test]
+    fn combine_folds_and_bounds() {
+        // x = [0.5, 0.5]; outputs [1000, 0, 2000] fold to [3000, 0] * 1e-3
+        // = [3, 0]; next = [3.5, 0.5], scaled by 3.5: [1, 1/7].
+        let next = combine(&[0.5, 0.5], &[vec![1000.0, 0.0, 2000.0]]);
+        assert!((next[0] - 1.0).abs() < 1e-6 && (next[1] - 0.5 / 3.5).abs() < 1e-6);
+    }
+}
