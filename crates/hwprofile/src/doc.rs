@@ -661,7 +661,10 @@ io_overlaps_compute: true  # assumed
 
     #[test]
     fn every_shipped_profile_rewrites_to_itself() {
-        let dir = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../profiles/hardware"));
+        let dir = Path::new(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../profiles/hardware"
+        ));
         let mut count = 0;
         for entry in std::fs::read_dir(dir).unwrap() {
             let path = entry.unwrap().path();
