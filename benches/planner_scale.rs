@@ -15,8 +15,8 @@ mod instances;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use instances::Mix;
-use residency_planner::cost::Instance;
-use residency_planner::solve::{greedy::greedy, solve, SolveOptions};
+use residency_core::cost::Instance;
+use residency_solver::{greedy::greedy, solve, SolveOptions};
 use std::time::Duration;
 
 fn scale(c: &mut Criterion) {

@@ -9,13 +9,13 @@
 mod instances;
 
 use instances::Mix;
-use residency_planner::cost::Instance;
-use residency_planner::solve::{solve, SolveOptions};
+use residency_core::cost::Instance;
+use residency_solver::{solve, SolveOptions};
 use std::time::Instant;
 
 fn main() {
     let mut limits = Vec::new();
-    let mut gap = residency_planner::solve::DEFAULT_GAP;
+    let mut gap = residency_solver::DEFAULT_GAP;
     let mut only = String::new();
     let mut args = std::env::args().skip(1);
     while let Some(arg) = args.next() {

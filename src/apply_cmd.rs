@@ -4,8 +4,8 @@
 use crate::flags::BackendArg;
 use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
-use residency_planner::plan::Plan;
-use residency_planner::units::Bytes;
+use residency_core::plan::Plan;
+use residency_core::units::Bytes;
 use residency_runtime::apply::{apply, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::storage::open_backend;
@@ -105,10 +105,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
             "verified": applied.verified.unwrap_or(false),
             "telemetry": applied.store.telemetry().to_json(),
         });
-        residency_planner::error::write_atomic(
-            path,
-            serde_json::to_string_pretty(&doc)?.as_bytes(),
-        )?;
+        residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -4,9 +4,9 @@
 
 use crate::flags::named;
 use anyhow::Result;
-use residency_planner::inputs::{InputPaths, Inputs, LoadedModel};
-use residency_planner::model::Model;
-use residency_planner::units::{parse_size, Bytes};
+use residency_core::model::Model;
+use residency_core::units::{parse_size, Bytes};
+use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
 use residency_runtime::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
 use residency_runtime::identity::Family;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
-use residency_planner::names::Named;
+use residency_core::names::Named;
 use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
 use std::marker::PhantomData;

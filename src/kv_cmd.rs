@@ -13,14 +13,14 @@ use crate::checkpoint_cmd::model_from_path;
 use crate::flags::named;
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
+use residency_core::kv::KvGroupsFile;
+use residency_core::model::Model;
+use residency_core::units::{parse_size, Bytes, Seconds};
+use residency_formats::inputs::defaults;
 use residency_kv::groups::prefix_groups;
 use residency_kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
 use residency_kv::trace::{read_mooncake, KvTrace};
 use residency_kv::EvictionPolicy;
-use residency_planner::inputs::defaults;
-use residency_planner::kv::KvGroupsFile;
-use residency_planner::model::Model;
-use residency_planner::units::{parse_size, Bytes, Seconds};
 use std::path::{Path, PathBuf};
 
 /// Prefill speed assumed without `--prefill-tokens-per-second`: a round
@@ -159,7 +159,7 @@ pub fn run(args: &KvReplayArgs) -> Result<()> {
     print_table(&trace, &cost, &runs);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&runs_json(&trace, &cost, &runs))?;
-        residency_planner::error::write_atomic(path, text.as_bytes())?;
+        residency_core::error::write_atomic(path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot {

@@ -14,15 +14,15 @@ mod simulate;
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
 use flags::named;
-use residency_planner::cost::Instance;
-use residency_planner::export::{self, Engine};
-use residency_planner::heat::{self, HeatContext, HeatFormat};
-use residency_planner::inputs::InputPaths;
-use residency_planner::kv::KvGroupsFile;
-use residency_planner::model::Model;
-use residency_planner::plan::{Plan, PlanInputs};
-use residency_planner::profile::HardwareProfile;
-use residency_planner::solve::{self, SolveOptions};
+use residency_core::cost::Instance;
+use residency_core::kv::KvGroupsFile;
+use residency_core::model::Model;
+use residency_core::plan::{Plan, PlanInputs};
+use residency_core::profile::HardwareProfile;
+use residency_formats::export::{self, Engine};
+use residency_formats::heat::{self, HeatContext, HeatFormat};
+use residency_formats::inputs::InputPaths;
+use residency_solver::{self as solve, SolveOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -296,9 +296,9 @@ fn write_schemas(dir: &Path) -> Result<()> {
             dir.display()
         )
     })?;
-    for (name, text) in residency_planner::schema::schemas() {
+    for (name, text) in residency_core::schema::schemas() {
         let path = dir.join(name);
-        residency_planner::error::write_atomic(&path, text.as_bytes())?;
+        residency_core::error::write_atomic(&path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())
@@ -366,7 +366,7 @@ fn plan(
     }
     print::plan_summary(&plan, &inst, out);
     if let Some(current) = current {
-        print::plan_diff(&residency_planner::diff::diff(
+        print::plan_diff(&residency_core::diff::diff(
             &inst,
             &current,
             &solution.placement,
@@ -427,7 +427,7 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
         inst, placement, ..
     } = load_plan(file, args)?;
     let explanation =
-        residency_planner::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
+        residency_solver::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
     print::explanation(file, &explanation);
     Ok(())
 }
@@ -435,7 +435,7 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
 fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
     let before = load_plan(before, args)?;
     let after = load_plan(after, args)?;
-    print::plan_diff(&residency_planner::diff::diff(
+    print::plan_diff(&residency_core::diff::diff(
         &before.inst,
         &before.placement,
         &after.placement,
@@ -607,7 +607,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
                 "ok: {} holds {} valid KV prefix groups, {} in all",
                 file.display(),
                 groups.len(),
-                residency_planner::units::Bytes(bytes)
+                residency_core::units::Bytes(bytes)
             );
         }
         other => bail!("--kind {other}: give profile, model, heat, kv or plan"),

@@ -6,7 +6,7 @@
 //! [`Panel`]s of [`Line`]s and drawn by the one [`write_chart`], which owns
 //! the layout, the font and the file writing. Plotting lives here, in the CLI crate, so
 //! the planner and executor crates stay free of it; the numbers come from
-//! them (`residency_planner::heat::concentration`, the simulator's runs).
+//! them (`residency_formats::heat::concentration`, the simulator's runs).
 //!
 //! Text is rendered with an embedded font, since machines without system
 //! fonts (CI) must draw it too: Noto Sans Regular from the `ttf-noto-sans`
@@ -20,8 +20,8 @@
 use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use residency_planner::error::PlannerError;
-use residency_planner::heat::LayerConcentration;
+use residency_core::error::PlannerError;
+use residency_formats::heat::LayerConcentration;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -234,7 +234,7 @@ fn write_chart(path: &Path, title: &str, panels: &[Panel]) -> Result<()> {
                 draw(&root, title, panels, &ranges).map_err(|e| render_failed(path, e))?;
                 root.present().map_err(|e| render_failed(path, e))?;
             }
-            residency_planner::error::write_atomic(path, svg.as_bytes()).map_err(|e| match e {
+            residency_core::error::write_atomic(path, svg.as_bytes()).map_err(|e| match e {
                 PlannerError::Io { error, .. } => write_failed(path, error),
                 other => write_failed(path, other),
             })

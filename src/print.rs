@@ -1,11 +1,11 @@
 //! Human-readable summaries of plans and heat for the terminal.
 
-use residency_planner::cost::Instance;
-use residency_planner::diff::PlanDiff;
-use residency_planner::explain::{Explanation, FrontierExpert};
-use residency_planner::heat::{concentration, Heat};
-use residency_planner::plan::Plan;
-use residency_planner::units::{Bytes, Seconds};
+use residency_core::cost::Instance;
+use residency_core::diff::PlanDiff;
+use residency_core::plan::Plan;
+use residency_core::units::{Bytes, Seconds};
+use residency_formats::heat::{concentration, Heat};
+use residency_solver::explain::{Explanation, FrontierExpert};
 use std::path::Path;
 
 pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {

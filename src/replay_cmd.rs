@@ -7,11 +7,11 @@ use crate::flags::{named, BackendArg};
 use anyhow::{bail, Result};
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
-use residency_planner::cost::{Place, Resources};
-use residency_planner::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
-use residency_planner::inputs::defaults;
-use residency_planner::profile::HardwareProfile;
-use residency_planner::units::Bytes;
+use residency_core::cost::{Place, Resources};
+use residency_core::profile::HardwareProfile;
+use residency_core::units::Bytes;
+use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
+use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{replay, ReplayConfig, ServePolicy};
@@ -297,10 +297,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     );
     if let Some(path) = &args.json {
         let doc = serde_json::json!({ "runs": runs });
-        residency_planner::error::write_atomic(
-            path,
-            serde_json::to_string_pretty(&doc)?.as_bytes(),
-        )?;
+        residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())

@@ -10,10 +10,10 @@ use residency_cache::sim::arms::{SimOptions, Start};
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::felt::miss_seconds_from_prof_log;
 use residency_cache::sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
-use residency_planner::inputs::defaults;
-use residency_planner::model::Model;
-use residency_planner::profile::HardwareProfile;
-use residency_planner::units::{parse_time, Bytes};
+use residency_core::model::Model;
+use residency_core::profile::HardwareProfile;
+use residency_core::units::{parse_time, Bytes};
+use residency_formats::inputs::defaults;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -168,7 +168,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     print_table(&args.trace, &output);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&output.to_json())?;
-        residency_planner::error::write_atomic(path, text.as_bytes())?;
+        residency_core::error::write_atomic(path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }
     if let Some(path) = &args.plot {

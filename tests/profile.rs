@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use residency_planner::profile::HardwareProfile;
+use residency_core::profile::HardwareProfile;
 use std::path::Path;
 
 fn s(p: &Path) -> &str {

@@ -7,11 +7,11 @@
 // Each target that includes this file uses a part of it.
 #![allow(dead_code)]
 
-use residency_planner::cost::Instance;
-use residency_planner::inputs::{InputPaths, Inputs};
-use residency_planner::model::Model;
-use residency_planner::profile::HardwareProfile;
-use residency_planner::units::{BytesPerSecond, Seconds};
+use residency_core::cost::Instance;
+use residency_core::model::Model;
+use residency_core::profile::HardwareProfile;
+use residency_core::units::{BytesPerSecond, Seconds};
+use residency_formats::inputs::{InputPaths, Inputs};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");

@@ -16,7 +16,7 @@ use super::{
     arg, c_str, guard, out, status, Failure, RESIDENCY_ERR_ARGUMENT, RESIDENCY_ERR_BUDGET,
     RESIDENCY_ERR_INPUT, RESIDENCY_ERR_LOAD, RESIDENCY_ERR_NOT_FOUND,
 };
-use residency_planner::plan::Plan;
+use residency_core::plan::Plan;
 use residency_runtime::apply::{apply, Applied, ApplyError, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;

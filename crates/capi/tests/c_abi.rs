@@ -10,13 +10,13 @@
 use residency_testkit as common;
 
 use residency::{RESIDENCY_ERR_ARGUMENT, RESIDENCY_ERR_NOT_FOUND};
-use residency_planner::heat::{read_json_str, HeatContext};
-use residency_planner::inputs::{InputPaths, Inputs, LoadedModel};
-use residency_planner::model::Model;
-use residency_planner::plan::Plan;
-use residency_planner::solve::{self, SolveOptions};
+use residency_core::model::Model;
+use residency_core::plan::Plan;
+use residency_formats::heat::{read_json_str, HeatContext};
+use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;
+use residency_solver::{self as solve, SolveOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -10,8 +10,8 @@ use super::doc::{field, round_rate, round_size, Origin, ProfileDoc};
 use super::gpus::{detect_gpus, GpuFacts};
 use super::system::{self, BlockFacts, NodeFacts};
 use super::ProfileError;
-use residency_planner::profile::{Drive, Gpu, HardwareProfile, NumaNode};
-use residency_planner::units::{Bytes, Seconds};
+use residency_core::profile::{Drive, Gpu, HardwareProfile, NumaNode};
+use residency_core::units::{Bytes, Seconds};
 use std::path::{Path, PathBuf};
 
 /// CPU expert GEMV per physical core when not measured: Colibri's ~1.4 GB/s

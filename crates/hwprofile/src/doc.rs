@@ -13,11 +13,9 @@
 //! compares, and `write` replaces the file atomically (temporary + rename).
 
 use super::ProfileError;
-use residency_planner::error::write_atomic;
-use residency_planner::profile::{Drive, Gpu, HardwareProfile, Host, NumaNode};
-use residency_planner::units::{
-    parse_rate, parse_size, parse_time, Bytes, BytesPerSecond, Seconds,
-};
+use residency_core::error::write_atomic;
+use residency_core::profile::{Drive, Gpu, HardwareProfile, Host, NumaNode};
+use residency_core::units::{parse_rate, parse_size, parse_time, Bytes, BytesPerSecond, Seconds};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
 use std::path::Path;

@@ -35,7 +35,7 @@ pub use doc::{Origin, ProfileDoc};
 pub use logs::{calibrate_from_log, LogCalibration};
 pub use spread::Spread;
 
-use residency_planner::error::PlannerError;
+use residency_core::error::PlannerError;
 use std::fmt;
 use std::path::{Path, PathBuf};
 

@@ -29,7 +29,7 @@ use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
 use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals};
-use residency_planner::model::Model;
+use residency_core::model::Model;
 use std::path::Path;
 
 /// The profile with what the log gave, a line per value set, and what it

@@ -19,8 +19,8 @@
 
 use super::replay::KvCostModel;
 use super::trace::KvTrace;
-use residency_planner::kv::KvGroup;
-use residency_planner::units::{Bytes, Seconds};
+use residency_core::kv::KvGroup;
+use residency_core::units::{Bytes, Seconds};
 use std::collections::{BTreeMap, HashMap};
 
 /// Reuse counts up to this get a band each; above, bands double.

@@ -24,7 +24,7 @@ use super::utility::{self, UtilityModel};
 use std::collections::{BTreeSet, HashMap};
 use std::hash::Hash;
 
-residency_planner::named! {
+residency_core::named! {
     /// How the index chooses a victim.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum EvictionPolicy("KV policy") {

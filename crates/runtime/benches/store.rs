@@ -14,7 +14,7 @@
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
 use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
-use residency_planner::model::Model;
+use residency_core::model::Model;
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::checkpoint::{generate, Checkpoint, GenOptions};
 use residency_runtime::storage::{open_backend, AlignedSlab, BackendKind};

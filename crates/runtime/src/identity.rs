@@ -5,7 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-residency_planner::named! {
+residency_core::named! {
     /// Tensor-naming family of a checkpoint (one adapter each).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Family("family") {

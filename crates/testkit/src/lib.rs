@@ -1,7 +1,7 @@
 //! Fixtures shared by the workspace's integration tests: a tiny
 //! Mixtral-shaped model and its generated checkpoint.
 
-use residency_planner::model::Model;
+use residency_core::model::Model;
 use residency_runtime::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
 use std::path::Path;
 

@@ -79,7 +79,7 @@ pub trait Policy {
     fn remove(&mut self, object: ObjectIndex);
 }
 
-residency_planner::named! {
+residency_core::named! {
     /// The policies by name (design §6).
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum PolicyKind("policy") {

@@ -9,7 +9,7 @@
 //! of saving per byte), then, where the next hull jump no longer fits,
 //! considers every feasible capacity of every layer.
 
-residency_planner::named! {
+residency_core::named! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Allocation("allocation") {
         /// One cache for all layers.

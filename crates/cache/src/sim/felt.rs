@@ -4,8 +4,8 @@
 //! the mistake of Colibri #924); without calibration every read is taken as
 //! felt: latency + bytes / bandwidth of the profile's fastest drive.
 
-use residency_planner::error::{read_text, PlannerError};
-use residency_planner::profile::HardwareProfile;
+use residency_core::error::{read_text, PlannerError};
+use residency_core::profile::HardwareProfile;
 use std::path::Path;
 
 /// Seconds per physical miss from a log's totals.

@@ -11,7 +11,7 @@ use super::budget::Allocation;
 use super::stream::Stream;
 use super::SimError;
 use crate::policy::PolicyKind;
-use residency_planner::heat::Trace;
+use residency_formats::heat::Trace;
 
 pub const MIN_MEAN_GAIN: f64 = 0.10;
 pub const MAX_CATEGORY_LOSS: f64 = 0.03;
@@ -258,7 +258,7 @@ mod tests {
     use crate::policy::{build, PolicySetup};
     use crate::sim::replay::replay;
     use crate::sim::synthetic::{zipf_trace, SyntheticShape};
-    use residency_planner::heat::{HeatFormat, TokenRoutes};
+    use residency_formats::heat::{HeatFormat, TokenRoutes};
 
     fn token(category: &str, routes: Vec<Vec<u32>>) -> TokenRoutes {
         TokenRoutes {

@@ -12,12 +12,12 @@ use super::oracle::read_oracle_general;
 use super::stream::Stream;
 use super::SimError;
 use crate::policy::{ObjectIndex, PolicyKind};
-use residency_planner::cost::Place;
-use residency_planner::error::PlannerError;
-use residency_planner::heat::{read_trace, HeatContext, HeatFormat, Trace};
-use residency_planner::model::Model;
-use residency_planner::plan::Plan;
-use residency_planner::profile::HardwareProfile;
+use residency_core::cost::Place;
+use residency_core::error::PlannerError;
+use residency_core::model::Model;
+use residency_core::plan::Plan;
+use residency_core::profile::HardwareProfile;
+use residency_formats::heat::{read_trace, HeatContext, HeatFormat, Trace};
 use std::path::{Path, PathBuf};
 
 /// The trace formats `simulate` reads.
@@ -62,7 +62,7 @@ impl Budget {
                 Ok(v) if v.is_finite() && v > 0.0 => Ok(Budget::Share(v / 100.0)),
                 _ => Err(format!("`{text}`: give a positive percentage, e.g. `25%`")),
             },
-            None => residency_planner::units::parse_size(text).map(|b| Budget::Bytes(b.get())),
+            None => residency_core::units::parse_size(text).map(|b| Budget::Bytes(b.get())),
         }
     }
 

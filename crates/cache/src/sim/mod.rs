@@ -19,7 +19,7 @@ pub mod synthetic;
 #[derive(Debug, thiserror::Error)]
 pub enum SimError {
     #[error(transparent)]
-    Input(#[from] residency_planner::error::PlannerError),
+    Input(#[from] residency_core::error::PlannerError),
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
     #[error("{0}")]

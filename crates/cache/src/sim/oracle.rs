@@ -4,7 +4,7 @@
 //! the file's own `next_access` is not trusted (we recompute it).
 
 use super::stream::Stream;
-use residency_planner::error::{read_file, PlannerError, Result};
+use residency_core::error::{read_file, PlannerError, Result};
 use std::collections::HashMap;
 use std::path::Path;
 

@@ -4,7 +4,7 @@
 //! experts of MoE ordinal `l` are `layer_start[l]..layer_start[l + 1]`.
 
 use crate::policy::{ObjectIndex, NEVER};
-use residency_planner::heat::TokenRoutes;
+use residency_formats::heat::TokenRoutes;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Stream {

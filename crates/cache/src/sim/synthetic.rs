@@ -4,7 +4,7 @@
 //! experts per layer (a seeded permutation), so categories overlap only
 //! partly, as real tasks do; generation is deterministic in the seed.
 
-use residency_planner::heat::{HeatFormat, TokenRoutes, Trace};
+use residency_formats::heat::{HeatFormat, TokenRoutes, Trace};
 
 /// Shape of a synthetic trace.
 #[derive(Debug, Clone, Copy)]

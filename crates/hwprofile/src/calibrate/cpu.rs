@@ -8,7 +8,7 @@ use super::{Run, MAX_GEMV_BYTES};
 use crate::doc::{field, rate_text, round_rate};
 use crate::gemv::{PackedRows, QuantizedInput};
 use crate::system::{self, NodeFacts};
-use residency_planner::units::Bytes;
+use residency_core::units::Bytes;
 use residency_runtime::storage::HostPool;
 use std::time::Instant;
 

@@ -10,7 +10,7 @@ use crate::gemv::fill_random;
 use crate::spread::Spread;
 use crate::system;
 use crate::ProfileError;
-use residency_planner::units::Bytes;
+use residency_core::units::Bytes;
 use residency_runtime::storage::posix::Direct;
 use residency_runtime::storage::{AlignedSlab, DataFile, ReadBackend};
 use std::path::{Path, PathBuf};

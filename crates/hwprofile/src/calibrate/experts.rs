@@ -6,8 +6,8 @@
 use super::{CalibrateOptions, FALLBACK_INT4_GROUP};
 use crate::gemv::{PackedRows, Packing, QuantizedInput};
 use crate::ProfileError;
-use residency_planner::inputs::defaults;
-use residency_planner::model::{FormatSize, Model};
+use residency_core::model::{FormatSize, Model};
+use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::{family, Checkpoint, Extent};
 use residency_runtime::storage::HostPool;
 use std::collections::BTreeMap;

@@ -7,7 +7,7 @@ use super::experts::inputs_for;
 use super::{Run, MAX_GEMV_BYTES, UPLOAD_BYTES};
 use crate::cuda_bench::CudaBench;
 use crate::doc::{field, rate_text, round_rate, round_time, time_text};
-use residency_planner::units::Bytes;
+use residency_core::units::Bytes;
 use std::time::Duration;
 
 impl Run<'_> {

@@ -39,7 +39,7 @@ use super::spread::Spread;
 use super::system;
 use super::{Measurement, ProfileDoc, ProfileError};
 use experts::ExpertSource;
-use residency_planner::model::Model;
+use residency_core::model::Model;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 

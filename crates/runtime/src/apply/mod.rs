@@ -19,7 +19,7 @@ use crate::storage::{numa_nodes, HostPool, ReadBackend, StorageError};
 use crate::store::{Homes, Loader, PlaceConfig, Store, StoreConfig, StoreError};
 use loader::{CheckpointLoader, RETAINED_BYTES};
 use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
-use residency_planner::plan::Plan;
+use residency_core::plan::Plan;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::collections::HashMap;

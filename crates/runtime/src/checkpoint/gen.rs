@@ -23,7 +23,7 @@ use super::family::{self, Arch, AttentionKind, DenseLayers, SharedExpert, Tensor
 use super::format::{ExpertFormat, DEFAULT_INT4_GROUP, DEFAULT_INT8_GROUP};
 use super::{CheckpointError, Result};
 use crate::identity::Family;
-use residency_planner::model::{FormatSize, Model, ModelDescription, TrunkEntry};
+use residency_core::model::{FormatSize, Model, ModelDescription, TrunkEntry};
 use safetensors::{Dtype, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -34,7 +34,7 @@ pub const DEFAULT_SHARD_BYTES: u64 = 2 << 30;
 /// Vocabulary when the description has no `lm_head` to derive it from.
 pub const DEFAULT_VOCAB: usize = 32_000;
 
-residency_planner::named! {
+residency_core::named! {
     /// Storage format of the generated experts (`--dtype`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum GenDtype("dtype") {

@@ -12,8 +12,8 @@ use crate::apply::loader::CheckpointLoader;
 use crate::identity::{Family, ObjectKey};
 use crate::storage::{open_backend, BackendKind};
 use crate::store::Loader;
-use residency_planner::model::{FormatSize, Model, StageKind};
-use residency_planner::units::Bytes;
+use residency_core::model::{FormatSize, Model, StageKind};
+use residency_core::units::Bytes;
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 

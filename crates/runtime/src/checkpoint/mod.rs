@@ -67,6 +67,6 @@ pub const LAYOUT_VERSION: u32 = 1;
 /// Errors of reading and writing checkpoints are the planner's input
 /// errors: one line naming the file, the place in it (a tensor, a config
 /// key, a flag) and the fix; or a file that could not be read or written.
-pub use residency_planner::error::PlannerError as CheckpointError;
+pub use residency_core::error::PlannerError as CheckpointError;
 
 pub type Result<T, E = CheckpointError> = std::result::Result<T, E>;

@@ -8,8 +8,8 @@ use super::gen::{arch_config, GenDtype, GenOptions};
 use super::read::INDEX_FILE;
 use super::{generate, Checkpoint, ExpertFormat};
 use crate::identity::{Family, ObjectKey};
-use residency_planner::model::{FormatSize, Model, StageKind};
-use residency_planner::units::Bytes;
+use residency_core::model::{FormatSize, Model, StageKind};
+use residency_core::units::Bytes;
 use std::path::{Path, PathBuf};
 
 const HIDDEN: u64 = 64;

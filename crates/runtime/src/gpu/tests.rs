@@ -247,12 +247,12 @@ fn vulkan_round_trips_through_both_staging_halves_where_a_device_exists() {
 /// model keeps everything in RAM).
 fn planned_checkpoint(
     dir: &std::path::Path,
-) -> (residency_planner::plan::Plan, crate::checkpoint::Checkpoint) {
+) -> (residency_core::plan::Plan, crate::checkpoint::Checkpoint) {
     use crate::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
-    use residency_planner::inputs::{InputPaths, Inputs, LoadedModel};
-    use residency_planner::model::Model;
-    use residency_planner::plan::Plan;
-    use residency_planner::solve::{solve, SolveOptions};
+    use residency_core::model::Model;
+    use residency_core::plan::Plan;
+    use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
+    use residency_solver::{solve, SolveOptions};
     let yaml = dir.join("tiny.yaml");
     std::fs::write(
         &yaml,
@@ -312,7 +312,7 @@ trunk:
 }
 
 fn apply_with(
-    plan: &residency_planner::plan::Plan,
+    plan: &residency_core::plan::Plan,
     checkpoint: &crate::checkpoint::Checkpoint,
     gpus: Option<GpuTier>,
 ) -> Result<crate::apply::Applied, crate::apply::ApplyError> {
@@ -336,7 +336,7 @@ fn apply_with(
 
 /// Every planned resident: its object index and the place the plan put it.
 fn planned_places(
-    plan: &residency_planner::plan::Plan,
+    plan: &residency_core::plan::Plan,
     checkpoint: &crate::checkpoint::Checkpoint,
     applied: &crate::apply::Applied,
 ) -> Vec<(ObjectIndex, String)> {

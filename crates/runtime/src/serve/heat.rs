@@ -7,7 +7,7 @@
 
 use residency_cache::policy::counts::DecayedCounts;
 use residency_cache::policy::{Knowledge, PolicyParams, PolicySetup};
-use residency_planner::heat::HeatTable;
+use residency_formats::heat::HeatTable;
 
 /// Colibri's tier halves its heat every 1024 tokens.
 pub const DEFAULT_HALVE_EVERY_TOKENS: u64 = 1024;

@@ -14,8 +14,8 @@
 //! a maximum of promotions per pass, so churn never eats the gain.
 
 use residency_cache::policy::ObjectIndex;
-use residency_planner::cost::{Place, Resources};
-use residency_planner::diff::carry_seconds;
+use residency_core::cost::{Place, Resources};
+use residency_core::diff::carry_seconds;
 
 /// The link a promotion comes over: from where the object is read to the
 /// place of the pinned share, on the machine's rates.

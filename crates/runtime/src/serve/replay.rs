@@ -25,12 +25,12 @@ use crate::store::{
 };
 use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
 use residency_cache::sim::arms::knapsack;
-use residency_planner::heat::TokenRoutes;
+use residency_formats::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-residency_planner::named! {
+residency_core::named! {
     /// The policies `replay` runs, the simulator's own code.
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum ServePolicy("policy") {

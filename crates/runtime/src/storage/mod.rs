@@ -69,7 +69,7 @@ pub enum StorageError {
     Drives(String),
 }
 
-residency_planner::named! {
+residency_core::named! {
     /// Which read path a backend uses.
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum BackendKind("backend") {

@@ -24,7 +24,7 @@ pub use archs::ARCHS;
 pub use tensors::{attention_bytes, tensors, Owner, TensorSpec};
 
 use crate::identity::Family;
-use residency_planner::model::StageKind;
+use residency_core::model::StageKind;
 
 /// Trunk component names, as the model descriptions use them.
 pub const ATTN: &str = "attn";

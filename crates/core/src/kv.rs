@@ -1,0 +1,105 @@
+//! KV prefix groups (docs/design.md §4.6): reusable prompt prefixes that compete with
+//! experts for GPU and RAM bytes in the same plan. A group of prefix blocks
+//! has bytes, expected reuses per generated token and the prefill seconds a
+//! reuse avoids when the group is on a GPU; from RAM it saves less (it is
+//! uploaded first), and a group that is not kept is recomputed. Read from a
+//! YAML or JSON file; `residency kv-groups` writes one from a prefix trace.
+
+use crate::error::{read_text, split_serde_location, write_atomic, PlannerError, Result};
+use crate::units::{Bytes, Seconds};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+pub const FORMAT: &str = "residency-kv-groups";
+
+/// One group of KV prefix blocks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvGroup {
+    pub name: String,
+    /// Bytes of the group's KV blocks over all layers (`b_k`).
+    pub bytes: Bytes,
+    /// Expected reuses of the group per generated token (`r_k`).
+    pub reuses_per_token: f64,
+    /// Prefill seconds one reuse avoids when the group is on a GPU.
+    pub prefill_seconds: Seconds,
+}
+
+/// The KV groups file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KvGroupsFile {
+    pub format: String,
+    /// Where the groups were measured (a trace) and how, for people.
+    #[serde(default)]
+    pub source: String,
+    pub groups: Vec<KvGroup>,
+}
+
+impl KvGroupsFile {
+    pub fn new(source: String, groups: Vec<KvGroup>) -> KvGroupsFile {
+        KvGroupsFile {
+            format: FORMAT.into(),
+            source,
+            groups,
+        }
+    }
+
+    /// Reads and checks a groups file (YAML, of which JSON is a subset).
+    pub fn read(path: &Path) -> Result<KvGroupsFile> {
+        let fix = "see docs/design.md §4.6; `residency kv-groups` writes this file from a trace";
+        let file: KvGroupsFile = serde_norway::from_str(&read_text(path)?).map_err(|e| {
+            let (place, problem) = split_serde_location(&e.to_string());
+            PlannerError::input(path, place, problem, fix)
+        })?;
+        let err =
+            |place: String, problem: String| Err(PlannerError::input(path, place, problem, fix));
+        if file.format != FORMAT {
+            return err(
+                "format".into(),
+                format!("is `{}`, expected `{FORMAT}`", file.format),
+            );
+        }
+        for (i, g) in file.groups.iter().enumerate() {
+            let place = |field: &str| format!("groups[{i}].{field}");
+            if g.name.is_empty() {
+                return err(place("name"), "is empty".into());
+            }
+            if let Some(j) = file.groups[..i].iter().position(|h| h.name == g.name) {
+                return err(
+                    place("name"),
+                    format!("`{}` is also the name of groups[{j}]", g.name),
+                );
+            }
+            if g.bytes.0 == 0 {
+                return err(
+                    place("bytes"),
+                    "is 0; a group holds at least one block".into(),
+                );
+            }
+            if !(g.reuses_per_token.is_finite() && g.reuses_per_token >= 0.0) {
+                return err(
+                    place("reuses_per_token"),
+                    format!("is {}, expected a number >= 0", g.reuses_per_token),
+                );
+            }
+            if !(g.prefill_seconds.0.is_finite() && g.prefill_seconds.0 >= 0.0) {
+                return err(
+                    place("prefill_seconds"),
+                    format!("is {} s, expected a time >= 0", g.prefill_seconds.0),
+                );
+            }
+        }
+        Ok(file)
+    }
+
+    /// Writes YAML, or JSON when the extension is `.json`; atomically.
+    pub fn write(&self, path: &Path) -> Result<()> {
+        let text = if path.extension().is_some_and(|e| e == "json") {
+            serde_json::to_string_pretty(self).expect("groups serialise") + "\n"
+        } else {
+            serde_norway::to_string(self).expect("groups serialise")
+        };
+        write_atomic(path, text.as_bytes())
+    }
+}

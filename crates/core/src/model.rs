@@ -1,0 +1,509 @@
+//! The model description (docs/design.md §3.2): geometry, expert sizes per format,
+//! the format each tier holds, and the dense trunk. Read from YAML, strictly
+//! validated, and expanded into per-layer facts the cost model uses.
+
+use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::units::Bytes;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// Why top_k may not exceed a layer's experts: the router picks top_k
+/// distinct experts per token and layer.
+const TOP_K_REASON: &str = "a token cannot pick more experts than the layer has";
+
+/// A set of transformer layers: a list `[0, 3]` or an inclusive range `"1..=26"`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum LayerSet {
+    List(Vec<usize>),
+    Range(String),
+}
+
+impl LayerSet {
+    /// The layers in ascending order, or a message saying what is wrong.
+    pub fn expand(&self) -> std::result::Result<Vec<usize>, String> {
+        let mut layers = match self {
+            LayerSet::List(list) => list.clone(),
+            LayerSet::Range(text) => {
+                let (lo, hi) = text.split_once("..=").ok_or_else(|| {
+                    format!("`{text}` is not a range; write it as \"1..=26\" or as a list [1, 2]")
+                })?;
+                let parse = |s: &str| {
+                    s.trim()
+                        .parse::<usize>()
+                        .map_err(|_| format!("`{text}`: `{s}` is not a layer number"))
+                };
+                let (lo, hi) = (parse(lo)?, parse(hi)?);
+                if lo > hi {
+                    return Err(format!("`{text}` is empty (start after end)"));
+                }
+                (lo..=hi).collect()
+            }
+        };
+        let before = layers.len();
+        layers.sort_unstable();
+        layers.dedup();
+        if layers.len() != before {
+            return Err("a layer is listed twice".into());
+        }
+        Ok(layers)
+    }
+}
+
+/// Size of one routed expert in a format: bytes, or bits per parameter with
+/// one f16 scale per `group` parameters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(untagged)]
+pub enum FormatSize {
+    Packed { bits: u32, group: u64 },
+    Bytes(Bytes),
+}
+
+impl FormatSize {
+    /// Bytes of an expert with `params` parameters; `reference_params` is the
+    /// geometry a fixed byte size was given for (scaled, rounding up).
+    pub fn expert_bytes(&self, params: u64, reference_params: u64) -> u64 {
+        match *self {
+            FormatSize::Packed { bits, group } => {
+                (params * bits as u64).div_ceil(8) + params.div_ceil(group) * 2
+            }
+            FormatSize::Bytes(Bytes(b)) if params == reference_params => b,
+            FormatSize::Bytes(Bytes(b)) => {
+                ((b as u128 * params as u128).div_ceil(reference_params as u128)) as u64
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TierFormats {
+    pub gpu: String,
+    pub ram: String,
+    pub disk: String,
+}
+
+/// The stage a trunk component runs in (docs/design.md §4, Stages).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Serialize,
+    Deserialize,
+    schemars::JsonSchema,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum StageKind {
+    Dense,
+    Experts,
+    Head,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TrunkEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<LayerSet>,
+    pub bytes: Bytes,
+    pub stage: StageKind,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LayerOverride {
+    pub layer: usize,
+    #[serde(default)]
+    pub experts: Option<usize>,
+    #[serde(default)]
+    pub expert_intermediate: Option<u64>,
+}
+
+/// The model description file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ModelDescription {
+    pub name: String,
+    #[serde(default)]
+    pub source: Option<String>,
+    pub layers: usize,
+    pub moe_layers: LayerSet,
+    pub experts: usize,
+    pub top_k: usize,
+    pub hidden: u64,
+    pub expert_intermediate: u64,
+    pub formats: BTreeMap<String, FormatSize>,
+    pub tiers: TierFormats,
+    #[serde(default)]
+    pub trunk: Vec<TrunkEntry>,
+    #[serde(default)]
+    pub kv_bytes_per_token: Option<Bytes>,
+    #[serde(default)]
+    pub per_layer: Vec<LayerOverride>,
+}
+
+/// One MoE layer, expanded: its transformer layer, expert count and the size
+/// of one expert in each tier's format.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MoeLayer {
+    pub layer: usize,
+    pub experts: usize,
+    pub gpu_bytes: u64,
+    pub ram_bytes: u64,
+    pub disk_bytes: u64,
+}
+
+/// One trunk component, expanded: one per layer of its entry.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TrunkComponent {
+    pub name: String,
+    pub layer: Option<usize>,
+    pub bytes: u64,
+    pub stage: StageKind,
+}
+
+/// A validated model: the description plus its expansion.
+#[derive(Debug, Clone)]
+pub struct Model {
+    pub description: ModelDescription,
+    pub moe: Vec<MoeLayer>,
+    pub trunk: Vec<TrunkComponent>,
+}
+
+impl Model {
+    pub fn name(&self) -> &str {
+        &self.description.name
+    }
+    pub fn top_k(&self) -> usize {
+        self.description.top_k
+    }
+    /// Transformer layer numbers of the MoE layers, by MoE ordinal.
+    pub fn moe_layer_numbers(&self) -> Vec<usize> {
+        self.moe.iter().map(|m| m.layer).collect()
+    }
+    /// Expert count per MoE ordinal.
+    pub fn experts_per_layer(&self) -> Vec<usize> {
+        self.moe.iter().map(|m| m.experts).collect()
+    }
+    pub fn expert_count(&self) -> usize {
+        self.moe.iter().map(|m| m.experts).sum()
+    }
+
+    pub fn from_yaml_file(path: &Path) -> Result<Model> {
+        Self::from_yaml_str(&read_text(path)?, path)
+    }
+
+    pub fn from_yaml_str(text: &str, path: &Path) -> Result<Model> {
+        let description: ModelDescription = serde_norway::from_str(text).map_err(|e| {
+            let (place, problem) = split_serde_location(&e.to_string());
+            PlannerError::input(
+                path,
+                place,
+                problem,
+                "see docs/design.md §3.2 for the model description fields",
+            )
+        })?;
+        Self::validate(description, path)
+    }
+
+    /// Checks the rules of docs/design.md §3.2 and expands layers and trunk.
+    pub fn validate(d: ModelDescription, path: &Path) -> Result<Model> {
+        let err = |place: &str, problem: String, fix: &str| {
+            PlannerError::input(path, place, problem, fix)
+        };
+        for (field, value) in [
+            ("layers", d.layers as u64),
+            ("experts", d.experts as u64),
+            ("top_k", d.top_k as u64),
+            ("hidden", d.hidden),
+            ("expert_intermediate", d.expert_intermediate),
+        ] {
+            if value == 0 {
+                return Err(err(field, "is zero".into(), "give a positive whole number"));
+            }
+        }
+        if d.top_k > d.experts {
+            return Err(err(
+                "top_k",
+                format!(
+                    "{} is larger than experts {}: {TOP_K_REASON}",
+                    d.top_k, d.experts
+                ),
+                "lower top_k or raise experts",
+            ));
+        }
+        let moe_layers = d
+            .moe_layers
+            .expand()
+            .map_err(|m| err("moe_layers", m, "list MoE layers as \"1..=26\" or [1, 2]"))?;
+        if moe_layers.is_empty() {
+            return Err(err(
+                "moe_layers",
+                "is empty".into(),
+                "name at least one MoE layer",
+            ));
+        }
+        if let Some(&last) = moe_layers.last() {
+            if last >= d.layers {
+                return Err(err(
+                    "moe_layers",
+                    format!(
+                        "layer {last} does not exist (the model has {} layers, 0..={})",
+                        d.layers,
+                        d.layers - 1
+                    ),
+                    "keep MoE layers below `layers`",
+                ));
+            }
+        }
+        for (name, format) in &d.formats {
+            let bad = match *format {
+                FormatSize::Packed { bits, group } => bits == 0 || bits > 64 || group == 0,
+                FormatSize::Bytes(Bytes(b)) => b == 0,
+            };
+            if bad {
+                return Err(err(
+                    &format!("formats.{name}"),
+                    "is zero or out of range".into(),
+                    "give bytes > 0 or {bits: 1..=64, group: > 0}",
+                ));
+            }
+        }
+        for (tier, format) in [
+            ("gpu", &d.tiers.gpu),
+            ("ram", &d.tiers.ram),
+            ("disk", &d.tiers.disk),
+        ] {
+            if !d.formats.contains_key(format) {
+                return Err(err(
+                    &format!("tiers.{tier}"),
+                    format!("names format `{format}`, which `formats` does not list"),
+                    "add it to `formats` or name a listed one",
+                ));
+            }
+        }
+        let reference_params = 3 * d.hidden * d.expert_intermediate;
+        let size = |tier: &str, params: u64| d.formats[tier].expert_bytes(params, reference_params);
+        let mut moe = Vec::with_capacity(moe_layers.len());
+        for &layer in &moe_layers {
+            let mut experts = d.experts;
+            let mut intermediate = d.expert_intermediate;
+            for (i, o) in d.per_layer.iter().enumerate() {
+                if o.layer == layer {
+                    experts = o.experts.unwrap_or(experts);
+                    intermediate = o.expert_intermediate.unwrap_or(intermediate);
+                    if experts == 0 || intermediate == 0 {
+                        return Err(err(
+                            &format!("per_layer[{i}]"),
+                            "sets a zero size".into(),
+                            "give positive values",
+                        ));
+                    }
+                    if experts < d.top_k {
+                        return Err(err(
+                            &format!("per_layer[{i}].experts"),
+                            format!(
+                                "{experts} is smaller than top_k {}: {TOP_K_REASON}",
+                                d.top_k
+                            ),
+                            "raise this layer's experts or lower top_k",
+                        ));
+                    }
+                }
+            }
+            let params = 3 * d.hidden * intermediate;
+            moe.push(MoeLayer {
+                layer,
+                experts,
+                gpu_bytes: size(&d.tiers.gpu, params),
+                ram_bytes: size(&d.tiers.ram, params),
+                disk_bytes: size(&d.tiers.disk, params),
+            });
+        }
+        for (i, o) in d.per_layer.iter().enumerate() {
+            if !moe_layers.contains(&o.layer) {
+                return Err(err(
+                    &format!("per_layer[{i}].layer"),
+                    format!("layer {} is not a MoE layer", o.layer),
+                    "per-layer overrides apply to layers listed in moe_layers",
+                ));
+            }
+        }
+        let mut trunk = Vec::new();
+        let mut seen = std::collections::BTreeSet::new();
+        for (i, t) in d.trunk.iter().enumerate() {
+            let place = format!("trunk[{i}] ({})", t.name);
+            if t.bytes.0 == 0 {
+                return Err(err(
+                    &place,
+                    "has zero bytes".into(),
+                    "give its size, e.g. `33 MiB`",
+                ));
+            }
+            let layers = match (&t.layers, t.stage) {
+                (Some(_), StageKind::Head) => {
+                    return Err(err(
+                        &place,
+                        "is a head component with `layers`".into(),
+                        "drop `layers` or use stage dense",
+                    ))
+                }
+                (None, StageKind::Dense | StageKind::Experts) => {
+                    return Err(err(
+                        &place,
+                        "has no `layers` but runs in a per-layer stage".into(),
+                        "give `layers`, or use stage head",
+                    ))
+                }
+                (None, StageKind::Head) => vec![None],
+                (Some(set), stage) => {
+                    let layers = set
+                        .expand()
+                        .map_err(|m| err(&place, m, "write layers as \"0..=26\" or a list"))?;
+                    for &l in &layers {
+                        if l >= d.layers {
+                            return Err(err(
+                                &place,
+                                format!("layer {l} does not exist"),
+                                "keep layers below `layers`",
+                            ));
+                        }
+                        if stage == StageKind::Experts && !moe_layers.contains(&l) {
+                            return Err(err(
+                                &place,
+                                format!("stage experts in layer {l}, which is not a MoE layer"),
+                                "use stage dense, or list only MoE layers",
+                            ));
+                        }
+                    }
+                    layers.into_iter().map(Some).collect()
+                }
+            };
+            for layer in layers {
+                if !seen.insert((t.name.clone(), layer)) {
+                    return Err(err(
+                        &place,
+                        "repeats a component of the same name and layer".into(),
+                        "give each component a unique name",
+                    ));
+                }
+                trunk.push(TrunkComponent {
+                    name: t.name.clone(),
+                    layer,
+                    bytes: t.bytes.0,
+                    stage: t.stage,
+                });
+            }
+        }
+        Ok(Model {
+            description: d,
+            moe,
+            trunk,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lite() -> &'static str {
+        r#"
+name: test
+layers: 4
+moe_layers: "1..=3"
+experts: 8
+top_k: 2
+hidden: 16
+expert_intermediate: 8
+formats:
+  bf16: 768
+  int4: { bits: 4, group: 64 }
+tiers: { gpu: int4, ram: bf16, disk: int4 }
+trunk:
+  - { name: attn, layers: "0..=3", bytes: 1 KiB, stage: dense }
+  - { name: lm_head, bytes: 2 KiB, stage: head }
+per_layer:
+  - { layer: 2, experts: 4, expert_intermediate: 16 }
+"#
+    }
+
+    #[test]
+    fn expands_layers_sizes_and_trunk() {
+        let m = Model::from_yaml_str(lite(), Path::new("m.yaml")).unwrap();
+        assert_eq!(m.moe_layer_numbers(), vec![1, 2, 3]);
+        assert_eq!(m.experts_per_layer(), vec![8, 4, 8]);
+        // params = 3*16*8 = 384; int4: 384*4/8 = 192 + ceil(384/64)*2 = 12 -> 204.
+        assert_eq!(m.moe[0].gpu_bytes, 204);
+        // layer 2 has 768 params: int4 = 384 + 24 = 408; bf16 768 bytes scaled x2.
+        assert_eq!(m.moe[1].gpu_bytes, 408);
+        assert_eq!(m.moe[1].ram_bytes, 1536);
+        assert_eq!(m.trunk.len(), 5);
+        assert_eq!(m.trunk[4].layer, None);
+    }
+
+    #[test]
+    fn rejects_bad_descriptions() {
+        let cases = [
+            (lite().replace("top_k: 2", "top_k: 0"), "top_k"),
+            (lite().replace("\"1..=3\"", "\"1..=9\""), "moe_layers"),
+            (lite().replace("gpu: int4", "gpu: fp8"), "tiers.gpu"),
+            (
+                lite().replace("layer: 2,", "layer: 0,"),
+                "per_layer[0].layer",
+            ),
+            (
+                lite().replace("bytes: 2 KiB, stage: head", "bytes: 2 KiB, stage: experts"),
+                "trunk[1]",
+            ),
+            (
+                lite().replace("hidden: 16", "hidden: 16\ncolour: red"),
+                "line",
+            ),
+            (lite().replace("bytes: 1 KiB", "bytes: 1 GB/s"), "line"),
+        ];
+        for (text, place) in cases {
+            let e = Model::from_yaml_str(&text, Path::new("m.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("m.yaml: "), "{e}");
+            assert!(e.contains(place), "{place} not in {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+
+    #[test]
+    fn rejects_top_k_above_a_layers_experts() {
+        let read = |text: String| Model::from_yaml_str(&text, Path::new("m.yaml"));
+        let e = read(lite().replace("top_k: 2", "top_k: 9"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.yaml: top_k: 9 is larger than experts 8: a token cannot pick more experts \
+             than the layer has; lower top_k or raise experts"
+        );
+        // lite() gives layer 2 four experts: top_k 5 fits the model's 8, not that layer.
+        let e = read(lite().replace("top_k: 2", "top_k: 5"))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "m.yaml: per_layer[0].experts: 4 is smaller than top_k 5: a token cannot pick \
+             more experts than the layer has; raise this layer's experts or lower top_k"
+        );
+        // Every expert of the smallest layer picked is still a valid routing.
+        assert_eq!(
+            read(lite().replace("top_k: 2", "top_k: 4"))
+                .unwrap()
+                .top_k(),
+            4
+        );
+    }
+}

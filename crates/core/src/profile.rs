@@ -1,0 +1,346 @@
+//! The hardware profile (docs/design.md §3.1): NUMA nodes, GPUs, drives and the
+//! overlap of I/O with compute. Read from YAML and validated strictly, so the
+//! cost model can trust every rate to be positive and every reference to exist.
+
+use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::units::{Bytes, BytesPerSecond, Seconds};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct NumaNode {
+    pub id: usize,
+    pub ram: Bytes,
+    #[serde(default)]
+    pub reserved: Bytes,
+    #[serde(default)]
+    pub staging: Bytes,
+    pub cores: u32,
+    pub gemv_bandwidth: BytesPerSecond,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    pub id: usize,
+    pub name: String,
+    pub vram: Bytes,
+    #[serde(default)]
+    pub reserved: Bytes,
+    pub numa: usize,
+    pub gemv_bandwidth: BytesPerSecond,
+    pub upload_bandwidth: BytesPerSecond,
+    pub sync_overhead: Seconds,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Drive {
+    pub id: usize,
+    pub name: String,
+    pub numa: usize,
+    pub read_bandwidth: BytesPerSecond,
+    pub read_latency: Seconds,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Host {
+    pub name: String,
+    pub network_bandwidth: BytesPerSecond,
+    pub network_latency: Seconds,
+}
+
+fn default_true() -> bool {
+    true
+}
+
+/// The hardware profile file as written.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HardwareProfile {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    pub numa: Vec<NumaNode>,
+    #[serde(default)]
+    pub gpus: Vec<Gpu>,
+    #[serde(default)]
+    pub drives: Vec<Drive>,
+    #[serde(default = "default_true")]
+    pub io_overlaps_compute: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub felt_fraction: Option<f64>,
+    #[serde(default)]
+    pub fixed_token_seconds: Seconds,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hosts: Vec<Host>,
+}
+
+impl HardwareProfile {
+    /// The felt fraction `f` of docs/design.md §4: 1 without overlap, else the given share.
+    pub fn felt_fraction(&self) -> f64 {
+        if self.io_overlaps_compute {
+            self.felt_fraction.unwrap_or(0.0)
+        } else {
+            1.0
+        }
+    }
+
+    /// Bytes objects may use on GPU `g`: `vram - reserved`.
+    pub fn gpu_capacity(&self, g: usize) -> u64 {
+        self.gpus[g].vram.0 - self.gpus[g].reserved.0
+    }
+
+    /// Bytes objects may use on node `n`: `ram - reserved - staging`.
+    pub fn ram_capacity(&self, n: usize) -> u64 {
+        let node = &self.numa[n];
+        node.ram.0 - node.reserved.0 - node.staging.0
+    }
+
+    pub fn from_yaml_file(path: &Path) -> Result<HardwareProfile> {
+        Self::from_yaml_str(&read_text(path)?, path)
+    }
+
+    pub fn from_yaml_str(text: &str, path: &Path) -> Result<HardwareProfile> {
+        let profile: HardwareProfile = serde_norway::from_str(text).map_err(|e| {
+            let (place, problem) = split_serde_location(&e.to_string());
+            PlannerError::input(
+                path,
+                place,
+                problem,
+                "see docs/design.md §3.1 for the profile fields and units",
+            )
+        })?;
+        profile.validate(path)?;
+        Ok(profile)
+    }
+
+    /// Checks the rules of docs/design.md §3.1.
+    pub fn validate(&self, path: &Path) -> Result<()> {
+        let err = |place: String, problem: String, fix: &str| {
+            Err(PlannerError::input(path, place, problem, fix))
+        };
+        if self.numa.is_empty() {
+            return err(
+                "numa".into(),
+                "lists no node".into(),
+                "describe at least one NUMA node (a desktop has one)",
+            );
+        }
+        let dense = |ids: Vec<usize>, what: &str| -> Result<()> {
+            for (i, id) in ids.into_iter().enumerate() {
+                if id != i {
+                    return err(
+                        format!("{what}[{i}].id"),
+                        format!("is {id}, expected {i}"),
+                        "ids are unique and dense from 0, in list order",
+                    );
+                }
+            }
+            Ok(())
+        };
+        dense(self.numa.iter().map(|n| n.id).collect(), "numa")?;
+        dense(self.gpus.iter().map(|g| g.id).collect(), "gpus")?;
+        dense(self.drives.iter().map(|d| d.id).collect(), "drives")?;
+        let positive_rate = |place: String, rate: BytesPerSecond| -> Result<()> {
+            if rate.0.is_finite() && rate.0 > 0.0 {
+                Ok(())
+            } else {
+                err(
+                    place,
+                    "must be a positive rate".into(),
+                    "give a rate such as `25 GB/s`",
+                )
+            }
+        };
+        for (i, n) in self.numa.iter().enumerate() {
+            if n.ram.0 == 0 {
+                return err(
+                    format!("numa[{i}].ram"),
+                    "is zero".into(),
+                    "give the node's memory, e.g. `256 GiB`",
+                );
+            }
+            if n.cores == 0 {
+                return err(
+                    format!("numa[{i}].cores"),
+                    "is zero".into(),
+                    "give the node's core count",
+                );
+            }
+            if n.reserved.0 + n.staging.0 >= n.ram.0 {
+                return err(
+                    format!("numa[{i}]"),
+                    format!(
+                        "reserved {} + staging {} leave nothing of ram {}",
+                        n.reserved, n.staging, n.ram
+                    ),
+                    "reserved + staging must be below ram",
+                );
+            }
+            positive_rate(format!("numa[{i}].gemv_bandwidth"), n.gemv_bandwidth)?;
+        }
+        for (i, g) in self.gpus.iter().enumerate() {
+            if g.vram.0 == 0 {
+                return err(
+                    format!("gpus[{i}].vram"),
+                    "is zero".into(),
+                    "give the card's memory, e.g. `8 GiB`",
+                );
+            }
+            if g.reserved.0 >= g.vram.0 {
+                return err(
+                    format!("gpus[{i}].reserved"),
+                    format!("{} leaves nothing of vram {}", g.reserved, g.vram),
+                    "reserved must be below vram",
+                );
+            }
+            if g.numa >= self.numa.len() {
+                return err(
+                    format!("gpus[{i}].numa"),
+                    format!(
+                        "names node {}, but the profile lists {} node(s)",
+                        g.numa,
+                        self.numa.len()
+                    ),
+                    "name a listed NUMA node id",
+                );
+            }
+            positive_rate(format!("gpus[{i}].gemv_bandwidth"), g.gemv_bandwidth)?;
+            positive_rate(format!("gpus[{i}].upload_bandwidth"), g.upload_bandwidth)?;
+            if !g.sync_overhead.0.is_finite() {
+                return err(
+                    format!("gpus[{i}].sync_overhead"),
+                    "is not finite".into(),
+                    "give a time such as `120 us`",
+                );
+            }
+        }
+        for (i, d) in self.drives.iter().enumerate() {
+            if d.numa >= self.numa.len() {
+                return err(
+                    format!("drives[{i}].numa"),
+                    format!(
+                        "names node {}, but the profile lists {} node(s)",
+                        d.numa,
+                        self.numa.len()
+                    ),
+                    "name a listed NUMA node id",
+                );
+            }
+            positive_rate(format!("drives[{i}].read_bandwidth"), d.read_bandwidth)?;
+        }
+        match self.felt_fraction {
+            Some(f) if !(0.0..=1.0).contains(&f) || f.is_nan() => {
+                return err(
+                    "felt_fraction".into(),
+                    format!("is {f}"),
+                    "give a share between 0 and 1",
+                );
+            }
+            Some(f) if !self.io_overlaps_compute && f != 1.0 => {
+                return err(
+                    "felt_fraction".into(),
+                    format!("is {f} but io_overlaps_compute is false, so every read is felt"),
+                    "drop felt_fraction or set it to 1",
+                );
+            }
+            _ => {}
+        }
+        let host_names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
+        let hosts = self
+            .numa
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (format!("numa[{i}].host"), &n.host))
+            .chain(
+                self.gpus
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| (format!("gpus[{i}].host"), &g.host)),
+            );
+        for (place, host) in hosts {
+            if let Some(h) = host {
+                if !host_names.contains(&h.as_str()) {
+                    return err(
+                        place,
+                        format!("names host `{h}`, which `hosts` does not list"),
+                        "add it to `hosts`",
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BOX: &str = r#"
+name: box
+numa:
+  - { id: 0, ram: 64 GiB, reserved: 8 GiB, staging: 2 GiB, cores: 8, gemv_bandwidth: 30 GB/s }
+gpus:
+  - { id: 0, name: card, vram: 8 GiB, reserved: 1 GiB, numa: 0, gemv_bandwidth: 300 GB/s, upload_bandwidth: 12 GB/s, sync_overhead: 100 us }
+drives:
+  - { id: 0, name: nvme, numa: 0, read_bandwidth: 3 GB/s, read_latency: 80 us }
+"#;
+
+    #[test]
+    fn reads_and_derives_capacities() {
+        let p = HardwareProfile::from_yaml_str(BOX, Path::new("p.yaml")).unwrap();
+        // 64 GiB - 8 GiB - 2 GiB = 54 GiB; 8 GiB - 1 GiB = 7 GiB.
+        assert_eq!(p.ram_capacity(0), 54 << 30);
+        assert_eq!(p.gpu_capacity(0), 7 << 30);
+        assert_eq!(p.felt_fraction(), 0.0);
+        assert!((p.gpus[0].sync_overhead.0 - 1e-4).abs() < 1e-15);
+    }
+
+    #[test]
+    fn rejects_bad_profiles_with_one_line() {
+        let cases = [
+            (
+                BOX.replace("numa: 0, gemv", "numa: 3, gemv"),
+                "gpus[0].numa",
+            ),
+            (BOX.replace("vram: 8 GiB", "vram: 8 GB/s"), "line"),
+            (BOX.replace("vram: 8 GiB", "vram: 0"), "gpus[0].vram"),
+            (
+                BOX.replace("reserved: 1 GiB", "reserved: 9 GiB"),
+                "gpus[0].reserved",
+            ),
+            (BOX.replace("3 GB/s", "0 GB/s"), "drives[0].read_bandwidth"),
+            (
+                BOX.replace("{ id: 0, name: nvme", "{ id: 1, name: nvme"),
+                "drives[0].id",
+            ),
+            (
+                BOX.replace("cores: 8", "cores: 8, colour: red"),
+                "unknown field",
+            ),
+            (BOX.replace("100 us", "100"), "line"),
+            (BOX.replace("staging: 2 GiB", "staging: 60 GiB"), "numa[0]"),
+            (
+                format!("{BOX}io_overlaps_compute: false\nfelt_fraction: 0.5\n"),
+                "felt_fraction",
+            ),
+            (format!("{BOX}felt_fraction: .nan\n"), "felt_fraction"),
+        ];
+        for (text, place) in cases {
+            let e = HardwareProfile::from_yaml_str(&text, Path::new("p.yaml"))
+                .unwrap_err()
+                .to_string();
+            assert!(e.starts_with("p.yaml: "), "{e}");
+            assert!(e.contains(place), "{place} not in {e}");
+            assert!(!e.contains('\n'), "{e}");
+        }
+    }
+}

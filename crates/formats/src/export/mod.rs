@@ -1,0 +1,139 @@
+//! Exports of a plan for engines users already run. Each exporter is a pure
+//! function of a plan and its instance that writes its files into a
+//! directory (atomically) and says, one line per finding, what the engine
+//! cannot express and what it will do instead. This module owns what the
+//! exporters share: [`Export`], [`Engine`] and [`export`], and the views of
+//! a plan they all read (its placement, MoE layers, trunk groups, NUMA nodes).
+//!
+//! One module per engine: `colibri` (`coli-place`), `llama_cpp`,
+//! `ktransformers`, `sglang` and `vllm`. `layer_buffers` is the one buffer
+//! per MoE layer of llama.cpp and ktransformers, `expert_parallel` the
+//! expert slots of SGLang and vLLM.
+//!
+//! GPU `g` of the profile is CUDA ordinal `g` in every engine (reorder
+//! `CUDA_VISIBLE_DEVICES` if the machine numbers its cards otherwise).
+
+mod colibri;
+mod expert_parallel;
+mod ktransformers;
+mod layer_buffers;
+mod llama_cpp;
+mod sglang;
+#[cfg(test)]
+mod tests;
+mod vllm;
+
+pub use colibri::{
+    coli_allowance_bytes, coli_place, coli_place_string, ColiItem, ColiSegment, ColiTarget,
+    COLI_COMPONENTS, COLI_ENV_FILE, COLI_HEAT_FILE, HEAT_STEP,
+};
+pub use expert_parallel::EpLayout;
+pub use ktransformers::{
+    ktransformers, KtMatch, KtReplace, KtRule, KT_EXPERTS_CLASS, KT_RULES_FILE,
+};
+pub use layer_buffers::Buffer;
+pub use llama_cpp::{llama_cpp, LLAMA_ARGS_FILE, LLAMA_OT_FILE, LLAMA_TRUNK_NAMES};
+pub use sglang::{sglang, SglangExpertLocation, SGLANG_ARGS_FILE, SGLANG_FILE};
+pub use vllm::{vllm, VllmPlacement, VllmRank, VLLM_ARGS_FILE, VLLM_FILE};
+
+use residency_core::cost::{Instance, Place};
+use residency_core::error::{PlannerError, Result};
+use residency_core::plan::Plan;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+/// What an export wrote and what it could not express.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Export {
+    pub files: Vec<PathBuf>,
+    pub warnings: Vec<String>,
+}
+
+residency_core::named! {
+    /// An engine we export to.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+    pub enum Engine("export") {
+        ColiPlace = "coli-place",
+        LlamaCpp = "llama-cpp",
+        Ktransformers = "ktransformers",
+        Sglang = "sglang",
+        Vllm = "vllm",
+    }
+}
+
+/// Runs one exporter.
+pub fn export(engine: Engine, plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    match engine {
+        Engine::ColiPlace => coli_place(plan, inst, dir),
+        Engine::LlamaCpp => llama_cpp(plan, inst, dir),
+        Engine::Ktransformers => ktransformers(plan, inst, dir),
+        Engine::Sglang => sglang(plan, inst, dir),
+        Engine::Vllm => vllm(plan, inst, dir),
+    }
+}
+
+/// The placement the plan encodes, checked against the instance.
+fn placement(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
+    plan.placement(inst, Path::new("plan"))
+}
+
+/// Transformer layer of each MoE ordinal, from the stage names `L<layer>.experts`.
+fn moe_layers(inst: &Instance) -> Result<Vec<usize>> {
+    inst.expert_ids
+        .iter()
+        .map(|ids| {
+            let stage = ids
+                .first()
+                .map(|&o| &inst.stages[inst.objects[o].stage].name);
+            stage
+                .and_then(|s| s.strip_prefix('L')?.strip_suffix(".experts")?.parse().ok())
+                .ok_or_else(|| {
+                    PlannerError::Solver(format!(
+                        "experts stage {stage:?} is not named `L<layer>.experts`"
+                    ))
+                })
+        })
+        .collect()
+}
+
+/// A trunk component's name and its (layer, object) members.
+type TrunkGroup = (String, Vec<(Option<usize>, usize)>);
+
+/// Trunk objects grouped by name, in model order.
+fn trunk_groups(inst: &Instance) -> Vec<TrunkGroup> {
+    let mut groups: Vec<TrunkGroup> = Vec::new();
+    for (o, name, layer) in inst.trunk() {
+        match groups.iter_mut().find(|(n, _)| n == name) {
+            Some((_, members)) => members.push((layer, o)),
+            None => groups.push((name.to_string(), vec![(layer, o)])),
+        }
+    }
+    groups
+}
+
+fn create_dir(dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).map_err(|e| PlannerError::io(dir, e))
+}
+
+fn join<T: fmt::Display>(items: impl IntoIterator<Item = T>, sep: &str) -> String {
+    items
+        .into_iter()
+        .map(|x| x.to_string())
+        .collect::<Vec<_>>()
+        .join(sep)
+}
+
+/// RAM nodes the placement uses, when it uses more than one.
+fn numa_nodes_used(inst: &Instance, placement: &[usize]) -> Vec<Place> {
+    let used: BTreeSet<Place> = placement
+        .iter()
+        .map(|&q| inst.places[q])
+        .filter(|p| matches!(p, Place::Ram(_)))
+        .collect();
+    if used.len() > 1 {
+        used.into_iter().collect()
+    } else {
+        Vec::new()
+    }
+}

@@ -1,0 +1,363 @@
+//! `llama4-json`, read only: Llama-4 MoE routing per MMLU query
+//! (`traces/SOURCES.md` 2), read as a per-token [`Trace`]. A file is one
+//! query: an array of steps; step 0 (prefill) and each decode step is an
+//! object with keys "0".."<layers-1>" (model layers), `null` for a dense
+//! layer, else one row `[expert ids]` per token of the step. Prefill rows
+//! and decode steps are all tokens, in order (seq `<subject>/<file stem>`).
+//! The MoE layers are the non-null keys (the same in every step and file;
+//! the model's `moe_layers` when it is known). A data set is a folder of
+//! subject folders (the categories) of `<n>.json`; one subject folder or
+//! one file (category = its folder's name) is accepted too.
+
+use super::common::{describe_layers, expert_problem, json_err};
+use super::trace::{TokenRoutes, Trace};
+use super::{HeatContext, HeatFormat};
+use residency_core::error::{read_text, PlannerError, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const FIX: &str = "a llama4-json file is [{\"0\": null, \"1\": [[id], ..], ..}, ..]: step 0 = prefill, then one step per decoded token";
+
+/// One row of expert ids per token.
+type Rows = Vec<Vec<u32>>;
+/// One step: model layer key -> rows, `null` for a dense layer.
+type Step = BTreeMap<String, Option<Rows>>;
+
+fn name(p: &Path) -> String {
+    p.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// `*.json` files of a folder, by numeric stem (others after, by name).
+fn json_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    let mut files = super::common::dir_entries(dir)?;
+    files.retain(|p| p.is_file() && p.extension().is_some_and(|x| x == "json"));
+    let key = |p: &PathBuf| {
+        let stem = p
+            .file_stem()
+            .map(|s| s.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        (stem.parse::<u64>().unwrap_or(u64::MAX), stem)
+    };
+    files.sort_by_key(key);
+    Ok(files)
+}
+
+/// (category, files) per subject.
+fn subjects(path: &Path) -> Result<Vec<(String, Vec<PathBuf>)>> {
+    if path.is_file() {
+        let category = path.parent().map(name).unwrap_or_default();
+        return Ok(vec![(category, vec![path.to_path_buf()])]);
+    }
+    let own = json_files(path)?;
+    if !own.is_empty() {
+        return Ok(vec![(name(path), own)]);
+    }
+    let mut subjects = Vec::new();
+    for entry in std::fs::read_dir(path).map_err(|e| PlannerError::io(path, e))? {
+        let sub = entry.map_err(|e| PlannerError::io(path, e))?.path();
+        if sub.is_dir() {
+            let files = json_files(&sub)?;
+            if !files.is_empty() {
+                subjects.push((name(&sub), files));
+            }
+        }
+    }
+    subjects.sort();
+    if subjects.is_empty() {
+        return Err(PlannerError::input(
+            path,
+            "directory",
+            "holds no .json file, neither itself nor in a subfolder",
+            "name a subject folder of <n>.json files or the folder of subject folders",
+        ));
+    }
+    Ok(subjects)
+}
+
+/// One step's layers by number: (layer, rows or None).
+fn layers_of(step: Step, path: &Path, s: usize) -> Result<Vec<(usize, Option<Rows>)>> {
+    let mut layers = step
+        .into_iter()
+        .map(|(k, v)| match k.parse::<usize>() {
+            Ok(l) => Ok((l, v)),
+            Err(_) => Err(PlannerError::input(
+                path,
+                format!("step {s}, key {}", super::common::quote(&k)),
+                "is not a layer number",
+                FIX,
+            )),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    layers.sort_by_key(|(l, _)| *l);
+    Ok(layers)
+}
+
+/// Reads one query file, appending its tokens; `moe` is the MoE layer set
+/// every file must have (set by the model or by the first file).
+fn read_query(
+    path: &Path,
+    ctx: &HeatContext,
+    moe: &mut Option<(Vec<usize>, String)>,
+    seq: String,
+    category: &str,
+    tokens: &mut Vec<TokenRoutes>,
+) -> Result<()> {
+    let text = read_text(path)?;
+    let steps: Vec<Step> =
+        serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, FIX))?;
+    if steps.is_empty() {
+        return Err(PlannerError::input(path, "top level", "has no steps", FIX));
+    }
+    let mut pos = 0u64;
+    for (s, step) in steps.into_iter().enumerate() {
+        let layers = layers_of(step, path, s)?;
+        let here: Vec<usize> = layers
+            .iter()
+            .filter(|(_, v)| v.is_some())
+            .map(|(l, _)| *l)
+            .collect();
+        match moe {
+            None => *moe = Some((here.clone(), format!("{} step {s}", path.display()))),
+            Some((want, source)) if *want != here => {
+                return Err(PlannerError::input(
+                    path,
+                    format!("step {s}"),
+                    format!(
+                        "MoE layers (non-null keys) are {}, {source} has {}",
+                        describe_layers(&here),
+                        describe_layers(want)
+                    ),
+                    "every step of every file must route the same layers, those of the model",
+                ));
+            }
+            Some(_) => {}
+        }
+        let rows: Vec<(usize, Rows)> = layers
+            .into_iter()
+            .filter_map(|(l, v)| v.map(|v| (l, v)))
+            .collect();
+        let Some((first_layer, first)) = rows.first() else {
+            return Err(PlannerError::input(
+                path,
+                format!("step {s}"),
+                "every layer is null (no MoE layer)",
+                FIX,
+            ));
+        };
+        let n = first.len();
+        if let Some((l, r)) = rows.iter().find(|(_, r)| r.len() != n) {
+            return Err(PlannerError::input(
+                path,
+                format!("step {s}, layer \"{l}\""),
+                format!("has {} rows, layer \"{first_layer}\" has {n}", r.len()),
+                "every MoE layer of a step holds one row per token",
+            ));
+        }
+        for (ordinal, (l, r)) in rows.iter().enumerate() {
+            for (t, ids) in r.iter().enumerate() {
+                if let Some(problem) = ids
+                    .iter()
+                    .find_map(|&e| expert_problem(ctx, ordinal, e as usize))
+                {
+                    return Err(PlannerError::input(
+                        path,
+                        format!("step {s}, layer \"{l}\", row {t}"),
+                        problem,
+                        FIX,
+                    ));
+                }
+            }
+        }
+        let mut columns: Vec<<Rows as IntoIterator>::IntoIter> =
+            rows.into_iter().map(|(_, r)| r.into_iter()).collect();
+        for _ in 0..n {
+            tokens.push(TokenRoutes {
+                seq: seq.clone(),
+                pos,
+                category: Some(category.to_string()),
+                routes: columns
+                    .iter_mut()
+                    .map(|c| c.next().unwrap_or_default())
+                    .collect(),
+            });
+            pos += 1;
+        }
+    }
+    Ok(())
+}
+
+pub(crate) fn read_trace(
+    path: &Path,
+    ctx: &HeatContext,
+    _warnings: &mut Vec<String>,
+) -> Result<Trace> {
+    let mut moe = ctx.moe_layers.as_ref().map(|m| {
+        (
+            m.clone(),
+            format!("model `{}`", ctx.model_name.as_deref().unwrap_or("given")),
+        )
+    });
+    let mut tokens = Vec::new();
+    for (category, files) in subjects(path)? {
+        for file in files {
+            let stem = file
+                .file_stem()
+                .map(|s| s.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            read_query(
+                &file,
+                ctx,
+                &mut moe,
+                format!("{category}/{stem}"),
+                &category,
+                &mut tokens,
+            )?;
+        }
+    }
+    let layers = moe.map_or(0, |(m, _)| m.len());
+    Ok(Trace::build(HeatFormat::Llama4Json, ctx, layers, 0, tokens))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heat::common::test_util::{one_line, shared_data};
+
+    /// Layers "0".."3", MoE on 1 and 3; a prefill of 2 tokens and one decode step.
+    const QUERY: &str = r#"[{"0":null,"1":[[5],[6]],"2":null,"3":[[7],[5]]},{"0":null,"1":[[1]],"2":null,"3":[[2]]}]"#;
+
+    #[test]
+    fn small_data_set() {
+        let root = tempfile::tempdir().unwrap();
+        for subject in ["anatomy", "algebra"] {
+            std::fs::create_dir(root.path().join(subject)).unwrap();
+            for n in [10, 9] {
+                std::fs::write(root.path().join(format!("{subject}/{n}.json")), QUERY).unwrap();
+            }
+        }
+        let trace = read_trace(root.path(), &HeatContext::default(), &mut vec![]).unwrap();
+        // 2 subjects x 2 files x (2 prefill + 1 decode) = 12 tokens; 2 MoE layers.
+        assert_eq!(trace.tokens.len(), 12);
+        assert_eq!(trace.layers(), 2);
+        assert_eq!(trace.tokens[0].seq, "algebra/9");
+        assert_eq!(trace.tokens[2].pos, 2);
+        assert_eq!(trace.tokens[1].routes, vec![vec![6], vec![5]]);
+        let h = trace.heat();
+        // Layer 1 per file: 5, 6, 1; x4 files -> e5 = 4, e6 = 4, e1 = 4; N = 12.
+        assert_eq!(h.total.counts[0][5], 4.0);
+        assert_eq!(h.total.counts[1][5], 4.0);
+        assert_eq!(h.total.tokens, Some(vec![12, 12]));
+        // One file: category = its folder.
+        let t = read_trace(
+            &root.path().join("anatomy/9.json"),
+            &HeatContext::default(),
+            &mut vec![],
+        )
+        .unwrap();
+        assert_eq!(t.categories(), ["anatomy"]);
+    }
+
+    #[test]
+    fn bad_inputs_name_the_place() {
+        let root = tempfile::tempdir().unwrap();
+        let path = root.path().join("bad.json");
+        let ctx = HeatContext {
+            moe_layers: Some(vec![1, 2]),
+            model_name: Some("m".into()),
+            ..Default::default()
+        };
+        let small = HeatContext {
+            moe_layers: Some(vec![1, 3]),
+            experts: Some(vec![6, 6]),
+            model_name: Some("m".into()),
+            ..Default::default()
+        };
+        let none = HeatContext::default();
+        let cases: &[(&str, &str, &HeatContext)] = &[
+            ("[]", "top level: has no steps", &none),
+            ("{}", "line 1 column", &none),
+            (r#"[{"x":null}]"#, "step 0, key `x`", &none),
+            (r#"[{"0":null,"1":[["a"]]}]"#, "line 1 column", &none),
+            (r#"[{"0":null}]"#, "step 0: every layer is null", &none),
+            (
+                r#"[{"1":[[1],[2]],"3":[[1]]}]"#,
+                "step 0, layer \"3\": has 1 rows",
+                &none,
+            ),
+            (
+                r#"[{"1":[[1]],"3":[[1]]},{"1":[[1]],"3":null}]"#,
+                "step 1: MoE layers (non-null keys) are [1]",
+                &none,
+            ),
+            (
+                QUERY,
+                "step 0: MoE layers (non-null keys) are [1, 3], model `m` has [1, 2]",
+                &ctx,
+            ),
+            (
+                QUERY,
+                "step 0, layer \"1\", row 1: expert 6 does not exist",
+                &small,
+            ),
+        ];
+        for (text, place, ctx) in cases {
+            std::fs::write(&path, text).unwrap();
+            one_line(
+                read_trace(&path, ctx, &mut vec![]).unwrap_err(),
+                "bad.json",
+                place,
+            );
+        }
+        let empty = tempfile::tempdir().unwrap();
+        one_line(
+            read_trace(empty.path(), &none, &mut vec![]).unwrap_err(),
+            "",
+            "directory",
+        );
+    }
+
+    #[test]
+    fn real_data() {
+        let Some(dir) = shared_data("traces/llama4_maverick_mmlu") else {
+            return;
+        };
+        let trace = read_trace(&dir, &HeatContext::default(), &mut vec![]).unwrap();
+        // MoE on the odd layers 1..47 (24), 128 experts, top-1.
+        assert_eq!(trace.layers(), 24);
+        assert_eq!(trace.experts, vec![128; 24]);
+        let h = trace.heat();
+        // SOURCES.md 2 / MANIFEST.tsv: 811 prefill + 36 x 128 = 4,608 decode tokens.
+        assert_eq!(h.total.tokens, Some(vec![811 + 4608; 24]));
+        for row in &h.total.counts {
+            assert_eq!(
+                row.iter().sum::<f64>(),
+                5419.0,
+                "top-1: one selection per token"
+            );
+        }
+        assert_eq!(
+            trace.categories(),
+            ["abstract_algebra", "anatomy", "astronomy"]
+        );
+        // Per subject, with the model's layers: prefill sums from MANIFEST.tsv
+        // (awk -F'\t' 'NR>1{p[$1]+=$5} END{for(s in p) print s, p[s]}'):
+        // abstract_algebra 416, anatomy 168, astronomy 227; plus 12 x 128 decode tokens each.
+        let odd: Vec<usize> = (1..48).step_by(2).collect();
+        let ctx = HeatContext {
+            moe_layers: Some(odd),
+            experts: Some(vec![128; 24]),
+            ..Default::default()
+        };
+        for (subject, prefill) in [
+            ("abstract_algebra", 416),
+            ("anatomy", 168),
+            ("astronomy", 227),
+        ] {
+            let one = read_trace(&dir.join(subject), &ctx, &mut vec![]).unwrap();
+            assert_eq!(one.tokens.len(), prefill + 12 * 128, "{subject}");
+            assert_eq!(one.heat().total, h.categories[subject]);
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! `qwen3-csv`, read only: the Qwen3-30B-A3B cross-language wide CSVs
+//! (`traces/SOURCES.md` 4), header `Layer,Language,Expert_0..Expert_{E-1}`,
+//! one row per (MoE layer, language).
+//!
+//! Only `*_avg_activation.csv` files are heat: each value is the fraction of
+//! tokens routed to the expert (rows sum to ~top_k), i.e. `p` itself. They
+//! are stored as counts with `tokens = None`, so `p = top_k * c / sum_e c`
+//! gives them back. `*_avg_dist.csv` files hold mean router softmax
+//! probabilities (rows sum to ~1), which are not selections: a directory read
+//! skips them and naming one is an error pointing at its avg_activation twin.
+//! Categories are `<task>/<language>` (task from the file name, e.g.
+//! `moe_all_layers_analysis_arc_en_he_500_.._avg_activation.csv` -> `arc`);
+//! the total is the sum over categories, i.e. each (task, language) weighs
+//! the same (token totals are not published).
+
+use super::common::{resolve_shape, CountTable};
+use super::csv::{parse_wide, split, wide_tables};
+use super::{Heat, HeatContext, HeatFormat};
+use residency_core::error::{read_text, PlannerError, Result};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+const ACTIVATION: &str = "_avg_activation.csv";
+const DIST: &str = "_avg_dist.csv";
+const PREFIX: &str = "moe_all_layers_analysis_";
+
+pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) -> Result<Heat> {
+    let files = files(path)?;
+    let mut parts: BTreeMap<String, CountTable> = BTreeMap::new();
+    let mut experts = 0;
+    for file in &files {
+        let name = file_name(file);
+        let task = task_of(&name);
+        let text = read_text(file)?;
+        let csv = split(&text, file)?;
+        let wide = parse_wide(&csv, file)?;
+        if wide.extras != ["Language"] {
+            return Err(PlannerError::input(
+                file,
+                format!("line {}", wide.header_line),
+                format!(
+                    "the columns before Expert_0 are {:?}, not [\"Language\"]",
+                    wide.extras
+                ),
+                "a qwen3-csv header is `Layer,Language,Expert_0,..`; read other wide CSVs as csv",
+            ));
+        }
+        experts = experts.max(wide.experts);
+        for (language, table) in wide_tables(&wide, file, ctx, |row| row.extras[0].clone())? {
+            let category = format!("{task}/{language}");
+            if parts.insert(category.clone(), table).is_some() {
+                return Err(PlannerError::input(
+                    file,
+                    "file name",
+                    format!("category `{category}` is also given by another file"),
+                    "keep one avg_activation file per task",
+                ));
+            }
+        }
+    }
+    let mut total = CountTable::default();
+    parts.values().for_each(|t| total.merge(t));
+    let given = total.layers();
+    let layers = ctx.moe_layers.as_ref().map_or(given, Vec::len);
+    let shape = resolve_shape(ctx, layers, experts);
+    Ok(Heat {
+        model: None,
+        format: HeatFormat::Qwen3Csv,
+        source_layers: given,
+        total: total.finish(&shape, None),
+        categories: parts
+            .into_iter()
+            .map(|(k, t)| (k, t.finish(&shape, None)))
+            .collect(),
+    })
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+/// `moe_all_layers_analysis_<task>_..` -> `<task>`; another name: its stem
+/// without `_avg_activation`.
+fn task_of(name: &str) -> String {
+    let stem = name
+        .strip_suffix(ACTIVATION)
+        .or_else(|| name.strip_suffix(".csv"))
+        .unwrap_or(name);
+    match stem.strip_prefix(PREFIX) {
+        Some(rest) => rest.split('_').next().unwrap_or(rest).to_string(),
+        None => stem.to_string(),
+    }
+}
+
+/// The avg_activation files to read: the one named, or those in a directory.
+fn files(path: &Path) -> Result<Vec<PathBuf>> {
+    if !path.is_dir() {
+        let name = file_name(path);
+        if let Some(stem) = name.strip_suffix(DIST) {
+            return Err(PlannerError::input(
+                path,
+                "file name",
+                "an avg_dist file holds mean router softmax probabilities (rows sum to 1), not expert selections",
+                format!("read `{stem}{ACTIVATION}`, the selection rates of the same run"),
+            ));
+        }
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = super::common::dir_entries(path)?;
+    files.retain(|p| file_name(p).ends_with(ACTIVATION));
+    if files.is_empty() {
+        return Err(PlannerError::input(
+            path,
+            "directory",
+            format!(
+                "holds no `*{ACTIVATION}` file (avg_dist files are router probabilities, not heat)"
+            ),
+            "name the directory of the Qwen3 avg_activation CSVs",
+        ));
+    }
+    Ok(files)
+}
+
+/// Mean row sum of an avg_activation table, for the test and the report.
+#[cfg(test)]
+fn mean_row_sum(heat: &Heat) -> f64 {
+    let n = heat.total.counts.len() * heat.categories.len();
+    let sum: f64 = heat
+        .categories
+        .values()
+        .flat_map(|t| &t.counts)
+        .map(|r| r.iter().sum::<f64>())
+        .sum();
+    sum / n as f64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::heat::common::test_util::{one_line, shared_data};
+
+    const HEADER: &str = "Layer,Language,Expert_0,Expert_1,Expert_2,Expert_3\n";
+
+    #[test]
+    fn small_file_and_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = dir
+            .path()
+            .join("moe_all_layers_analysis_arc_en_he_500_1_avg_activation.csv");
+        std::fs::write(
+            &a,
+            format!("{HEADER}0,English,1,1,0,0\n0,Hebrew,0.5,0.5,0.5,0.5\n"),
+        )
+        .unwrap();
+        let b = dir
+            .path()
+            .join("moe_all_layers_analysis_gsm_en_he_500_2_avg_activation.csv");
+        std::fs::write(&b, format!("{HEADER}0,English,0,2,0,0\n")).unwrap();
+        std::fs::write(
+            dir.path()
+                .join("moe_all_layers_analysis_gsm_en_he_500_2_avg_dist.csv"),
+            "junk",
+        )
+        .unwrap();
+        let h = read(dir.path(), &HeatContext::default(), &mut vec![]).unwrap();
+        let names: Vec<&str> = h.categories.keys().map(String::as_str).collect();
+        assert_eq!(names, ["arc/English", "arc/Hebrew", "gsm/English"]);
+        // Total = sum of the three rows: [1+0.5+0, 1+0.5+2, 0.5, 0.5].
+        assert_eq!(h.total.counts, vec![vec![1.5, 3.5, 0.5, 0.5]]);
+        assert_eq!(h.total.tokens, None);
+        let h = read(&b, &HeatContext::default(), &mut vec![]).unwrap();
+        assert_eq!(h.categories.len(), 1);
+    }
+
+    #[test]
+    fn refuses_avg_dist_and_other_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir
+            .path()
+            .join("moe_all_layers_analysis_arc_x_avg_dist.csv");
+        std::fs::write(&d, HEADER).unwrap();
+        let msg = one_line(
+            read(&d, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "avg_dist.csv",
+            "file name",
+        );
+        assert!(
+            msg.contains("moe_all_layers_analysis_arc_x_avg_activation.csv"),
+            "{msg}"
+        );
+        let w = dir.path().join("w_avg_activation.csv");
+        std::fs::write(&w, "Layer,Lang,Expert_0\n0,en,1\n").unwrap();
+        one_line(
+            read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "w_avg_activation.csv",
+            "line 1",
+        );
+        std::fs::write(&w, format!("{HEADER}0,English,1,1,0,zero\n")).unwrap();
+        one_line(
+            read(&w, &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "w_avg_activation.csv",
+            "line 2, field 6",
+        );
+        let empty = tempfile::tempdir().unwrap();
+        std::fs::copy(&d, empty.path().join("x_avg_dist.csv")).unwrap();
+        one_line(
+            read(empty.path(), &HeatContext::default(), &mut vec![]).unwrap_err(),
+            "",
+            "directory",
+        );
+    }
+
+    #[test]
+    fn real_data() {
+        let Some(dir) = shared_data("traces/qwen3_30b_a3b_cross_lang") else {
+            return;
+        };
+        let h = read(&dir, &HeatContext::default(), &mut vec![]).unwrap();
+        // 6 tasks x 2 languages; 48 MoE layers x 128 experts (SOURCES.md 4).
+        assert_eq!(h.categories.len(), 12);
+        assert!(
+            h.categories.contains_key("ted/Hebrew") && h.categories.contains_key("nli/English")
+        );
+        assert_eq!(h.total.counts.len(), 48);
+        assert!(h.total.counts.iter().all(|r| r.len() == 128));
+        // avg_activation rows sum to ~8 = top_k (bf16 rounding).
+        let mean = mean_row_sum(&h);
+        assert!((mean - 8.0).abs() < 0.05, "mean row sum {mean}");
+        for t in h.categories.values() {
+            for row in &t.counts {
+                let s: f64 = row.iter().sum();
+                assert!((s - 8.0).abs() < 0.2, "row sum {s}");
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! Loading the inputs of a plan (profile, model, heat, and optional KV
+//! prefix groups) from files or from the embedded defaults, with the
+//! references a plan records (name, sha256) and the notes a user should see
+//! once.
+
+use crate::heat::{read_heat, HeatContext, HeatFormat, HeatTable};
+use residency_core::cost::Instance;
+use residency_core::kv::{KvGroup, KvGroupsFile};
+use residency_core::model::Model;
+use residency_core::plan::{sha256_hex, sha256_of_path, HeatRef, InputRef, PlanInputs};
+use residency_core::profile::HardwareProfile;
+use residency_core::Result;
+use std::path::{Path, PathBuf};
+
+/// The embedded defaults: Colibri's published two-card box, DeepSeek-V2-Lite,
+/// and its routing heat from the DeepSeek ESFT expert logs (MIT).
+pub mod defaults {
+    pub const PROFILE_NAME: &str = "profiles/hardware/threadripper-3945wx-rtx3070-quadro4000.yaml";
+    pub const PROFILE: &str =
+        include_str!("../../../profiles/hardware/threadripper-3945wx-rtx3070-quadro4000.yaml");
+    pub const MODEL_NAME: &str = "profiles/models/deepseek-v2-lite.yaml";
+    pub const MODEL: &str = include_str!("../../../profiles/models/deepseek-v2-lite.yaml");
+    pub const HEAT_NAME: &str = "profiles/heat/deepseek-v2-lite-esft.json";
+    pub const HEAT: &str = include_str!("../../../profiles/heat/deepseek-v2-lite-esft.json");
+}
+
+/// Where each input comes from; `None` takes the default.
+#[derive(Debug, Clone, Default)]
+pub struct InputPaths {
+    pub profile: Option<PathBuf>,
+    pub model: Option<PathBuf>,
+    pub heat: Option<PathBuf>,
+    pub heat_format: Option<HeatFormat>,
+    /// See [`HeatContext::allow_partial_heat`].
+    pub allow_partial_heat: bool,
+    /// KV prefix groups to place beside the weights (none by default).
+    pub kv: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub profile: HardwareProfile,
+    pub model: Model,
+    pub heat: HeatTable,
+    pub kv_groups: Vec<KvGroup>,
+    /// The file heat was read from (for messages); the default's name when embedded.
+    pub heat_file: PathBuf,
+    pub refs: PlanInputs,
+    /// Things the user should be told once (uniform heat, dropped rows, ...).
+    pub notes: Vec<String>,
+}
+
+/// A model the caller has already loaded (a checkpoint directory, which
+/// only the executor can read), with the sha256 the plan records for it.
+#[derive(Debug, Clone)]
+pub struct LoadedModel {
+    pub model: Model,
+    pub sha256: String,
+}
+
+impl Inputs {
+    pub fn load(paths: &InputPaths) -> Result<Inputs> {
+        Self::load_with_model(paths, None)
+    }
+
+    /// Like `load`, with the model given instead of read from `paths.model`
+    /// (which then only names it in messages).
+    pub fn load_with_model(paths: &InputPaths, loaded: Option<LoadedModel>) -> Result<Inputs> {
+        let mut notes = Vec::new();
+        let (profile, profile_sha) = match &paths.profile {
+            Some(p) => (HardwareProfile::from_yaml_file(p)?, sha256_of_path(p)?),
+            None => (
+                HardwareProfile::from_yaml_str(
+                    defaults::PROFILE,
+                    Path::new(defaults::PROFILE_NAME),
+                )?,
+                sha256_hex(defaults::PROFILE.as_bytes()),
+            ),
+        };
+        let model_given = loaded.is_some() || paths.model.is_some();
+        let (model, model_sha) = match (loaded, &paths.model) {
+            (Some(l), _) => (l.model, l.sha256),
+            (None, Some(p)) => (Model::from_yaml_file(p)?, sha256_of_path(p)?),
+            (None, None) => (
+                Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?,
+                sha256_hex(defaults::MODEL.as_bytes()),
+            ),
+        };
+        let ctx = HeatContext {
+            allow_partial_heat: paths.allow_partial_heat,
+            ..HeatContext::for_model(&model)
+        };
+        let (heat, heat_ref, heat_file) = match (&paths.heat, model_given) {
+            (Some(p), _) => {
+                let heat = read_heat(p, paths.heat_format, &ctx, &mut notes)?;
+                let r = HeatRef {
+                    source: p.display().to_string(),
+                    format: heat.format.to_string(),
+                    sha256: sha256_of_path(p)?,
+                    tokens: observed_tokens(&heat.total),
+                };
+                (heat.total, r, p.clone())
+            }
+            (None, true) => {
+                notes.push(format!(
+                    "no --heat given: every expert of `{}` gets uniform heat (top_k / experts)",
+                    model.name()
+                ));
+                let r = HeatRef {
+                    source: "uniform".into(),
+                    format: "uniform".into(),
+                    sha256: String::new(),
+                    tokens: None,
+                };
+                (HeatTable::uniform(&model), r, PathBuf::from("uniform"))
+            }
+            (None, false) => {
+                let path = Path::new(defaults::HEAT_NAME);
+                let heat = crate::heat::read_json_str(defaults::HEAT, path, &ctx)?;
+                let r = HeatRef {
+                    source: defaults::HEAT_NAME.into(),
+                    format: HeatFormat::Json.to_string(),
+                    sha256: sha256_hex(defaults::HEAT.as_bytes()),
+                    tokens: observed_tokens(&heat.total),
+                };
+                (heat.total, r, path.to_path_buf())
+            }
+        };
+        let (kv_groups, kv_ref) = match &paths.kv {
+            Some(p) => (
+                KvGroupsFile::read(p)?.groups,
+                Some(InputRef {
+                    name: p.display().to_string(),
+                    sha256: sha256_of_path(p)?,
+                }),
+            ),
+            None => (Vec::new(), None),
+        };
+        let refs = PlanInputs {
+            profile: InputRef {
+                name: profile.name.clone(),
+                sha256: profile_sha,
+            },
+            model: InputRef {
+                name: model.name().to_string(),
+                sha256: model_sha,
+            },
+            heat: heat_ref,
+            kv: kv_ref,
+        };
+        Ok(Inputs {
+            profile,
+            model,
+            heat,
+            kv_groups,
+            heat_file,
+            refs,
+            notes,
+        })
+    }
+
+    /// The planning instance; fails when the heat does not fit the model or
+    /// nothing can hold the trunk.
+    pub fn instance(&mut self) -> Result<Instance> {
+        let mut inst = Instance::from_heat(
+            &self.profile,
+            &self.model,
+            &self.heat,
+            &self.heat_file,
+            &mut self.notes,
+        )?;
+        inst.check_holdable(&self.heat_file)?;
+        inst.add_kv_groups(&self.kv_groups);
+        Ok(inst)
+    }
+}
+
+/// The largest per-layer token count, when the source recorded tokens.
+fn observed_tokens(table: &HeatTable) -> Option<u64> {
+    table.tokens.as_ref().and_then(|t| t.iter().copied().max())
+}

@@ -1,0 +1,404 @@
+//! The lower bound, without a general solver: Lagrangian relaxation of the
+//! capacity rows. With a price per byte on every GPU and RAM node, the
+//! stages decouple; each stage's priced problem is bounded (exactly, for
+//! split experts and whole trunk components), and the prices, a handful of
+//! numbers, are raised by a cutting-plane method on their dual function.
+//! Every priced evaluation is a valid bound; the best one is reported.
+//!
+//! Why each stage's bound holds:
+//! - Participation: a placement whose stage takes `T` leaves every GPU with
+//!   a sync overhead of at most `T` free to take part at no cost, so only
+//!   the nested sets {g : sync_g <= v} need trying, not every subset.
+//! - The experts of a stage share one size, so loads depend on the use-rate
+//!   mass per place and the byte price on the count. Exchanging equal
+//!   masses between two places, colder experts to the cheaper one, keeps
+//!   every load and never raises the price: the cheapest places hold the
+//!   coldest experts, contiguously.
+//! - For a given stage time `T` each place absorbs the mass its resource's
+//!   time left allows; filling the cheapest places first is optimal. A
+//!   drive shares its node's cores with that node's RAM and is filled
+//!   first; its CPU cost per mass is taken as at most the RAM's.
+//! - `T + price(T)` is convex for a fixed participation set and `price` is
+//!   non-increasing, so between any two evaluated times `t_i < t_j` the
+//!   stage costs at least `t_i + price(t_j)`, and the secants of the
+//!   evaluated points bound it outside their intervals: a golden-section
+//!   search gives a lower bound that converges to the minimum.
+//!
+//! Relaxed, so valid and possibly weaker: experts split between places, the
+//! felt share of reads (`felt_fraction`) left out of the CPU rows, and
+//! trunk components beyond a stage's combination budget only priced.
+
+mod priced;
+mod stage;
+
+use microlp::{ComparisonOp, OptimizationDirection, Problem};
+use priced::Priced;
+use residency_core::cost::{Instance, Place, Resources};
+use std::time::Instant;
+
+/// Units of the price master problem: microseconds and GiB keep its
+/// coefficients near 1.
+const TIME_UNIT: f64 = 1e-6;
+const BYTE_UNIT: f64 = (1u64 << 30) as f64;
+/// Scales of one price at a time around the best prices, for solutions to mix.
+const NEARBY_PRICES: [f64; 2] = [0.99, 1.01];
+/// Relative margin taken off every bound for floating-point error.
+const TOLERANCE_MARGIN: f64 = 1e-9;
+
+/// A relaxed placement: one solution per stage.
+#[derive(Debug, Clone, Default)]
+pub struct Fractional {
+    pub stages: Vec<StageShares>,
+}
+
+/// One stage of a relaxed placement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct StageShares {
+    /// Expert counts per place, hottest block first (the stage's experts in
+    /// `Bound::expert_order`); they sum to the number of experts.
+    pub blocks: Vec<(Place, f64)>,
+    /// Objects placed whole (trunk components, KV groups) and their places.
+    pub whole: Vec<(usize, Place)>,
+    /// The stage's seconds in this solution, without prices.
+    pub seconds: f64,
+    /// Bytes it puts on each GPU, then each RAM node.
+    pub bytes: Vec<f64>,
+}
+
+/// The bound and the relaxed placements met on the way.
+#[derive(Debug, Clone)]
+pub struct Bound {
+    pub lower_bound_seconds: f64,
+    /// Per stage, its experts hottest first.
+    pub expert_order: Vec<Vec<usize>>,
+    /// The relaxed placement at every prices tried, the best bound first,
+    /// then the latest first: starts for rounding.
+    pub starts: Vec<Fractional>,
+}
+
+/// A bound that needs no prices: in each stage the total work, each object
+/// at its cheapest place, is shared at best by all resources at once; KV
+/// groups' prefill seconds add up rather than share.
+pub fn work_sum_bound(inst: &Instance) -> f64 {
+    let r = &inst.resources;
+    let resources = (r.gpus() + r.numa_nodes() + r.drives()).max(1) as f64;
+    let cheapest = |o: usize| {
+        inst.places
+            .iter()
+            .filter(|&&q| inst.allowed(o, q))
+            .map(|&q| r.work(&inst.objects[o], q).iter().map(|w| w.1).sum::<f64>())
+            .fold(f64::INFINITY, f64::min)
+    };
+    let (kv, weights): (Vec<usize>, Vec<usize>) =
+        (0..inst.objects.len()).partition(|&o| inst.objects[o].is_kv());
+    weights.into_iter().map(cheapest).sum::<f64>() / resources
+        + kv.into_iter().map(cheapest).sum::<f64>()
+        + r.fixed_token_seconds
+}
+
+/// Most combinations of the other objects' sizes `usable_bytes` tries.
+const USABLE_COMBINATIONS: u64 = 100_000;
+
+/// The most bytes whole objects can fill of `capacity` at `place`: when
+/// experts of one size fill it, what is left below one expert stays
+/// empty in any placement, and prices on the full capacity would sell
+/// that room. Found by trying every count of each other object size (trunk
+/// components, KV groups) with as many experts as then fit; `capacity`
+/// itself when the experts differ in size or the combinations are too many.
+fn usable_bytes(inst: &Instance, place: Place, capacity: u64) -> u64 {
+    let mut expert_size = None;
+    let mut others: Vec<(u64, u64)> = Vec::new();
+    let mut experts = 0u64;
+    for (o, object) in inst.objects.iter().enumerate() {
+        let bytes = object.bytes_at(place);
+        if bytes == 0 || !inst.allowed(o, place) {
+            continue;
+        }
+        if object.is_expert() {
+            if expert_size.is_some_and(|size| size != bytes) {
+                return capacity;
+            }
+            expert_size = Some(bytes);
+            experts += 1;
+        } else {
+            match others.iter_mut().find(|(size, _)| *size == bytes) {
+                Some((_, count)) => *count += 1,
+                None => others.push((bytes, 1)),
+            }
+        }
+    }
+    let Some(size) = expert_size else {
+        return capacity;
+    };
+    let combinations = others
+        .iter()
+        .try_fold(1u64, |acc, &(_, count)| acc.checked_mul(count + 1));
+    if combinations.is_none_or(|c| c > USABLE_COMBINATIONS) {
+        return capacity;
+    }
+    let mut best = 0u64;
+    let mut counts = vec![0u64; others.len()];
+    loop {
+        let fixed: u64 = counts.iter().zip(&others).map(|(c, (s, _))| c * s).sum();
+        if fixed <= capacity {
+            let filled = fixed + ((capacity - fixed) / size).min(experts) * size;
+            best = best.max(filled);
+            if best == capacity {
+                return capacity;
+            }
+        }
+        let mut i = 0;
+        loop {
+            if i == others.len() {
+                return best;
+            }
+            counts[i] += 1;
+            if counts[i] <= others[i].1 {
+                break;
+            }
+            counts[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+/// The capacitated place of price index `i` (the inverse of `price_index`).
+fn capacity_place(r: &Resources, i: usize) -> Place {
+    if i < r.gpus() {
+        Place::Gpu(i)
+    } else {
+        Place::Ram(i - r.gpus())
+    }
+}
+
+/// Index of a capacitated place among the prices: GPUs, then RAM nodes.
+fn price_index(r: &Resources, place: Place) -> Option<usize> {
+    match place {
+        Place::Gpu(g) => Some(g),
+        Place::Ram(n) => Some(r.gpus() + n),
+        Place::Disk(_) | Place::Recompute => None,
+    }
+}
+
+/// Maximises the dual function over the prices until `deadline`, or until
+/// the cutting-plane model promises less than `tolerance` (relative) more,
+/// or until the bound reaches `good_enough` seconds.
+pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f64) -> Bound {
+    let priced = Priced::new(inst);
+    let dims = priced.capacities.len();
+    let r = &inst.resources;
+    // A price above what any object could save per byte at a place buys
+    // nothing: the box of the search.
+    let most_saved = (0..dims)
+        .map(|i| {
+            let place = capacity_place(r, i);
+            inst.objects
+                .iter()
+                .enumerate()
+                .filter(|&(o, object)| inst.allowed(o, place) && object.bytes_at(place) > 0)
+                .map(|(o, object)| {
+                    let worst = inst
+                        .places
+                        .iter()
+                        .filter(|&&q| inst.allowed(o, q))
+                        .map(|&q| r.work(object, q).iter().map(|w| w.1).sum::<f64>())
+                        .fold(0.0, f64::max);
+                    let sync = r.gpu_sync_seconds.iter().copied().fold(0.0, f64::max);
+                    (worst + sync) / object.bytes_at(place) as f64
+                })
+                .fold(0.0, f64::max)
+                * 2.0
+        })
+        .map(|p| p * BYTE_UNIT / TIME_UNIT)
+        .collect::<Vec<f64>>();
+    let scaled = |p: &[f64]| -> Vec<f64> { p.iter().map(|x| x * TIME_UNIT / BYTE_UNIT).collect() };
+    let evaluate = |p: &[f64]| {
+        let (value, g, fractional) = priced.evaluate(&scaled(p));
+        (
+            value / TIME_UNIT,
+            g.iter().map(|x| x / BYTE_UNIT).collect::<Vec<f64>>(),
+            fractional,
+        )
+    };
+    let mut center = vec![0.0; dims];
+    let (mut center_value, g, first) = evaluate(&center);
+    let mut starts = vec![first];
+    let mut best_start = 0;
+    let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
+    let mut radius: Vec<f64> = most_saved.iter().map(|m| m / 16.0).collect();
+    while Instant::now() < deadline && center_value * TIME_UNIT < good_enough && dims > 0 {
+        let Some((next, predicted)) = master(&cuts, &center, &radius, &most_saved) else {
+            break;
+        };
+        let active = (0..dims).any(|i| {
+            let hi = (center[i] + radius[i]).min(most_saved[i]);
+            let lo = (center[i] - radius[i]).max(0.0);
+            let close = 1e-9 * most_saved[i].max(1e-12);
+            (next[i] >= hi - close && hi < most_saved[i]) || (next[i] <= lo + close && lo > 0.0)
+        });
+        let promised = predicted - center_value;
+        if promised <= tolerance * center_value.abs().max(1e-12) {
+            if active {
+                radius.iter_mut().for_each(|x| *x *= 2.0);
+                continue;
+            }
+            break;
+        }
+        let (value, g, fractional) = evaluate(&next);
+        cuts.push((value, g, next.clone()));
+        starts.push(fractional);
+        if value >= center_value + 0.1 * promised {
+            center = next;
+            center_value = value;
+            best_start = starts.len() - 1;
+            if active {
+                radius.iter_mut().for_each(|x| *x *= 2.0);
+            }
+        } else {
+            radius.iter_mut().for_each(|x| *x *= 0.5);
+        }
+    }
+    // Stages switch between solutions at prices near the best: those
+    // solutions are what the master below mixes.
+    'nearby: for i in 0..dims {
+        for scale in NEARBY_PRICES {
+            if Instant::now() >= deadline {
+                break 'nearby;
+            }
+            let mut near = center.clone();
+            near[i] = if near[i] > 0.0 {
+                near[i] * scale
+            } else {
+                most_saved[i] * (scale - 1.0).abs() * 1e-3
+            };
+            starts.push(evaluate(&near).2);
+        }
+    }
+    let best = starts.remove(best_start);
+    starts.reverse();
+    starts.insert(0, best);
+    if let Some(mixed) = combine(&priced.capacities, &starts, deadline) {
+        starts.insert(0, mixed);
+    }
+    let seconds = center_value * TIME_UNIT;
+    Bound {
+        lower_bound_seconds: seconds - seconds.abs() * TOLERANCE_MARGIN,
+        expert_order: priced
+            .stages
+            .iter()
+            .map(|data| data.experts.as_ref().map_or(Vec::new(), |e| e.ids.clone()))
+            .collect(),
+        starts,
+    }
+}
+
+/// Each stage's solutions at the prices tried are columns of a
+/// Dantzig-Wolfe master: convex weights per stage, least total seconds,
+/// capacities kept. A single prices' solutions can pile every stage onto
+/// one of two like places; the master mixes them. Returns per stage the
+/// solution it weights most; `None` when no mix fits or the LP fails.
+fn combine(capacities: &[f64], starts: &[Fractional], deadline: Instant) -> Option<Fractional> {
+    let stages = starts.first()?.stages.len();
+    let mut problem = Problem::new(OptimizationDirection::Minimize);
+    problem.set_time_limit(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(std::time::Duration::from_millis(50)),
+    );
+    let mut room: Vec<f64> = capacities.iter().map(|c| c / BYTE_UNIT).collect();
+    let mut usage: Vec<Vec<(microlp::Variable, f64)>> = vec![Vec::new(); capacities.len()];
+    let mut columns: Vec<Vec<(usize, microlp::Variable)>> = Vec::with_capacity(stages);
+    for s in 0..stages {
+        let mut distinct: Vec<usize> = Vec::new();
+        for (k, start) in starts.iter().enumerate() {
+            if !distinct
+                .iter()
+                .any(|&j| starts[j].stages[s] == start.stages[s])
+            {
+                distinct.push(k);
+            }
+        }
+        if let [only] = distinct[..] {
+            // One solution: its bytes are taken off the room.
+            for (left, b) in room.iter_mut().zip(&starts[only].stages[s].bytes) {
+                *left -= b / BYTE_UNIT;
+            }
+            columns.push(Vec::new());
+            continue;
+        }
+        let mut weights = Vec::new();
+        let mut stage_columns = Vec::new();
+        for k in distinct {
+            let shares = &starts[k].stages[s];
+            let w = problem.add_var(shares.seconds / TIME_UNIT, (0.0, 1.0));
+            for (q, b) in shares.bytes.iter().enumerate() {
+                if *b > 0.0 {
+                    usage[q].push((w, b / BYTE_UNIT));
+                }
+            }
+            weights.push((w, 1.0));
+            stage_columns.push((k, w));
+        }
+        problem.add_constraint(weights, ComparisonOp::Eq, 1.0);
+        columns.push(stage_columns);
+    }
+    if columns.iter().all(Vec::is_empty) {
+        return None;
+    }
+    for (row, left) in usage.into_iter().zip(room) {
+        if !row.is_empty() {
+            problem.add_constraint(row, ComparisonOp::Le, left);
+        }
+    }
+    let microlp::SolveOutcome::Solution(solution) = problem.solve().ok()? else {
+        return None;
+    };
+    // Per stage the column the master weights most.
+    let stages = (0..stages)
+        .map(|s| {
+            let k = columns[s]
+                .iter()
+                .max_by(|x, y| solution.var_value(x.1).total_cmp(&solution.var_value(y.1)))
+                .map_or(0, |&(k, _)| k);
+            starts[k].stages[s].clone()
+        })
+        .collect();
+    Some(Fractional { stages })
+}
+
+/// The cutting-plane master: the prices in the box around `center` that
+/// maximise the least of the cuts, and that maximum.
+fn master(
+    cuts: &[(f64, Vec<f64>, Vec<f64>)],
+    center: &[f64],
+    radius: &[f64],
+    most: &[f64],
+) -> Option<(Vec<f64>, f64)> {
+    let mut problem = Problem::new(OptimizationDirection::Maximize);
+    let prices: Vec<_> = (0..center.len())
+        .map(|i| {
+            let lo = (center[i] - radius[i]).max(0.0);
+            let hi = (center[i] + radius[i]).min(most[i]).max(lo);
+            problem.add_var(0.0, (lo, hi))
+        })
+        .collect();
+    let theta = problem.add_var(1.0, (f64::NEG_INFINITY, f64::INFINITY));
+    for (value, g, at) in cuts {
+        // theta <= value + g . (p - at)
+        let mut row: Vec<(microlp::Variable, f64)> = vec![(theta, 1.0)];
+        row.extend(prices.iter().zip(g).map(|(&p, &gi)| (p, -gi)));
+        let rhs = value - g.iter().zip(at).map(|(gi, a)| gi * a).sum::<f64>();
+        problem.add_constraint(row, ComparisonOp::Le, rhs);
+    }
+    let microlp::SolveOutcome::Solution(solution) = problem.solve().ok()? else {
+        return None;
+    };
+    // The solver's tolerances can leave a price a hair below zero.
+    Some((
+        prices
+            .iter()
+            .map(|&p| solution.var_value(p).max(0.0))
+            .collect(),
+        solution.objective(),
+    ))
+}

@@ -1,0 +1,538 @@
+//! The priced problem of a whole instance: per stage, its experts (hottest
+//! first), its trunk components (whole combinations, best first) and KV
+//! groups; evaluated at given byte prices, stage by stage, into a bound,
+//! a subgradient and a relaxed placement.
+
+use super::stage::{Searched, StageProblem};
+use super::{capacity_place, price_index, usable_bytes, Fractional, StageShares};
+use residency_core::cost::{Instance, Place, Resource, Resources};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+
+/// Most whole-trunk combinations enumerated per stage; smaller components
+/// beyond it are only priced.
+const MAX_TRUNK_COMBINATIONS: usize = 256;
+
+/// The experts of one stage, hottest first, and what a unit of their use
+/// rate costs each resource.
+pub(super) struct Experts {
+    pub(super) ids: Vec<usize>,
+    pub(super) rates: Vec<f64>,
+    /// `prefix[k]`: the use rate of the `k` hottest.
+    pub(super) prefix: Vec<f64>,
+    /// Experts with a positive rate.
+    pub(super) positive: usize,
+    /// Bytes of one expert at each place kind.
+    pub(super) gpu_bytes: f64,
+    pub(super) ram_bytes: f64,
+    pub(super) disk_bytes: f64,
+}
+
+impl Experts {
+    /// The fewest (fractional) hottest experts that carry use rate `mass`.
+    pub(super) fn count_for_mass(&self, mass: f64) -> f64 {
+        if mass <= 0.0 {
+            return 0.0;
+        }
+        if mass >= *self.prefix.last().unwrap() {
+            return self.positive as f64;
+        }
+        let j = self.prefix.partition_point(|&s| s < mass) - 1;
+        j as f64 + (mass - self.prefix[j]) / self.rates[j]
+    }
+}
+
+/// One stage's data for the priced problem.
+pub(super) struct StageData {
+    pub(super) experts: Option<Experts>,
+    /// Trunk components placed whole, largest first.
+    pub(super) whole: Vec<usize>,
+    /// Trunk components only priced (beyond the combination budget).
+    pub(super) priced: Vec<usize>,
+    /// KV groups (the `kv` stage), each priced on its own.
+    pub(super) kv: Vec<usize>,
+}
+
+/// Fixed loads and byte prices of a trunk combination.
+#[derive(Clone)]
+pub(super) struct TrunkLoads {
+    pub(super) gpu: Vec<f64>,
+    pub(super) cpu: Vec<f64>,
+    /// GPUs the combination uses: they must take part.
+    pub(super) gpus_used: Vec<bool>,
+    pub(super) price: f64,
+    pub(super) places: Vec<(usize, Place)>,
+}
+
+impl TrunkLoads {
+    pub(super) fn empty(r: &Resources) -> TrunkLoads {
+        TrunkLoads {
+            gpu: vec![0.0; r.gpus()],
+            cpu: vec![0.0; r.numa_nodes()],
+            gpus_used: vec![false; r.gpus()],
+            price: 0.0,
+            places: Vec::new(),
+        }
+    }
+}
+
+/// A stage's priced solution: its bound, and the relaxed placement near
+/// the minimum.
+pub(super) struct StageSolution {
+    pub(super) bound: f64,
+    pub(super) shares: StageShares,
+}
+
+/// The priced problem of the whole instance.
+pub(super) struct Priced<'a> {
+    pub(super) inst: &'a Instance,
+    pub(super) stages: Vec<StageData>,
+    /// Nested participation sets, smallest first (the first is empty).
+    pub(super) participation: Vec<Vec<bool>>,
+    pub(super) capacities: Vec<f64>,
+}
+
+impl<'a> Priced<'a> {
+    pub(super) fn new(inst: &'a Instance) -> Priced<'a> {
+        let r = &inst.resources;
+        let stages = inst
+            .stages
+            .iter()
+            .map(|stage| {
+                let mut ids: Vec<usize> = stage
+                    .objects
+                    .iter()
+                    .copied()
+                    .filter(|&o| inst.objects[o].is_expert())
+                    .collect();
+                ids.sort_by(|&a, &b| {
+                    inst.objects[b]
+                        .use_rate
+                        .total_cmp(&inst.objects[a].use_rate)
+                });
+                let experts = ids.first().map(|&first| {
+                    let o = &inst.objects[first];
+                    let rates: Vec<f64> = ids
+                        .iter()
+                        .map(|&e| inst.objects[e].use_rate.max(0.0))
+                        .collect();
+                    let mut prefix = vec![0.0];
+                    for &p in &rates {
+                        prefix.push(prefix.last().unwrap() + p);
+                    }
+                    Experts {
+                        positive: rates.iter().filter(|&&p| p > 0.0).count(),
+                        ids: ids.clone(),
+                        rates,
+                        prefix,
+                        gpu_bytes: o.gpu_bytes as f64,
+                        ram_bytes: o.ram_bytes as f64,
+                        disk_bytes: o.disk_bytes as f64,
+                    }
+                });
+                let mut trunk: Vec<usize> = stage
+                    .objects
+                    .iter()
+                    .copied()
+                    .filter(|&o| inst.objects[o].is_trunk())
+                    .collect();
+                trunk.sort_by(|&a, &b| inst.objects[b].gpu_bytes.cmp(&inst.objects[a].gpu_bytes));
+                let slots = r.gpus() + r.numa_nodes();
+                let mut whole = 0;
+                while whole < trunk.len()
+                    && slots.checked_pow(whole as u32 + 1).unwrap_or(usize::MAX)
+                        <= MAX_TRUNK_COMBINATIONS
+                {
+                    whole += 1;
+                }
+                let priced = trunk.split_off(whole);
+                StageData {
+                    experts,
+                    whole: trunk,
+                    priced,
+                    kv: stage
+                        .objects
+                        .iter()
+                        .copied()
+                        .filter(|&o| inst.objects[o].is_kv())
+                        .collect(),
+                }
+            })
+            .collect();
+        let mut syncs: Vec<f64> = r.gpu_sync_seconds.clone();
+        syncs.sort_by(f64::total_cmp);
+        syncs.dedup();
+        let participation = std::iter::once(vec![false; r.gpus()])
+            .chain(
+                syncs
+                    .iter()
+                    .map(|&v| r.gpu_sync_seconds.iter().map(|&s| s <= v).collect()),
+            )
+            .collect();
+        let capacities = r
+            .gpu_capacity_bytes
+            .iter()
+            .chain(&r.ram_capacity_bytes)
+            .enumerate()
+            .map(|(i, &c)| usable_bytes(inst, capacity_place(r, i), c) as f64)
+            .collect();
+        Priced {
+            inst,
+            stages,
+            participation,
+            capacities,
+        }
+    }
+
+    pub(super) fn resources(&self) -> &Resources {
+        &self.inst.resources
+    }
+
+    /// Byte price of object `o` at `place`.
+    pub(super) fn byte_price(&self, prices: &[f64], o: usize, place: Place) -> f64 {
+        price_index(self.resources(), place).map_or(0.0, |i| {
+            prices[i] * self.inst.objects[o].bytes_at(place) as f64
+        })
+    }
+
+    /// Places a trunk component may take whole: GPUs, then RAM nodes.
+    pub(super) fn trunk_places(&self) -> Vec<Place> {
+        let r = self.resources();
+        (0..r.gpus())
+            .map(Place::Gpu)
+            .chain((0..r.numa_nodes()).map(Place::Ram))
+            .collect()
+    }
+
+    /// Every whole-trunk combination of a stage with its loads and price.
+    pub(super) fn trunk_combinations(&self, data: &StageData, prices: &[f64]) -> Vec<TrunkLoads> {
+        let r = self.resources();
+        let places = self.trunk_places();
+        // Priced-only components cost at least their cheapest byte price,
+        // and sit there in the relaxed placement.
+        let mut base = TrunkLoads::empty(r);
+        for &o in &data.priced {
+            let (price, place) = places
+                .iter()
+                .map(|&q| (self.byte_price(prices, o, q), q))
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("a node to hold trunk");
+            base.price += price;
+            base.places.push((o, place));
+        }
+        let mut combinations = vec![base];
+        for &o in &data.whole {
+            let object = &self.inst.objects[o];
+            combinations = combinations
+                .into_iter()
+                .flat_map(|base| {
+                    places.iter().map(move |&q| {
+                        let mut next = base.clone();
+                        for (resource, work) in r.work(object, q) {
+                            match resource {
+                                Resource::Gpu(g) => {
+                                    next.gpu[g] += work;
+                                    next.gpus_used[g] = true;
+                                }
+                                Resource::Cpu(n) => next.cpu[n] += work,
+                                Resource::Drive(_) | Resource::Prefill => {}
+                            }
+                        }
+                        next.price += self.byte_price(prices, o, q);
+                        next.places.push((o, q));
+                        next
+                    })
+                })
+                .collect();
+        }
+        combinations
+    }
+
+    /// The dual function at `prices` (seconds per byte): the bound, and per
+    /// stage the relaxed placement with its bytes per capacitated place.
+    pub(super) fn evaluate(&self, prices: &[f64]) -> (f64, Vec<f64>, Fractional) {
+        let r = self.resources();
+        let mut bound = r.fixed_token_seconds
+            - prices
+                .iter()
+                .zip(&self.capacities)
+                .map(|(p, c)| p * c)
+                .sum::<f64>();
+        let mut used = vec![0.0; self.capacities.len()];
+        let mut fractional = Fractional::default();
+        for (stage, data) in self.stages.iter().enumerate() {
+            let solution = self.stage(stage, data, prices);
+            bound += solution.bound;
+            for (u, b) in used.iter_mut().zip(&solution.shares.bytes) {
+                *u += b;
+            }
+            fractional.stages.push(solution.shares);
+        }
+        let subgradient = used
+            .iter()
+            .zip(&self.capacities)
+            .map(|(u, c)| u - c)
+            .collect();
+        (bound, subgradient, fractional)
+    }
+
+    /// A stage of KV groups: each where its priced cost is least; the stage
+    /// time is the sum of their prefill seconds.
+    pub(super) fn kv_stage(&self, kv: &[usize], prices: &[f64]) -> StageSolution {
+        let r = self.resources();
+        let mut solution = StageSolution {
+            bound: 0.0,
+            shares: StageShares {
+                bytes: vec![0.0; self.capacities.len()],
+                ..StageShares::default()
+            },
+        };
+        for &o in kv {
+            let (cost, place) = self
+                .inst
+                .places
+                .iter()
+                .filter(|&&q| self.inst.allowed(o, q))
+                .map(|&q| {
+                    let cost =
+                        r.kv_seconds(&self.inst.objects[o], q) + self.byte_price(prices, o, q);
+                    (cost, q)
+                })
+                .min_by(|a, b| a.0.total_cmp(&b.0))
+                .expect("a KV group can always be recomputed");
+            solution.bound += cost;
+            solution.shares.seconds += r.kv_seconds(&self.inst.objects[o], place);
+            if let Some(i) = price_index(r, place) {
+                solution.shares.bytes[i] += self.inst.objects[o].bytes_at(place) as f64;
+            }
+            solution.shares.whole.push((o, place));
+        }
+        solution
+    }
+
+    /// One stage's priced problem.
+    pub(super) fn stage(&self, stage: usize, data: &StageData, prices: &[f64]) -> StageSolution {
+        if !data.kv.is_empty() {
+            return self.kv_stage(&data.kv, prices);
+        }
+        if data.experts.is_none() && data.whole.is_empty() && data.priced.is_empty() {
+            return StageSolution {
+                bound: 0.0,
+                shares: StageShares {
+                    bytes: vec![0.0; self.capacities.len()],
+                    ..StageShares::default()
+                },
+            };
+        }
+        let combinations = self.trunk_combinations(data, prices);
+        match &data.experts {
+            None => self.trunk_only(stage, &combinations),
+            Some(experts) => self.with_experts(stage, experts, &combinations, prices),
+        }
+    }
+
+    /// A stage without experts: each combination's time is known exactly.
+    pub(super) fn trunk_only(&self, stage: usize, combinations: &[TrunkLoads]) -> StageSolution {
+        let r = self.resources();
+        // Rotated by the stage, as `slots` is, so that ties fall on like
+        // places in turn.
+        let rotated = combinations[stage % combinations.len()..]
+            .iter()
+            .chain(&combinations[..stage % combinations.len()]);
+        let best = rotated
+            .map(|c| {
+                let gpu = (0..r.gpus())
+                    .filter(|&g| c.gpus_used[g])
+                    .map(|g| c.gpu[g] + r.gpu_sync_seconds[g]);
+                let time = gpu.chain(c.cpu.iter().copied()).fold(0.0, f64::max);
+                (time + c.price, time, c)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .expect("at least one combination");
+        let (value, seconds, best) = best;
+        StageSolution {
+            bound: value,
+            shares: StageShares {
+                whole: best.places.clone(),
+                seconds,
+                bytes: self.trunk_bytes(best),
+                ..StageShares::default()
+            },
+        }
+    }
+
+    pub(super) fn trunk_bytes(&self, combination: &TrunkLoads) -> Vec<f64> {
+        let mut bytes = vec![0.0; self.capacities.len()];
+        for &(o, q) in &combination.places {
+            if let Some(i) = price_index(self.resources(), q) {
+                bytes[i] += self.inst.objects[o].bytes_at(q) as f64;
+            }
+        }
+        bytes
+    }
+
+    /// A stage with experts: the least bound over participation sets and
+    /// trunk combinations, best first. A combination's bound is at least
+    /// the experts' bound for its participation set without trunk plus the
+    /// trunk's price, so only the most promising are searched in full.
+    pub(super) fn with_experts(
+        &self,
+        stage: usize,
+        experts: &Experts,
+        combinations: &[TrunkLoads],
+        prices: &[f64],
+    ) -> StageSolution {
+        let r = self.resources();
+        let empty = TrunkLoads::empty(r);
+        let slots = self.slots(stage, experts, prices);
+        let problem = |participation: usize, trunk| StageProblem {
+            resources: r,
+            experts,
+            slots: &slots,
+            participation: &self.participation[participation],
+            trunk,
+        };
+        let mut heap = BinaryHeap::new();
+        for (p, set) in self.participation.iter().enumerate() {
+            let Some(base) = problem(p, &empty).search() else {
+                continue;
+            };
+            for (c, combination) in combinations.iter().enumerate() {
+                let allowed = (0..r.gpus()).all(|g| !combination.gpus_used[g] || set[g]);
+                if allowed {
+                    heap.push(Candidate {
+                        bound: base.bound + combination.price,
+                        participation: p,
+                        combination: c,
+                        searched: None,
+                    });
+                }
+            }
+        }
+        while let Some(candidate) = heap.pop() {
+            let combination = &combinations[candidate.combination];
+            if let Some(searched) = candidate.searched {
+                let mut bytes = self.trunk_bytes(combination);
+                let blocks = searched.counts.clone().unwrap_or_else(|| {
+                    let mut blocks = Vec::new();
+                    problem(candidate.participation, combination).fill(
+                        searched.time,
+                        searched.drive,
+                        Some(&mut blocks),
+                    );
+                    blocks
+                });
+                for &(q, count) in &blocks {
+                    if let Some(i) = price_index(r, q) {
+                        bytes[i] += count * bytes_at(experts, q);
+                    }
+                }
+                return StageSolution {
+                    bound: candidate.bound,
+                    shares: StageShares {
+                        blocks,
+                        whole: combination.places.clone(),
+                        seconds: searched.time,
+                        bytes,
+                    },
+                };
+            }
+            if let Some(searched) = problem(candidate.participation, combination).search() {
+                heap.push(Candidate {
+                    bound: searched.bound + combination.price,
+                    searched: Some(searched),
+                    ..candidate
+                });
+            }
+        }
+        // No feasible time at all (no place can take the experts): the stage
+        // costs at least nothing, and its experts wait in RAM for repair.
+        StageSolution {
+            bound: 0.0,
+            shares: StageShares {
+                blocks: vec![(Place::Ram(0), experts.ids.len() as f64)],
+                whole: combinations[0].places.clone(),
+                seconds: 0.0,
+                bytes: vec![0.0; self.capacities.len()],
+            },
+        }
+    }
+
+    /// The places experts may take, cheapest first (drives first on ties:
+    /// they absorb at least as much mass per CPU second as RAM), with each
+    /// one's price per expert.
+    pub(super) fn slots(
+        &self,
+        stage: usize,
+        experts: &Experts,
+        prices: &[f64],
+    ) -> Vec<(Place, f64)> {
+        let r = self.resources();
+        let mut slots: Vec<(Place, f64)> = (0..r.drives())
+            .map(|d| (Place::Disk(d), 0.0))
+            .chain((0..r.numa_nodes()).map(|n| {
+                let price = prices[price_index(r, Place::Ram(n)).unwrap()] * experts.ram_bytes;
+                (Place::Ram(n), price)
+            }))
+            .chain((0..r.gpus()).map(|g| (Place::Gpu(g), prices[g] * experts.gpu_bytes)))
+            .collect();
+        slots.sort_by(|a, b| a.1.total_cmp(&b.1));
+        // Equal prices leave the order free, and with it which of two like
+        // places a stage fills first; rotating it from stage to stage keeps
+        // the relaxed placement from piling every stage onto one of them.
+        let rotation = |place: Place| match place {
+            Place::Disk(d) => (0, (d + stage) % r.drives()),
+            Place::Ram(n) => (1, (n + stage) % r.numa_nodes()),
+            Place::Gpu(g) => (2, (g + stage) % r.gpus()),
+            Place::Recompute => (3, 0),
+        };
+        let mut start = 0;
+        while start < slots.len() {
+            let tied = slots[start].1 * (1.0 + 1e-9) + f64::MIN_POSITIVE;
+            // At least one: a run always holds its first slot.
+            let end = start + slots[start..].partition_point(|s| s.1 <= tied).max(1);
+            slots[start..end].sort_by_key(|s| rotation(s.0));
+            start = end;
+        }
+        slots
+    }
+}
+
+/// Bytes of one expert at `place`.
+pub(super) fn bytes_at(experts: &Experts, place: Place) -> f64 {
+    match place {
+        Place::Gpu(_) => experts.gpu_bytes,
+        Place::Ram(_) => experts.ram_bytes,
+        Place::Disk(_) | Place::Recompute => experts.disk_bytes,
+    }
+}
+
+/// A stage candidate in the best-first search: its bound so far.
+pub(super) struct Candidate {
+    pub(super) bound: f64,
+    pub(super) participation: usize,
+    pub(super) combination: usize,
+    pub(super) searched: Option<Searched>,
+}
+
+impl PartialEq for Candidate {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Candidate {}
+impl PartialOrd for Candidate {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Candidate {
+    /// Reversed: the max-heap pops the least bound first; searched ones
+    /// first on ties.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .bound
+            .total_cmp(&self.bound)
+            .then(self.searched.is_some().cmp(&other.searched.is_some()))
+    }
+}

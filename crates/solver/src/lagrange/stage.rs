@@ -1,0 +1,487 @@
+//! One stage's priced problem for a participation set and a trunk
+//! combination: the fill of the cheapest places at a stage time, the
+//! searches over the stage time (and the drive seconds when reads are felt)
+//! with their convex lower bounds, and the whole-count bound for stages
+//! with few experts.
+
+use super::priced::{Experts, TrunkLoads};
+use residency_core::cost::{Place, Resources};
+
+/// Golden-section steps per stage problem: the bracket shrinks to 0.618^n,
+/// or until it is `GOLDEN_WIDTH` of its end wide.
+const GOLDEN_STEPS: usize = 48;
+const GOLDEN_WIDTH: f64 = 1e-7;
+/// Most whole-count vectors a stage's bound tries.
+const WHOLE_COUNT_VECTORS: f64 = 2000.0;
+
+/// One priced stage problem: a stage's experts, the places they may take
+/// (cheapest first, with the price per expert), a participation set and
+/// the loads of a trunk combination.
+pub(super) struct StageProblem<'a> {
+    pub(super) resources: &'a Resources,
+    pub(super) experts: &'a Experts,
+    pub(super) slots: &'a [(Place, f64)],
+    pub(super) participation: &'a [bool],
+    pub(super) trunk: &'a TrunkLoads,
+}
+
+/// The result of one stage search: a valid bound on `T + price(T)` (trunk
+/// price excluded), the least value seen, and where.
+#[derive(Clone)]
+pub(super) struct Searched {
+    pub(super) bound: f64,
+    pub(super) value: f64,
+    pub(super) time: f64,
+    /// The most drive seconds allowed there (infinite when reads are not felt).
+    pub(super) drive: f64,
+    /// Expert counts per place, hottest first, when whole counts gave the
+    /// bound (else `fill` at `time` gives them).
+    pub(super) counts: Option<Vec<(Place, f64)>>,
+}
+
+impl StageProblem<'_> {
+    /// The least stage time the rows allow: every GPU taking part pays its
+    /// sync overhead, and the trunk's loads are there whatever the experts do.
+    pub(super) fn least_rows(&self) -> f64 {
+        let r = self.resources;
+        (0..r.gpus())
+            .filter(|&g| self.participation[g])
+            .map(|g| r.gpu_sync_seconds[g] + self.trunk.gpu[g])
+            .chain(self.trunk.cpu.iter().copied())
+            .fold(0.0, f64::max)
+    }
+
+    /// The experts' price at stage time `time` with at most `drive` seconds
+    /// on any drive, whose `felt_fraction` every node's cores wait for
+    /// (`None`: infeasible): the cheapest places filled first, each with the
+    /// mass its resource's time left absorbs, the coldest experts first.
+    /// With `blocks`, records the expert count per place, hottest first.
+    pub(super) fn fill(
+        &self,
+        time: f64,
+        drive: f64,
+        blocks: Option<&mut Vec<(Place, f64)>>,
+    ) -> Option<f64> {
+        let r = self.resources;
+        let (experts, trunk) = (self.experts, self.trunk);
+        let felt = if drive.is_finite() {
+            r.felt_fraction * drive
+        } else {
+            0.0
+        };
+        let mut cpu_left: Vec<f64> = trunk.cpu.iter().map(|c| time - c - felt).collect();
+        if cpu_left.iter().any(|&left| left < 0.0) || (drive.is_finite() && drive > time) {
+            return None;
+        }
+        for g in 0..r.gpus() {
+            if self.participation[g] && time < r.gpu_sync_seconds[g] + trunk.gpu[g] {
+                return None;
+            }
+        }
+        let total = *experts.prefix.last().unwrap();
+        let tolerance = 1e-12 * total;
+        let mut placed = 0.0;
+        let mut boundary = experts.ids.len() as f64;
+        let mut price = 0.0;
+        let mut blocks = blocks;
+        for &(place, slot_price) in self.slots {
+            // The mass the place absorbs, and the node whose cores it uses
+            // with their seconds per unit of mass.
+            let (cap, cores) = match place {
+                Place::Gpu(g) if !self.participation[g] => continue,
+                Place::Gpu(g) => {
+                    let per_mass = experts.gpu_bytes / r.gpu_gemv_bytes_per_s[g];
+                    (
+                        (time - r.gpu_sync_seconds[g] - trunk.gpu[g]) / per_mass,
+                        None,
+                    )
+                }
+                Place::Ram(n) => {
+                    let per_mass = experts.ram_bytes / r.cpu_gemv_bytes_per_s[n];
+                    (cpu_left[n] / per_mass, Some((n, per_mass)))
+                }
+                Place::Disk(d) => {
+                    let n = r.drive_numa[d];
+                    let per_mass =
+                        experts.disk_bytes.min(experts.ram_bytes) / r.cpu_gemv_bytes_per_s[n];
+                    let drive_per_mass = r.drive_latency_seconds[d]
+                        + experts.disk_bytes / r.drive_read_bytes_per_s[d];
+                    (
+                        (time.min(drive) / drive_per_mass).min(cpu_left[n] / per_mass),
+                        Some((n, per_mass)),
+                    )
+                }
+                Place::Recompute => continue,
+            };
+            let take = cap.min(total - placed).max(0.0);
+            if let Some((n, per_mass)) = cores {
+                cpu_left[n] -= take * per_mass;
+            }
+            placed += take;
+            let next = if placed >= total - tolerance {
+                0.0
+            } else {
+                experts.count_for_mass(total - placed)
+            };
+            let count = boundary - next;
+            price += slot_price * count;
+            if let Some(blocks) = blocks.as_deref_mut() {
+                if count > 0.0 {
+                    blocks.push((place, count));
+                }
+            }
+            boundary = next;
+            if boundary <= 0.0 {
+                break;
+            }
+        }
+        if let Some(blocks) = blocks {
+            blocks.reverse();
+        }
+        (boundary <= 0.0).then_some(price)
+    }
+
+    /// The least `T + price(T)`, bounded: over the drive seconds too when
+    /// reads are felt (the bound over both is convex in each).
+    pub(super) fn search(&self) -> Option<Searched> {
+        let split = self.search_split()?;
+        match self.whole_counts() {
+            Some(whole) if whole.bound > split.bound => Some(whole),
+            _ => Some(split),
+        }
+    }
+
+    /// `search` with experts split between places.
+    pub(super) fn search_split(&self) -> Option<Searched> {
+        let r = self.resources;
+        if r.felt_fraction == 0.0 || r.drives() == 0 {
+            return self.search_time(f64::INFINITY);
+        }
+        // No drive seconds at all is feasible (RAM takes every expert given
+        // time), and beyond its value no drive time can pay.
+        let first = self.search_time(0.0)?;
+        let mut points = vec![(0.0, first.bound, first.value)];
+        let mut best = first;
+        golden(0.0, points[0].2, |d| {
+            let searched = self.search_time(d)?;
+            points.push((d, searched.bound, searched.value));
+            let value = searched.value;
+            if value < best.value {
+                best = searched;
+            }
+            Some(value)
+        });
+        Some(Searched {
+            bound: convex_lower_bound(&mut points, false),
+            ..best
+        })
+    }
+
+    /// Golden-section search of `T + price(T)` over the feasible times, at
+    /// most `drive` seconds on any drive; `None` when no time is feasible.
+    pub(super) fn search_time(&self, drive: f64) -> Option<Searched> {
+        let value = |t: f64| self.fill(t, drive, None).map(|price| t + price);
+        // The least time every row allows (the drive's too), then the least
+        // at which the mass fits.
+        let rows = if drive.is_finite() {
+            self.least_rows().max(drive)
+        } else {
+            self.least_rows()
+        };
+        // Below `floor` no time is feasible; `low` is the first that is.
+        let (floor, low) = least_time(rows, |t| value(t).is_some())?;
+        let first = value(low)?;
+        let mut points = vec![(low, first, first)];
+        // Every time above `first` costs more than `first` itself.
+        golden(low, first, |t| {
+            let f = value(t)?;
+            points.push((t, f, f));
+            Some(f)
+        });
+        let (time, _, least) = points
+            .iter()
+            .copied()
+            .min_by(|a, b| a.2.total_cmp(&b.2))
+            .expect("one point");
+        // Between `floor` and the first feasible time seen, `price` is at
+        // least its value there.
+        let bound = convex_lower_bound(&mut points, true).min(floor + (first - low));
+        Some(Searched {
+            bound,
+            value: least,
+            time,
+            drive,
+            counts: None,
+        })
+    }
+
+    /// The bound with whole expert counts per place (their use-rate masses
+    /// still free within what whole experts can carry), where a stage has
+    /// so few experts that every count vector can be tried: splitting few
+    /// large experts is what weakens the split bound there. Relaxed, so
+    /// valid: the felt share of reads and the cores a drive shares with its
+    /// node's RAM are left out. `None` when there are too many count vectors.
+    pub(super) fn whole_counts(&self) -> Option<Searched> {
+        let r = self.resources;
+        let n = self.experts.ids.len();
+        let slots: Vec<(Place, f64)> = self
+            .slots
+            .iter()
+            .copied()
+            .filter(|&(q, _)| !matches!(q, Place::Gpu(g) if !self.participation[g]))
+            .collect();
+        let k = slots.len();
+        // C(n + k - 1, k - 1) count vectors, each checked on 2^k place sets.
+        let mut vectors = 1.0f64;
+        for i in 1..k {
+            vectors *= (n + i) as f64 / i as f64;
+        }
+        if k == 0 || k > 6 || vectors > WHOLE_COUNT_VECTORS {
+            return None;
+        }
+        let rows = self.least_rows();
+        let total = *self.experts.prefix.last().unwrap();
+        let top = |count: usize| self.experts.prefix[count.min(n)];
+        // The mass place i can take in `time`, its resource alone.
+        let cap = |i: usize, time: f64| {
+            let e = self.experts;
+            match slots[i].0 {
+                Place::Gpu(g) => {
+                    (time - r.gpu_sync_seconds[g] - self.trunk.gpu[g])
+                        / (e.gpu_bytes / r.gpu_gemv_bytes_per_s[g])
+                }
+                Place::Ram(m) => {
+                    (time - self.trunk.cpu[m]) / (e.ram_bytes / r.cpu_gemv_bytes_per_s[m])
+                }
+                Place::Disk(d) => {
+                    let m = r.drive_numa[d];
+                    let cpu = (time - self.trunk.cpu[m])
+                        / (e.disk_bytes.min(e.ram_bytes) / r.cpu_gemv_bytes_per_s[m]);
+                    let drive = time
+                        / (r.drive_latency_seconds[d] + e.disk_bytes / r.drive_read_bytes_per_s[d]);
+                    cpu.min(drive)
+                }
+                Place::Recompute => 0.0,
+            }
+            .max(0.0)
+        };
+        // Whole counts `c` can carry all the mass within `time` when every
+        // set of places either holds the hottest experts it counts or
+        // leaves the rest to the others' caps (a polymatroid and a box).
+        let fits = |c: &[usize], time: f64| {
+            let caps: Vec<f64> = (0..k)
+                .map(|i| if c[i] > 0 { cap(i, time) } else { 0.0 })
+                .collect();
+            (0..1usize << k).all(|set| {
+                let (mut count, mut others) = (0, 0.0);
+                for i in 0..k {
+                    if set >> i & 1 == 1 {
+                        count += c[i];
+                    } else {
+                        others += caps[i];
+                    }
+                }
+                top(count) + others >= total * (1.0 - 1e-12)
+            })
+        };
+        let mut best: Option<(f64, f64, Vec<usize>)> = None;
+        let mut counts = vec![0usize; k];
+        loop {
+            // The next count vector summing to n (odometer on the first k - 1).
+            let assigned: usize = counts[..k - 1].iter().sum();
+            if assigned <= n {
+                counts[k - 1] = n - assigned;
+                let price: f64 = (0..k).map(|i| slots[i].1 * counts[i] as f64).sum();
+                if best.as_ref().is_none_or(|b| rows + price < b.0) {
+                    if let Some((low, _)) = least_time(rows, |t| fits(&counts, t)) {
+                        if best.as_ref().is_none_or(|b| low + price < b.0) {
+                            best = Some((low + price, low, counts.clone()));
+                        }
+                    }
+                }
+            }
+            let mut i = 0;
+            loop {
+                if i + 1 >= k {
+                    let (bound, time, counts) = best?;
+                    // Hottest first: the dearest place's block first.
+                    let blocks = (0..k)
+                        .rev()
+                        .filter(|&i| counts[i] > 0)
+                        .map(|i| (slots[i].0, counts[i] as f64))
+                        .collect();
+                    return Some(Searched {
+                        bound,
+                        value: bound,
+                        time,
+                        drive: f64::INFINITY,
+                        counts: Some(blocks),
+                    });
+                }
+                counts[i] += 1;
+                if counts[..k - 1].iter().sum::<usize>() <= n {
+                    break;
+                }
+                counts[i] = 0;
+                i += 1;
+            }
+        }
+    }
+}
+
+/// The least time at or above `low` where `feasible` holds, bracketed:
+/// the largest time found infeasible (a valid lower value; `low` itself
+/// when it is feasible) and the least found feasible; `None` when doubling
+/// finds no feasible time.
+pub(super) fn least_time(low: f64, feasible: impl Fn(f64) -> bool) -> Option<(f64, f64)> {
+    if feasible(low) {
+        return Some((low, low));
+    }
+    let mut high = low.max(1e-9) * 2.0;
+    let mut below = low;
+    let mut doublings = 0;
+    while !feasible(high) {
+        below = high;
+        high *= 2.0;
+        doublings += 1;
+        if doublings > 200 {
+            return None;
+        }
+    }
+    while high - below > 1e-9 * high {
+        let mid = 0.5 * (below + high);
+        if feasible(mid) {
+            high = mid;
+        } else {
+            below = mid;
+        }
+    }
+    Some((below, high))
+}
+
+/// Golden-section search for the least `f` on `[low, high]`, `GOLDEN_STEPS`
+/// steps; stops where `f` is undefined.
+pub(super) fn golden(low: f64, high: f64, mut f: impl FnMut(f64) -> Option<f64>) {
+    if high <= low {
+        return;
+    }
+    let ratio = 0.5 * (5f64.sqrt() - 1.0);
+    let (mut a, mut b) = (low, high);
+    let mut x1 = b - ratio * (b - a);
+    let mut x2 = a + ratio * (b - a);
+    let (Some(mut f1), Some(mut f2), Some(_)) = (f(x1), f(x2), f(high)) else {
+        return;
+    };
+    for _ in 0..GOLDEN_STEPS {
+        if b - a <= GOLDEN_WIDTH * b.abs() {
+            return;
+        }
+        if f1 <= f2 {
+            b = x2;
+            x2 = x1;
+            f2 = f1;
+            x1 = b - ratio * (b - a);
+            let Some(v) = f(x1) else { return };
+            f1 = v;
+        } else {
+            a = x1;
+            x1 = x2;
+            f1 = f2;
+            x2 = a + ratio * (b - a);
+            let Some(v) = f(x2) else { return };
+            f2 = v;
+        }
+    }
+}
+
+/// A lower bound on a convex function over `[t_0, t_k]` from points
+/// `(t, lower, upper)` that bracket its value at each `t`. On each interval
+/// it is the largest of the secants of the neighbouring intervals extended
+/// over it (a convex function lies above a secant outside the secant's
+/// interval; with brackets, the secant's slope is taken at its least), and,
+/// with `monotone` (`f(t) = t + c(t)`, `c` non-increasing), `t_i + c(t_{i+1})`.
+pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool) -> f64 {
+    points.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let points = &*points;
+    let k = points.len();
+    let mut bound = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    // The secant of interval i extended past its right end, then past its
+    // left end, as (slope, value at 0).
+    let rightwards = |i: usize| {
+        let ((a, _, upper_a), (b, lower_b, _)) = (points[i], points[i + 1]);
+        (b > a).then(|| {
+            let slope = (lower_b - upper_a) / (b - a);
+            (slope, lower_b - slope * b)
+        })
+    };
+    let leftwards = |i: usize| {
+        let ((a, lower_a, _), (b, _, upper_b)) = (points[i], points[i + 1]);
+        (b > a).then(|| {
+            let slope = (upper_b - lower_a) / (b - a);
+            (slope, lower_a - slope * a)
+        })
+    };
+    for i in 0..k.saturating_sub(1) {
+        let ((a, _, _), (b, _, upper_b)) = (points[i], points[i + 1]);
+        if b <= a {
+            continue;
+        }
+        let floor = if monotone {
+            a + (upper_b - b)
+        } else {
+            f64::NEG_INFINITY
+        };
+        let lines: Vec<(f64, f64)> = [
+            if i > 0 { rightwards(i - 1) } else { None },
+            if i + 2 < k { leftwards(i + 1) } else { None },
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if lines.is_empty() && !monotone {
+            return f64::NEG_INFINITY;
+        }
+        let envelope = |t: f64| lines.iter().map(|(s, c)| s * t + c).fold(floor, f64::max);
+        // The envelope is convex and piecewise linear: least at an end or
+        // where two of its pieces cross.
+        let mut candidates = vec![a, b];
+        let pieces: Vec<(f64, f64)> = lines
+            .iter()
+            .copied()
+            .chain(monotone.then_some((0.0, floor)))
+            .collect();
+        for (x, &(s1, c1)) in pieces.iter().enumerate() {
+            for &(s2, c2) in &pieces[x + 1..] {
+                if s1 != s2 {
+                    candidates.push(((c2 - c1) / (s1 - s2)).clamp(a, b));
+                }
+            }
+        }
+        let least = candidates
+            .into_iter()
+            .map(envelope)
+            .fold(f64::INFINITY, f64::min);
+        bound = bound.min(least);
+    }
+    bound
+}
+
+#[cfg(test)]
+mod tests {
+    use super::convex_lower_bound;
+
+    #[test]
+    fn convex_lower_bound_is_below_the_minimum_and_close() {
+        // f(t) = t + 1/t on [0.5, 2]: minimum 2 at t = 1 (by hand).
+        let f = |t: f64| t + 1.0 / t;
+        let mut points: Vec<(f64, f64, f64)> = [0.5, 0.8, 0.95, 1.02, 1.3, 2.0]
+            .iter()
+            .map(|&t| (t, f(t), f(t)))
+            .collect();
+        let bound = convex_lower_bound(&mut points, false);
+        assert!(bound <= 2.0, "{bound}");
+        // The points around the minimum are 0.07 apart: the bound is within
+        // a few hundredths of it.
+        assert!(bound >= 1.95, "{bound}");
+    }
+}

@@ -1,0 +1,264 @@
+//! The solver: greedy baseline, the priced relaxation (a lower bound and a
+//! relaxed placement, `lagrange`), rounding, capacity repair and local
+//! search on the true objective. Returns the best placement found with an
+//! honest bound, within the time limit, early once the gap is small
+//! enough. `replan` starts instead from a current placement and charges
+//! every move away from it (design §4.5).
+
+pub mod explain;
+pub mod greedy;
+pub mod lagrange;
+pub mod rounding;
+pub mod search;
+
+use residency_core::cost::Instance;
+pub use residency_core::solution::{describe, Solution};
+use residency_core::Result;
+use search::SearchState;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy)]
+pub struct SolveOptions {
+    pub time_limit_seconds: f64,
+    /// Stop once the plan is proven within this share of the optimum.
+    pub gap: f64,
+}
+
+/// The gap at which the solver stops by default (0.1 %).
+pub const DEFAULT_GAP: f64 = 1e-3;
+
+impl Default for SolveOptions {
+    fn default() -> Self {
+        SolveOptions {
+            time_limit_seconds: 2.0,
+            gap: DEFAULT_GAP,
+        }
+    }
+}
+
+/// Gap under which a plan counts as optimal: below the bound's own tolerance margin.
+const OPTIMAL_GAP: f64 = 1e-6;
+
+const PRICED_START: &str = "priced-relaxation rounding + local search";
+
+/// Kicks in a row that find nothing better before the search gives up.
+const FRUITLESS_KICKS: usize = 100;
+
+/// The priced relaxation stops when its model promises less than this
+/// (relative) more.
+const BOUND_TOLERANCE: f64 = 1e-6;
+
+pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
+    search(inst, options, None)
+}
+
+/// The plan search shared by `solve` and `replan`: the greedy placement,
+/// the priced relaxation's bound and relaxed placements, then local search
+/// from several starts on `token_seconds` (plus move costs when
+/// re-planning), the best kept. Half of what is left goes to each of the
+/// first starts, the current placement when re-planning, the relaxation
+/// mixed over the prices tried and the greedy placement (on large
+/// instances under a short limit the greedy start can end better), then
+/// the relaxations at the other prices tried, while time is left and the
+/// gap is not yet reached.
+fn search(
+    inst: &Instance,
+    options: SolveOptions,
+    migration: Option<&search::Migration>,
+) -> Result<Solution> {
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(options.time_limit_seconds.max(0.01));
+    let deadline = start + limit;
+    let gap = options.gap.max(0.0);
+
+    let greedy_placement = greedy::greedy(inst)?;
+    let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
+    let priced = lagrange::bound(
+        inst,
+        start + limit.mul_f64(0.4),
+        BOUND_TOLERANCE,
+        greedy_token_seconds / (1.0 + gap),
+    );
+    let bound = (
+        priced
+            .lower_bound_seconds
+            .max(lagrange::work_sum_bound(inst)),
+        "priced-relaxation",
+    );
+    let target = bound.0 * (1.0 + gap);
+    let mut starts: Vec<(&'static str, Vec<usize>)> = Vec::new();
+    if let Some(m) = migration {
+        starts.push((
+            "re-plan: local search with move costs from the current placement",
+            m.current.clone(),
+        ));
+    }
+    let mut relaxed = priced
+        .starts
+        .iter()
+        .map(|f| (PRICED_START, rounding::round(inst, &priced.expert_order, f)));
+    starts.extend(relaxed.next());
+    starts.push(("greedy + local search", greedy_placement.clone()));
+    let mut best: Option<(f64, &'static str, Vec<usize>)> = None;
+    let mut tried = 0;
+    for (name, placement) in starts.into_iter().chain(relaxed) {
+        let reached = best.as_ref().is_some_and(|b| b.0 <= target);
+        if tried > 0 && (reached || Instant::now() >= deadline) {
+            break;
+        }
+        tried += 1;
+        let until = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+        let from_current = migration.is_some() && tried == 1;
+        let Some(state) = improved(inst, placement, migration, from_current, until, target) else {
+            continue;
+        };
+        if best.as_ref().is_none_or(|b| state.objective() < b.0) {
+            best = Some((state.objective(), name, state.placement));
+        }
+    }
+    // Then kicks while time is left: a few objects of the best placement
+    // moved at random, repaired and improved again, kept when better;
+    // given up after `FRUITLESS_KICKS` in a row that do not help.
+    let mut rng = Lcg(inst.objects.len() as u64);
+    let mut fruitless = 0;
+    while let Some((objective, name, placement)) = &best {
+        if *objective <= target || Instant::now() >= deadline || fruitless >= FRUITLESS_KICKS {
+            break;
+        }
+        fruitless += 1;
+        let mut kicked = placement.clone();
+        let kicks = 2 + (rng.below(4) as usize);
+        for _ in 0..kicks {
+            if rng.below(2) == 0 && inst.trunk_ids.len() > 1 {
+                // Two trunk components trade places: packings of unequal
+                // sizes that no single move reaches.
+                let pick =
+                    |rng: &mut Lcg| inst.trunk_ids[rng.below(inst.trunk_ids.len() as u64) as usize];
+                let (a, b) = (pick(&mut rng), pick(&mut rng));
+                kicked.swap(a, b);
+            } else {
+                let o = rng.below(inst.objects.len() as u64) as usize;
+                let q = rng.below(inst.places.len() as u64) as usize;
+                if inst.allowed(o, inst.places[q]) {
+                    kicked[o] = q;
+                }
+            }
+        }
+        let name = *name;
+        if let Some(state) = improved(inst, kicked, migration, false, deadline, target) {
+            if state.objective() < objective * (1.0 - 1e-12) {
+                best = Some((state.objective(), name, state.placement));
+                fruitless = 0;
+            }
+        }
+    }
+    let (_, method, placement) =
+        best.unwrap_or((greedy_token_seconds, "greedy", greedy_placement.clone()));
+    Ok(solution(
+        inst,
+        placement,
+        bound,
+        (greedy_placement, greedy_token_seconds),
+        method,
+        start,
+    ))
+}
+
+/// `placement` repaired within capacities and improved by local search
+/// until `until` or `target`; `None` when it cannot be repaired. When
+/// re-planning, a fresh start is first improved on token time alone, then
+/// with its moves priced (priced from the start, the search stalls near
+/// where it began); the current placement is priced from the start.
+fn improved<'a>(
+    inst: &'a Instance,
+    placement: Vec<usize>,
+    migration: Option<&search::Migration>,
+    from_current: bool,
+    until: Instant,
+    target: f64,
+) -> Option<SearchState<'a>> {
+    let mut state = SearchState::new(inst, placement);
+    if let (Some(m), true) = (migration, from_current) {
+        state = state.with_migration(m.clone());
+    }
+    if !state.repair() {
+        return None;
+    }
+    state.improve(until, target);
+    if let (Some(m), false) = (migration, from_current) {
+        state = state.with_migration(m.clone());
+        state.improve(until, target);
+    }
+    Some(state)
+}
+
+/// A deterministic generator (64-bit LCG) for the kicks, so a plan is the
+/// same on every run with the same time to spend.
+struct Lcg(u64);
+
+impl Lcg {
+    /// Uniform in `0..n`.
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n.max(1)
+    }
+}
+
+/// The answer for `placement`, priced with the cost model.
+fn solution(
+    inst: &Instance,
+    placement: Vec<usize>,
+    (bound, bound_method): (f64, &'static str),
+    (greedy_placement, greedy_token_seconds): (Vec<usize>, f64),
+    method: &str,
+    start: Instant,
+) -> Solution {
+    let token_seconds = inst.evaluate(&placement).token_seconds;
+    debug_assert!(
+        bound <= token_seconds * (1.0 + 1e-6),
+        "bound {bound} above plan {token_seconds}"
+    );
+    let lower_bound_seconds = bound.min(token_seconds);
+    Solution {
+        proven_optimal: token_seconds / lower_bound_seconds - 1.0 <= OPTIMAL_GAP,
+        placement,
+        token_seconds,
+        lower_bound_seconds,
+        bound_method,
+        greedy_placement,
+        greedy_token_seconds,
+        method: method.to_string(),
+        solve_seconds: start.elapsed().as_secs_f64(),
+    }
+}
+
+/// How a re-plan weighs moving (design §4.5): a move must pay for itself
+/// over `horizon_tokens`, with its seconds counted `hysteresis` times.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplanOptions {
+    pub time_limit_seconds: f64,
+    pub horizon_tokens: f64,
+    pub hysteresis: f64,
+}
+
+/// Re-plans from `current` (place index per object), minimising
+/// `token_seconds + hysteresis * move_seconds / horizon_tokens`: the plan
+/// search on that objective, the current placement (first moved back
+/// within capacities when the inputs shrank a place) among its starts. The
+/// bound, on token seconds, is valid for any placement.
+pub fn replan(inst: &Instance, current: &[usize], options: ReplanOptions) -> Result<Solution> {
+    let migration = search::Migration {
+        current: current.to_vec(),
+        horizon_tokens: options.horizon_tokens,
+        hysteresis: options.hysteresis,
+    };
+    let options = SolveOptions {
+        time_limit_seconds: options.time_limit_seconds,
+        // Moves are not in the bound: stop only when the time is spent.
+        gap: 0.0,
+    };
+    search(inst, options, Some(&migration))
+}

@@ -1,0 +1,457 @@
+//! Local search on the true objective: the incremental state of a placement
+//! (stage loads, stage times, free bytes), capacity repair, single moves and
+//! capacity trades between stages (one object into a full place, another out
+//! of it). Every step is evaluated with the cost model's `StageLoads`, so the
+//! search optimises exactly what the plan reports. When re-planning from a
+//! current placement (design §4.5), each object away from where it is now
+//! also costs its move seconds times the hysteresis over the horizon.
+
+use residency_core::cost::{Instance, StageLoads};
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
+use std::time::Instant;
+
+/// Smallest objective change (seconds) counted as an improvement.
+const EPSILON_SECONDS: f64 = 1e-12;
+
+pub struct SearchState<'a> {
+    inst: &'a Instance,
+    pub placement: Vec<usize>,
+    loads: Vec<StageLoads>,
+    stage_seconds: Vec<f64>,
+    /// Free bytes per place index; negative while over capacity. Disk: unbounded.
+    free: Vec<i128>,
+    migration: Option<Migration>,
+}
+
+/// What moving away from a current placement costs (design §4.5): per
+/// object and place index, its move seconds from where it is now times
+/// `hysteresis / horizon_tokens`, in seconds per token.
+#[derive(Debug, Clone)]
+pub struct Migration {
+    pub current: Vec<usize>,
+    pub horizon_tokens: f64,
+    pub hysteresis: f64,
+}
+
+impl<'a> SearchState<'a> {
+    pub fn new(inst: &'a Instance, placement: Vec<usize>) -> Self {
+        let r = &inst.resources;
+        let mut free: Vec<i128> = super::greedy::capacities(inst)
+            .into_iter()
+            .map(i128::from)
+            .collect();
+        let mut loads: Vec<StageLoads> = inst.stages.iter().map(|_| StageLoads::new(r)).collect();
+        for (o, &q) in placement.iter().enumerate() {
+            let object = &inst.objects[o];
+            loads[object.stage].apply(r, object, inst.places[q], 1.0);
+            free[q] -= object.bytes_at(inst.places[q]) as i128;
+        }
+        let stage_seconds = loads.iter().map(|l| l.seconds(r).0).collect();
+        SearchState {
+            inst,
+            placement,
+            loads,
+            stage_seconds,
+            free,
+            migration: None,
+        }
+    }
+
+    /// Charges moves away from `migration.current` in every step's delta.
+    pub fn with_migration(mut self, migration: Migration) -> Self {
+        self.migration = Some(migration);
+        self
+    }
+
+    pub fn token_seconds(&self) -> f64 {
+        self.stage_seconds.iter().sum::<f64>() + self.inst.resources.fixed_token_seconds
+    }
+
+    /// What the search minimises: `token_seconds`, plus every object's
+    /// migration seconds per token when re-planning.
+    pub fn objective(&self) -> f64 {
+        self.token_seconds()
+            + (0..self.placement.len())
+                .map(|o| self.migration_seconds(o, self.placement[o]))
+                .sum::<f64>()
+    }
+
+    /// Seconds per token that `o` at place `q` costs in migration.
+    fn migration_seconds(&self, o: usize, q: usize) -> f64 {
+        self.migration.as_ref().map_or(0.0, |m| {
+            residency_core::diff::move_seconds(self.inst, o, m.current[o], q) * m.hysteresis
+                / m.horizon_tokens
+        })
+    }
+
+    fn bytes(&self, o: usize, q: usize) -> i128 {
+        self.inst.objects[o].bytes_at(self.inst.places[q]) as i128
+    }
+
+    /// Change of the objective (`token_seconds`, plus migration seconds when
+    /// re-planning) if the given objects (at most two) moved to the given
+    /// places; evaluated without copying any stage's loads.
+    pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
+        let migration: f64 = moves
+            .iter()
+            .map(|&(o, q)| {
+                self.migration_seconds(o, q) - self.migration_seconds(o, self.placement[o])
+            })
+            .sum();
+        self.token_delta(moves) + migration
+    }
+
+    /// The change of `token_seconds` alone.
+    fn token_delta(&self, moves: &[(usize, usize)]) -> f64 {
+        debug_assert!(moves.len() <= 2);
+        let r = &self.inst.resources;
+        let change = |&(o, q): &(usize, usize)| {
+            let object = &self.inst.objects[o];
+            (
+                object.stage,
+                r.move_changes(
+                    object,
+                    self.inst.places[self.placement[o]],
+                    self.inst.places[q],
+                ),
+            )
+        };
+        match moves {
+            [a, b] if self.inst.objects[a.0].stage == self.inst.objects[b.0].stage => {
+                let ((s, first), (_, second)) = (change(a), change(b));
+                let mut both = [first[0]; 8];
+                both[..4].copy_from_slice(&first);
+                both[4..].copy_from_slice(&second);
+                self.loads[s].seconds_with(r, &both).0 - self.stage_seconds[s]
+            }
+            _ => moves
+                .iter()
+                .map(|m| {
+                    let (s, changes) = change(m);
+                    self.loads[s].seconds_with(r, &changes).0 - self.stage_seconds[s]
+                })
+                .sum(),
+        }
+    }
+
+    fn apply(&mut self, o: usize, q: usize) {
+        let r = &self.inst.resources;
+        let object = &self.inst.objects[o];
+        let from = self.placement[o];
+        let s = object.stage;
+        self.loads[s].apply(r, object, self.inst.places[from], -1.0);
+        self.loads[s].apply(r, object, self.inst.places[q], 1.0);
+        self.stage_seconds[s] = self.loads[s].seconds(r).0;
+        self.free[from] += self.bytes(o, from);
+        self.free[q] -= self.bytes(o, q);
+        self.placement[o] = q;
+    }
+
+    /// Whether place `q` has room for object `o`.
+    pub fn fits(&self, o: usize, q: usize) -> bool {
+        self.free[q] >= self.bytes(o, q)
+    }
+
+    /// Moves objects out of over-full places, cheapest loss per freed byte
+    /// first (lazy greedy). Returns false when some place stays over-full.
+    pub fn repair(&mut self) -> bool {
+        for q in 0..self.inst.places.len() {
+            if self.free[q] >= 0 {
+                continue;
+            }
+            let mut heap = BinaryHeap::new();
+            for o in (0..self.placement.len()).filter(|&o| self.placement[o] == q) {
+                if let Some(c) = self.best_exit(o, -self.free[q]) {
+                    heap.push(c);
+                }
+            }
+            while self.free[q] < 0 {
+                let Some(candidate) = heap.pop() else {
+                    return false;
+                };
+                // Re-evaluate: earlier moves may have changed this stage or
+                // filled the target, and less may be left to free.
+                let Some(fresh) = self.best_exit(candidate.object, -self.free[q]) else {
+                    continue;
+                };
+                if heap
+                    .peek()
+                    .is_some_and(|next| fresh.cost_per_byte > next.cost_per_byte + 1e-18)
+                {
+                    heap.push(fresh);
+                    continue;
+                }
+                self.apply(fresh.object, fresh.target);
+            }
+        }
+        true
+    }
+
+    /// The cheapest move of `o` to another place with room, per byte of
+    /// the `excess` it frees (bytes beyond the excess are worth nothing: a
+    /// large object is not the cheapest way to free a few bytes).
+    fn best_exit(&self, o: usize, excess: i128) -> Option<Exit> {
+        let from = self.placement[o];
+        let freed = self.bytes(o, from).min(excess).max(1) as f64;
+        (0..self.inst.places.len())
+            .filter(|&q| q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q))
+            .map(|q| Exit {
+                object: o,
+                target: q,
+                cost_per_byte: self.delta(&[(o, q)]) / freed,
+            })
+            .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
+    }
+
+    /// Improves the placement until no move helps, the deadline passes or
+    /// the objective is at most `target_seconds`.
+    pub fn improve(&mut self, deadline: Instant, target_seconds: f64) {
+        loop {
+            let moved = self.single_moves(deadline)
+                | self.swaps(deadline)
+                | self.trades(deadline)
+                | self.trunk_swaps(deadline);
+            if !moved || Instant::now() >= deadline || self.objective() <= target_seconds {
+                return;
+            }
+        }
+    }
+
+    /// Exchanges of places between two trunk components of unequal sizes,
+    /// any two: what packs the cards when both are full.
+    fn trunk_swaps(&mut self, deadline: Instant) -> bool {
+        let trunk = &self.inst.trunk_ids;
+        let mut improved = false;
+        for (i, &a) in trunk.iter().enumerate() {
+            if i % 16 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            for &b in &trunk[i + 1..] {
+                let (qa, qb) = (self.placement[a], self.placement[b]);
+                if qa == qb {
+                    continue;
+                }
+                let fits = |q: usize, enters: usize, leaves: usize| {
+                    self.free[q] + self.bytes(leaves, q) - self.bytes(enters, q) >= 0
+                };
+                if fits(qb, a, b)
+                    && fits(qa, b, a)
+                    && self.delta(&[(a, qb), (b, qa)]) < -EPSILON_SECONDS
+                {
+                    self.apply(a, qb);
+                    self.apply(b, qa);
+                    improved = true;
+                }
+            }
+        }
+        improved
+    }
+
+    /// Exchanges within a stage: for each ordered pair of places, the
+    /// hottest expert of one with the coldest of the other. Neither move may
+    /// help alone (the stage waits for its slowest resource) while both do.
+    fn swaps(&mut self, deadline: Instant) -> bool {
+        let places = self.inst.places.len();
+        let mut improved = false;
+        for s in 0..self.inst.stages.len() {
+            if s % 16 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            for from in 0..places {
+                for to in (0..places).filter(|&to| to != from) {
+                    if let Some((hot, cold)) = self.swap_candidate(s, from, to) {
+                        self.apply(hot, to);
+                        self.apply(cold, from);
+                        improved = true;
+                    }
+                }
+            }
+        }
+        improved
+    }
+
+    /// The hottest expert of stage `s` at `from` and the coldest at `to`,
+    /// when exchanging them fits and lowers the token time.
+    fn swap_candidate(&self, s: usize, from: usize, to: usize) -> Option<(usize, usize)> {
+        let rate = |o: usize| self.inst.objects[o].use_rate;
+        let experts_at = |q: usize| {
+            self.inst.stages[s]
+                .objects
+                .iter()
+                .copied()
+                .filter(move |&o| self.placement[o] == q && self.inst.objects[o].is_expert())
+        };
+        let hot = experts_at(from).max_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+        let cold = experts_at(to).min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+        let room = |q: usize, enters: usize, leaves: usize| {
+            self.free[q] + self.bytes(leaves, q) - self.bytes(enters, q) >= 0
+        };
+        let fits = rate(hot) > rate(cold) && room(to, hot, cold) && room(from, cold, hot);
+        (fits && self.delta(&[(hot, to), (cold, from)]) < -EPSILON_SECONDS).then_some((hot, cold))
+    }
+
+    /// Every object to every place with room, first improvement.
+    fn single_moves(&mut self, deadline: Instant) -> bool {
+        let mut improved = false;
+        for s in 0..self.inst.stages.len() {
+            if s % 64 == 0 && Instant::now() >= deadline {
+                break;
+            }
+            for &o in &self.inst.stages[s].objects {
+                let from = self.placement[o];
+                let best = (0..self.inst.places.len())
+                    .filter(|&q| {
+                        q != from && self.inst.allowed(o, self.inst.places[q]) && self.fits(o, q)
+                    })
+                    .map(|q| (self.delta(&[(o, q)]), q))
+                    .min_by(|a, b| a.0.total_cmp(&b.0));
+                if let Some((d, q)) = best {
+                    if d < -EPSILON_SECONDS {
+                        self.apply(o, q);
+                        improved = true;
+                    }
+                }
+            }
+        }
+        improved
+    }
+
+    /// Capacity trades: into each capacitated place the stage that gains most
+    /// from one more object there, out of it the stage that loses least.
+    fn trades(&mut self, deadline: Instant) -> bool {
+        let mut improved = false;
+        let capacitated: Vec<usize> = (0..self.inst.places.len())
+            .filter(|&q| {
+                self.inst
+                    .resources
+                    .capacity_bytes(self.inst.places[q])
+                    .is_some()
+            })
+            .collect();
+        for &q in &capacitated {
+            let stages = self.inst.stages.len();
+            let mut gains: Vec<Option<(f64, usize)>> =
+                (0..stages).map(|s| self.best_into(s, q)).collect();
+            let mut losses: Vec<Vec<Option<(f64, usize)>>> =
+                (0..stages).map(|s| self.best_out_of(s, q)).collect();
+            loop {
+                if Instant::now() >= deadline {
+                    return improved;
+                }
+                let mut order: Vec<usize> = (0..stages)
+                    .filter(|&s| gains[s].is_some_and(|g| g.0 < -EPSILON_SECONDS))
+                    .collect();
+                order.sort_by(|&a, &b| gains[a].unwrap().0.total_cmp(&gains[b].unwrap().0));
+                let mut applied = None;
+                'gains: for s_in in order {
+                    let (gain, o_in) = gains[s_in].unwrap();
+                    let vacated = self.placement[o_in];
+                    let mut best: Option<(f64, usize, usize)> = None;
+                    for (s_out, row) in losses.iter().enumerate() {
+                        for (target, cell) in row.iter().enumerate() {
+                            let Some((loss, o_out)) = *cell else { continue };
+                            if o_out == o_in
+                                || best.is_some_and(|b| loss >= b.0)
+                                || gain + loss >= -EPSILON_SECONDS
+                            {
+                                continue;
+                            }
+                            // q must hold o_in once o_out leaves; target must hold o_out
+                            // (with what o_in vacates, when that is the target).
+                            let room_q = self.free[q] + self.bytes(o_out, q) - self.bytes(o_in, q);
+                            let room_target = self.free[target] - self.bytes(o_out, target)
+                                + if target == vacated {
+                                    self.bytes(o_in, vacated)
+                                } else {
+                                    0
+                                };
+                            if room_q < 0 || room_target < 0 {
+                                continue;
+                            }
+                            let total = if s_out == s_in {
+                                self.delta(&[(o_in, q), (o_out, target)])
+                            } else {
+                                gain + loss
+                            };
+                            if total < -EPSILON_SECONDS {
+                                best = Some((loss, o_out, target));
+                            }
+                        }
+                    }
+                    if let Some((_, o_out, target)) = best {
+                        self.apply(o_out, target);
+                        self.apply(o_in, q);
+                        applied = Some((s_in, self.inst.objects[o_out].stage));
+                        break 'gains;
+                    }
+                }
+                let Some((a, b)) = applied else { break };
+                improved = true;
+                for s in [a, b] {
+                    gains[s] = self.best_into(s, q);
+                    losses[s] = self.best_out_of(s, q);
+                }
+            }
+        }
+        improved
+    }
+
+    /// Best move of an object of stage `s` into place `q` (ignoring q's room).
+    fn best_into(&self, s: usize, q: usize) -> Option<(f64, usize)> {
+        self.inst.stages[s]
+            .objects
+            .iter()
+            .filter(|&&o| self.placement[o] != q && self.inst.allowed(o, self.inst.places[q]))
+            .map(|&o| (self.delta(&[(o, q)]), o))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+    }
+
+    /// Per target place, the cheapest move of an object of stage `s` out of `q`.
+    fn best_out_of(&self, s: usize, q: usize) -> Vec<Option<(f64, usize)>> {
+        let mut best = vec![None; self.inst.places.len()];
+        for &o in self.inst.stages[s]
+            .objects
+            .iter()
+            .filter(|&&o| self.placement[o] == q)
+        {
+            for target in (0..self.inst.places.len())
+                .filter(|&t| t != q && self.inst.allowed(o, self.inst.places[t]))
+            {
+                let d = self.delta(&[(o, target)]);
+                if best[target].is_none_or(|(b, _): (f64, usize)| d < b) {
+                    best[target] = Some((d, o));
+                }
+            }
+        }
+        best
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Exit {
+    object: usize,
+    target: usize,
+    cost_per_byte: f64,
+}
+
+impl PartialEq for Exit {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+impl Eq for Exit {}
+impl PartialOrd for Exit {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Exit {
+    /// Reversed: the max-heap pops the cheapest exit first.
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .cost_per_byte
+            .total_cmp(&self.cost_per_byte)
+            .then(other.object.cmp(&self.object))
+    }
+}

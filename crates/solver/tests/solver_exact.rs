@@ -1,0 +1,353 @@
+//! The solver against exhaustive enumeration: on instances small enough to
+//! try every placement, the reported lower bound must not exceed the true
+//! optimum and the plan must reach it (within the 0.5 % the issue allows).
+//! The optimum here is computed independently of the solver: every
+//! placement is evaluated with the cost model and the best feasible one kept.
+
+use residency_core::cost::{Instance, Place};
+use residency_core::kv::KvGroup;
+use residency_core::model::Model;
+use residency_core::profile::HardwareProfile;
+use residency_core::units::{Bytes, Seconds};
+use residency_solver::greedy::greedy;
+use residency_solver::{lagrange, replan, solve, ReplanOptions, SolveOptions};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+/// A deterministic generator (64-bit LCG), so every run checks the same cases.
+struct Lcg(u64);
+impl Lcg {
+    fn next(&mut self) -> f64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+const MODEL: &str = r#"
+name: tiny-moe
+layers: 2
+moe_layers: [0, 1]
+experts: 3
+top_k: 2
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: shared, layers: [1], bytes: 80 MB, stage: experts }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+
+fn profile(rng: &mut Lcg) -> String {
+    // Capacities between 1 and 4 objects, overheads from 1 us to 1 ms, and
+    // both overlap settings, so different constraints bind in each case.
+    let mb = |lo: f64, hi: f64, r: &mut Lcg| (lo + (hi - lo) * r.next()).round() as u64 * 1_000_000;
+    let us = |r: &mut Lcg| (10f64.powf(3.0 * r.next())).round() as u64;
+    let overlap = rng.next() < 0.5;
+    format!(
+        r#"
+name: tiny-box
+numa:
+  - {{ id: 0, ram: {ram}, reserved: 0, cores: 4, gemv_bandwidth: 20 GB/s }}
+gpus:
+  - {{ id: 0, name: a, vram: {g0}, numa: 0, gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: {s0} us }}
+  - {{ id: 1, name: b, vram: {g1}, numa: 0, gemv_bandwidth: 180 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: {s1} us }}
+drives:
+  - {{ id: 0, name: d, numa: 0, read_bandwidth: 3 GB/s, read_latency: 100 us }}
+io_overlaps_compute: {overlap}
+"#,
+        ram = mb(150.0, 450.0, rng),
+        g0 = mb(100.0, 400.0, rng),
+        g1 = mb(100.0, 300.0, rng),
+        s0 = us(rng),
+        s1 = us(rng),
+    )
+}
+
+/// The best feasible placement's token seconds by trying all of them.
+fn exhaustive_optimum(inst: &Instance) -> f64 {
+    exhaustive_minimum(inst, &|p: &[usize]| inst.evaluate(p).token_seconds)
+}
+
+/// The least `objective` over every feasible placement (odometer over places).
+fn exhaustive_minimum(inst: &Instance, objective: &dyn Fn(&[usize]) -> f64) -> f64 {
+    let n = inst.objects.len();
+    let places = inst.places.len();
+    let mut placement = vec![0usize; n];
+    let mut best = f64::INFINITY;
+    loop {
+        if inst.check_feasible(&placement).is_ok() {
+            best = best.min(objective(&placement));
+        }
+        let mut i = 0;
+        loop {
+            if i == n {
+                return best;
+            }
+            placement[i] += 1;
+            if placement[i] < places {
+                break;
+            }
+            placement[i] = 0;
+            i += 1;
+        }
+    }
+}
+
+/// Solves `inst` and checks the plan against the exhaustive optimum: the
+/// solver fails only when nothing fits; else the plan is feasible and its cost is what the cost model says, the bound is
+/// at most the optimum, the plan within 0.5 % of it.
+fn check_against_optimum(inst: &Instance, case: usize, text: &str) -> Option<Vec<usize>> {
+    let optimum = exhaustive_optimum(inst);
+    let solved = solve(
+        inst,
+        SolveOptions {
+            time_limit_seconds: 1.0,
+            ..SolveOptions::default()
+        },
+    );
+    let Ok(solution) = solved else {
+        // Planning may fail only where no placement fits at all.
+        assert!(optimum.is_infinite(), "case {case}: {solved:?}\n{text}");
+        return None;
+    };
+    inst.check_feasible(&solution.placement).unwrap();
+    // The plan's bound is capped at the plan's cost; check the priced
+    // relaxation's own bound, uncapped.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let priced = lagrange::bound(inst, deadline, 1e-9, f64::INFINITY);
+    assert!(
+        priced.lower_bound_seconds <= optimum * (1.0 + 1e-9),
+        "case {case}: priced bound {} above the optimum {optimum}\n{text}",
+        priced.lower_bound_seconds
+    );
+    let recomputed = inst.evaluate(&solution.placement).token_seconds;
+    assert!(
+        (recomputed - solution.token_seconds).abs() <= 1e-12 * recomputed,
+        "case {case}"
+    );
+    assert!(
+        solution.lower_bound_seconds <= optimum * (1.0 + 1e-9),
+        "case {case}: bound {} above the optimum {optimum}\n{text}",
+        solution.lower_bound_seconds
+    );
+    assert!(
+        solution.token_seconds <= optimum * 1.005,
+        "case {case}: plan {} vs optimum {optimum}\n{text}",
+        solution.token_seconds
+    );
+    Some(solution.placement)
+}
+
+/// Per MoE layer, 3 use rates summing to top_k = 2.
+fn rates(rng: &mut Lcg, layers: usize) -> Vec<Vec<f64>> {
+    (0..layers)
+        .map(|_| {
+            let w: Vec<f64> = (0..3).map(|_| 0.05 + rng.next()).collect();
+            let sum: f64 = w.iter().sum();
+            w.iter().map(|x| 2.0 * x / sum).collect()
+        })
+        .collect()
+}
+
+#[test]
+fn bound_and_plan_against_exhaustive_search() {
+    let model = Model::from_yaml_str(MODEL, Path::new("tiny.yaml")).unwrap();
+    let mut rng = Lcg(20261130);
+    for case in 0..12 {
+        let text = profile(&mut rng);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+        let inst = Instance::new(&profile, &model, &rates(&mut rng, 2));
+        assert!(check_against_optimum(&inst, case, &text).is_some());
+    }
+}
+
+/// One MoE layer of 3 experts, a shared expert and two trunk components:
+/// with 3-4 GPUs, 6^6 placements at most.
+const FLEET_MODEL: &str = r#"
+name: tiny-moe-fleet
+layers: 1
+moe_layers: [0]
+experts: 3
+top_k: 2
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: shared, layers: [0], bytes: 80 MB, stage: experts }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+
+/// A fleet of `gpus` cards no two alike: VRAM for 0-2 objects, GEMV
+/// bandwidths from 100 to 400 GB/s, sync overheads from 1 us to 1 ms.
+fn fleet_profile(rng: &mut Lcg, gpus: usize) -> String {
+    let cards: String = (0..gpus)
+        .map(|g| {
+            format!(
+                "  - {{ id: {g}, name: c{g}, vram: {}, numa: 0, gemv_bandwidth: {} GB/s, upload_bandwidth: 10 GB/s, sync_overhead: {} us }}\n",
+                (250.0 * rng.next()).round() as u64 * 1_000_000,
+                (100.0 + 300.0 * rng.next()).round() as u64,
+                (10f64.powf(3.0 * rng.next())).round() as u64,
+            )
+        })
+        .collect();
+    format!(
+        r#"
+name: tiny-fleet
+numa:
+  - {{ id: 0, ram: {ram}, reserved: 0, cores: 4, gemv_bandwidth: 20 GB/s }}
+gpus:
+{cards}drives:
+  - {{ id: 0, name: d, numa: 0, read_bandwidth: 3 GB/s, read_latency: 100 us }}
+io_overlaps_compute: {overlap}
+"#,
+        ram = (100.0 + 300.0 * rng.next()).round() as u64 * 1_000_000,
+        overlap = rng.next() < 0.5,
+    )
+}
+
+#[test]
+fn bound_and_plan_on_fleets_of_distinct_gpus_against_exhaustive_search() {
+    let model = Model::from_yaml_str(FLEET_MODEL, Path::new("fleet.yaml")).unwrap();
+    let mut rng = Lcg(20261201);
+    let mut solved = 0;
+    for case in 0..8 {
+        let text = fleet_profile(&mut rng, 3 + case % 2);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("fleet.yaml")).unwrap();
+        let inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
+        solved += usize::from(check_against_optimum(&inst, case, &text).is_some());
+    }
+    // Most fleets can hold the model: the cases exercise the solver.
+    assert!(solved >= 6, "{solved} of 8 fleets solved");
+}
+
+/// One MoE layer, so that two KV groups and the recompute place keep the
+/// enumeration small (5 places, 7 objects).
+const KV_MODEL: &str = r#"
+name: tiny-moe-kv
+layers: 1
+moe_layers: [0]
+experts: 3
+top_k: 2
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+
+#[test]
+fn kv_groups_keep_the_bound_valid_against_exhaustive_search() {
+    let model = Model::from_yaml_str(KV_MODEL, Path::new("tiny-kv.yaml")).unwrap();
+    let mut rng = Lcg(4_6);
+    let mut kept_where = Vec::new();
+    for case in 0..12 {
+        let text = profile(&mut rng);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+        let mut inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
+        // Groups of 50-250 MB saving 0.05-5 ms per token on a GPU: as much
+        // as an expert's place is worth, so KV and experts compete; from
+        // RAM the 2.5-25 ms upload at 10-20 GB/s often cancels the saving.
+        let groups: Vec<KvGroup> = (0..2)
+            .map(|k| KvGroup {
+                name: format!("g{k}"),
+                bytes: Bytes((50.0 + 200.0 * rng.next()).round() as u64 * 1_000_000),
+                reuses_per_token: 0.05 + 0.45 * rng.next(),
+                prefill_seconds: Seconds(0.001 + 0.009 * rng.next()),
+            })
+            .collect();
+        inst.add_kv_groups(&groups);
+        if let Some(placement) = check_against_optimum(&inst, case, &text) {
+            for &o in &inst.kv_ids {
+                kept_where.push(inst.places[placement[o]]);
+            }
+        }
+    }
+    // The cases must exercise the competition: most are feasible, and
+    // groups end up both kept in memory and recomputed.
+    assert!(kept_where.len() >= 16, "{kept_where:?}");
+    assert!(kept_where.contains(&Place::Recompute), "{kept_where:?}");
+    assert!(
+        kept_where.iter().any(|&q| q != Place::Recompute),
+        "{kept_where:?}"
+    );
+}
+
+/// `replan` against exhaustive search of its own objective, token seconds
+/// plus hysteresis x move seconds / horizon (move seconds computed here from
+/// the bytes and link rates, not by the planner), from the greedy placement:
+/// with a horizon too short for any move to pay nothing moves, and at every
+/// horizon the result is never worse than staying and within 1 % of the best.
+#[test]
+fn replan_against_exhaustive_search_of_its_objective() {
+    let model = Model::from_yaml_str(MODEL, Path::new("tiny.yaml")).unwrap();
+    let mut rng = Lcg(4_5);
+    for case in 0..8 {
+        let text = profile(&mut rng);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+        let inst = Instance::new(&profile, &model, &rates(&mut rng, 2));
+        let Ok(current) = greedy(&inst) else { continue };
+        let r = &inst.resources;
+        // Every object is 80-200 MB; links from the profile: drive 3 GB/s,
+        // uploads 20 and 10 GB/s, RAM to RAM free, anything to disk free.
+        let move_seconds = |o: usize, from: usize, to: usize| -> f64 {
+            let (a, b) = (inst.places[from], inst.places[to]);
+            let source = match a {
+                Place::Disk(d) => r.drive_read_bytes_per_s[d],
+                Place::Gpu(g) => r.gpu_upload_bytes_per_s[g],
+                _ => f64::INFINITY,
+            };
+            let rate = match b {
+                _ if from == to => return 0.0,
+                Place::Disk(_) => return 0.0,
+                Place::Ram(_) if source.is_finite() => source,
+                Place::Ram(_) => r.drive_read_bytes_per_s[0],
+                Place::Gpu(g) => source.min(r.gpu_upload_bytes_per_s[g]),
+                Place::Recompute => unreachable!(),
+            };
+            inst.objects[o].bytes_at(b) as f64 / rate
+        };
+        for (horizon, hysteresis) in [(1e-9, 2.0), (10.0, 2.0), (1000.0, 1.0), (1e9, 1.0)] {
+            let objective = |p: &[usize]| {
+                inst.evaluate(p).token_seconds
+                    + (0..p.len())
+                        .map(|o| move_seconds(o, current[o], p[o]))
+                        .sum::<f64>()
+                        * hysteresis
+                        / horizon
+            };
+            let best = exhaustive_minimum(&inst, &objective);
+            let options = ReplanOptions {
+                time_limit_seconds: 2.0,
+                horizon_tokens: horizon,
+                hysteresis,
+            };
+            let solution = replan(&inst, &current, options).unwrap();
+            inst.check_feasible(&solution.placement).unwrap();
+            let got = objective(&solution.placement);
+            let stay = objective(&current);
+            assert!(
+                got <= stay * (1.0 + 1e-12),
+                "case {case} H {horizon}: {got} > {stay}"
+            );
+            assert!(
+                got <= best * 1.01,
+                "case {case} H {horizon}: {got} vs best {best}\n{text}"
+            );
+            if horizon < 1.0 {
+                assert_eq!(
+                    solution.placement, current,
+                    "case {case}: moved on a tiny horizon"
+                );
+            }
+        }
+    }
+}
