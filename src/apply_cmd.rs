@@ -6,7 +6,7 @@ use anyhow::{bail, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_core::plan::Plan;
 use residency_core::units::Bytes;
-use residency_runtime::apply::{apply, ApplyOptions};
+use residency_runtime::apply::{apply, ApplyOptions, ApplyReport};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::storage::open_backend;
 use std::path::PathBuf;
@@ -100,11 +100,11 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
         None => {}
     }
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({
-            "tiers": applied.tiers,
-            "verified": applied.verified.unwrap_or(false),
-            "telemetry": applied.store.telemetry().to_json(),
-        });
+        let doc = ApplyReport {
+            verified: applied.verified.unwrap_or(false),
+            telemetry: applied.store.telemetry(),
+            tiers: applied.tiers,
+        };
         residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }

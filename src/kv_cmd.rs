@@ -18,7 +18,7 @@ use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes, Seconds};
 use residency_formats::inputs::defaults;
 use residency_kv::groups::prefix_groups;
-use residency_kv::replay::{replay_grid, runs_json, KvCostModel, ReplayRun};
+use residency_kv::replay::{replay_grid, KvCostModel, KvReplayReport, ReplayRun};
 use residency_kv::trace::{read_mooncake, KvTrace};
 use residency_kv::EvictionPolicy;
 use std::path::{Path, PathBuf};
@@ -158,7 +158,7 @@ pub fn run(args: &KvReplayArgs) -> Result<()> {
     let runs = replay_grid(&trace, &args.policy, &args.capacity_blocks, &cost);
     print_table(&trace, &cost, &runs);
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&runs_json(&trace, &cost, &runs))?;
+        let text = serde_json::to_string_pretty(&KvReplayReport::new(&trace, &cost, &runs))?;
         residency_core::error::write_atomic(path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }

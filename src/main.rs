@@ -195,7 +195,8 @@ enum Command {
     /// Write this machine's hardware profile (`detect`) and measure its
     /// rates (`calibrate`), or take them from an engine log.
     Profile(profile_cmd::ProfileArgs),
-    /// Write the JSON Schemas of the profile, model description, KV groups and plan files.
+    /// Write the JSON Schemas of the profile, model description, KV groups and
+    /// plan files, and of every `--json` output.
     Schema {
         /// Directory to write the `*.schema.json` files into.
         #[arg(long, default_value = "schemas")]
@@ -296,12 +297,39 @@ fn write_schemas(dir: &Path) -> Result<()> {
             dir.display()
         )
     })?;
-    for (name, text) in residency_core::schema::schemas() {
+    for (name, text) in all_schemas() {
         let path = dir.join(name);
         residency_core::error::write_atomic(&path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The schemas of the files users write and the plan (`residency-core`),
+/// then of every `--json` output.
+fn all_schemas() -> Vec<(&'static str, String)> {
+    use residency_core::schema::render;
+    use schemars::schema_for;
+    let mut all = residency_core::schema::schemas();
+    all.extend([
+        (
+            "simulate-output.schema.json",
+            render(schema_for!(residency_cache::sim::job::SimulateReport)),
+        ),
+        (
+            "replay-output.schema.json",
+            render(schema_for!(residency_runtime::serve::replay::ReplayReport)),
+        ),
+        (
+            "kv-replay-output.schema.json",
+            render(schema_for!(residency_kv::replay::KvReplayReport)),
+        ),
+        (
+            "apply-output.schema.json",
+            render(schema_for!(residency_runtime::apply::ApplyReport)),
+        ),
+    ]);
+    all
 }
 
 fn notes(notes: &[String]) {

@@ -14,7 +14,7 @@ use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
-use residency_runtime::serve::replay::{replay, ReplayConfig, ServePolicy};
+use residency_runtime::serve::replay::{replay, ReplayConfig, ReplayReport, ServePolicy};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -296,7 +296,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     );
     if let Some(path) = &args.json {
-        let doc = serde_json::json!({ "runs": runs });
+        let doc = ReplayReport { runs };
         residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }

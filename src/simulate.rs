@@ -167,7 +167,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     }
     print_table(&args.trace, &output);
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&output.to_json())?;
+        let text = serde_json::to_string_pretty(&output.report())?;
         residency_core::error::write_atomic(path, text.as_bytes())?;
         println!("wrote {}", path.display());
     }

@@ -28,7 +28,8 @@ pub fn schemas() -> Vec<(&'static str, String)> {
     ]
 }
 
-fn render(schema: schemars::Schema) -> String {
+/// Pretty JSON and a trailing newline, as every committed schema is.
+pub fn render(schema: schemars::Schema) -> String {
     let mut text = serde_json::to_string_pretty(&schema).expect("a schema is plain JSON");
     text.push('\n');
     text

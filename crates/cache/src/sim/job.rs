@@ -8,6 +8,7 @@ use super::arms::{Arm, Run, SimOptions, Simulator};
 use super::budget::Allocation;
 use super::felt::read_seconds;
 use super::gate::{gate, held_out_splits, GateConfig, GateReport};
+use super::gate::{CategoryGain, Verdict};
 use super::oracle::read_oracle_general;
 use super::stream::Stream;
 use super::SimError;
@@ -18,6 +19,8 @@ use residency_core::model::Model;
 use residency_core::plan::Plan;
 use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, Trace};
+use schemars::JsonSchema;
+use serde::Serialize;
 use std::path::{Path, PathBuf};
 
 /// The trace formats `simulate` reads.
@@ -350,74 +353,139 @@ fn plan_residents(path: &Path, stream: &Stream) -> Result<Vec<ObjectIndex>, SimE
 }
 
 impl SimulateOutput {
-    /// The `--json` document (design §6): `{"runs": [...]}`, plus `"gate"`
-    /// when the gate ran. Counts are exact integers; bytes are bytes.
-    pub fn to_json(&self) -> serde_json::Value {
-        let runs: Vec<serde_json::Value> = self
-            .runs
-            .iter()
-            .map(|(category, run)| run_json(category.as_deref(), run))
-            .collect();
-        let mut doc = serde_json::json!({ "runs": runs });
-        if let Some(report) = &self.gate {
-            doc["gate"] = report.results.iter().map(gate_json).collect();
+    /// The `--json` document (design §6, `schemas/simulate-output.schema.json`):
+    /// the runs, plus the gate's results when it ran. Counts are exact
+    /// integers; bytes are bytes.
+    pub fn report(&self) -> SimulateReport {
+        SimulateReport {
+            runs: self
+                .runs
+                .iter()
+                .map(|(category, run)| RunRecord::new(category.clone(), run))
+                .collect(),
+            gate: self
+                .gate
+                .as_ref()
+                .map(|report| report.results.iter().map(GateRecord::new).collect()),
         }
-        doc
     }
 }
 
-fn run_json(category: Option<&str>, run: &Run) -> serde_json::Value {
-    let s = &run.stats;
-    let per_token = |n: u64| n as f64 / run.tokens.max(1) as f64;
-    let mut v = serde_json::json!({
-        "policy": run.arm.policy.name(),
-        "allocation": run.arm.allocation.name(),
-        "budget": run.arm.budget_bytes,
-        "requests": s.requests,
-        "misses": s.misses,
-        "miss_bytes": s.miss_bytes,
-        "tokens": run.tokens,
-        "felt_wait_seconds": run.felt_wait_seconds,
-        "hits_seeded": s.hits_seeded,
-        "hits_admitted": s.hits_admitted,
-        "seeded_bytes": s.seeded_bytes,
-        "admissions": s.admissions,
-        "admitted_bytes": s.admitted_bytes,
-        "bypasses": s.bypasses,
-        "evictions": s.evictions,
-        "evictions_per_token": per_token(s.evictions),
-        "admitted_bytes_per_token": per_token(s.admitted_bytes),
-        "misses_by_layer": s.misses_by_layer,
-    });
-    if let Some(c) = category {
-        v["category"] = c.into();
-    }
-    if !run.capacities_bytes.is_empty() {
-        v["capacities_bytes"] = run.capacities_bytes.clone().into();
-    }
-    v
+/// What `residency simulate --json` writes.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct SimulateReport {
+    pub runs: Vec<RunRecord>,
+    /// Present when `--gate` ran.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub gate: Option<Vec<GateRecord>>,
 }
 
-fn gate_json(r: &super::gate::GateResult) -> serde_json::Value {
-    let verdict = |v: &super::gate::Verdict| serde_json::json!({ "mean_gain": v.mean_gain, "worst_gain": v.worst_gain, "passed": v.passed });
-    serde_json::json!({
-        "policy": r.policy.name(),
-        "allocation": r.allocation.name(),
-        "budget": r.budget_bytes,
-        "verdict": verdict(&r.verdict),
-        "passed": r.passed(),
-        "categories": r.categories.iter().map(|c| serde_json::json!({
-            "category": c.category,
-            "baseline_felt_seconds": c.baseline_felt_seconds,
-            "candidate_felt_seconds": c.candidate_felt_seconds,
-            "gain": c.gain,
-        })).collect::<Vec<_>>(),
-        "sensitivity": r.sensitivity.as_ref().map(|s| serde_json::json!({
-            "reruns": s.reruns,
-            "failed": s.failed,
-            "worst": s.worst.map(|(layer, scale, v)| serde_json::json!({
-                "layer": layer, "scale": scale, "verdict": verdict(&v),
-            })),
-        })),
-    })
+/// One policy, allocation and budget over the trace (or one category of it).
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct RunRecord {
+    pub policy: String,
+    pub allocation: String,
+    /// Bytes of the cache budget.
+    pub budget: u64,
+    pub requests: u64,
+    pub misses: u64,
+    pub miss_bytes: u64,
+    pub tokens: u64,
+    pub felt_wait_seconds: f64,
+    pub hits_seeded: u64,
+    pub hits_admitted: u64,
+    pub seeded_bytes: u64,
+    pub admissions: u64,
+    pub admitted_bytes: u64,
+    pub bypasses: u64,
+    pub evictions: u64,
+    pub evictions_per_token: f64,
+    pub admitted_bytes_per_token: f64,
+    pub misses_by_layer: Vec<u64>,
+    /// The category replayed, when the trace was cut by category.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// Bytes per layer, when the allocation is not global.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub capacities_bytes: Vec<u64>,
+}
+
+impl RunRecord {
+    fn new(category: Option<String>, run: &Run) -> RunRecord {
+        let s = &run.stats;
+        let per_token = |n: u64| n as f64 / run.tokens.max(1) as f64;
+        RunRecord {
+            policy: run.arm.policy.name().into(),
+            allocation: run.arm.allocation.name().into(),
+            budget: run.arm.budget_bytes,
+            requests: s.requests,
+            misses: s.misses,
+            miss_bytes: s.miss_bytes,
+            tokens: run.tokens,
+            felt_wait_seconds: run.felt_wait_seconds,
+            hits_seeded: s.hits_seeded,
+            hits_admitted: s.hits_admitted,
+            seeded_bytes: s.seeded_bytes,
+            admissions: s.admissions,
+            admitted_bytes: s.admitted_bytes,
+            bypasses: s.bypasses,
+            evictions: s.evictions,
+            evictions_per_token: per_token(s.evictions),
+            admitted_bytes_per_token: per_token(s.admitted_bytes),
+            misses_by_layer: s.misses_by_layer.clone(),
+            category,
+            capacities_bytes: run.capacities_bytes.clone(),
+        }
+    }
+}
+
+/// The gate's verdict on one candidate against uniform LRU.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct GateRecord {
+    pub policy: String,
+    pub allocation: String,
+    /// Bytes of the cache budget.
+    pub budget: u64,
+    pub verdict: Verdict,
+    pub passed: bool,
+    pub categories: Vec<CategoryGain>,
+    /// Reruns with miss costs scaled per layer, when they ran.
+    pub sensitivity: Option<SensitivityRecord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct SensitivityRecord {
+    pub reruns: usize,
+    pub failed: usize,
+    /// The rerun with the worst verdict.
+    pub worst: Option<WorstRerun>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct WorstRerun {
+    pub layer: usize,
+    pub scale: f64,
+    pub verdict: Verdict,
+}
+
+impl GateRecord {
+    fn new(r: &super::gate::GateResult) -> GateRecord {
+        GateRecord {
+            policy: r.policy.name().into(),
+            allocation: r.allocation.name().into(),
+            budget: r.budget_bytes,
+            verdict: r.verdict,
+            passed: r.passed(),
+            categories: r.categories.clone(),
+            sensitivity: r.sensitivity.as_ref().map(|s| SensitivityRecord {
+                reruns: s.reruns,
+                failed: s.failed,
+                worst: s.worst.map(|(layer, scale, verdict)| WorstRerun {
+                    layer,
+                    scale,
+                    verdict,
+                }),
+            }),
+        }
+    }
 }

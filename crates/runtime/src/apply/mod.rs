@@ -57,8 +57,19 @@ impl Default for ApplyOptions {
     }
 }
 
+/// What `residency apply --json` writes
+/// (`schemas/apply-output.schema.json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct ApplyReport {
+    pub tiers: Vec<TierLoad>,
+    /// Whether every resident read back equal to a plain read (false when
+    /// `--verify` did not run).
+    pub verified: bool,
+    pub telemetry: crate::store::telemetry::Telemetry,
+}
+
 /// What loading one place took.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct TierLoad {
     pub place: String,
     pub objects: usize,

@@ -89,8 +89,15 @@ pub struct ReplayConfig {
     pub seed: Vec<TokenRoutes>,
 }
 
+/// What `residency replay --json` writes
+/// (`schemas/replay-output.schema.json`).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct ReplayReport {
+    pub runs: Vec<ReplayRun>,
+}
+
 /// One arm's run.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct ReplayRun {
     pub policy: String,
     /// The category replayed, when runs are per category.

@@ -136,7 +136,7 @@ impl Counters {
     }
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct BudgetUse {
     pub place: String,
     pub budget_bytes: u64,
@@ -144,7 +144,7 @@ pub struct BudgetUse {
 }
 
 /// One snapshot of the store's counters.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
 pub struct Telemetry {
     /// Hits per place (requests that found the object published).
     pub tier_hits: Vec<(String, u64)>,

@@ -1,0 +1,102 @@
+//! Tests of `gemv`.
+
+use super::*;
+
+/// `W[row] . x` straight from the definition of the container, in f64:
+/// each weight dequantised on its own.
+fn reference(m: &PackedRows, x: &QuantizedInput, row: usize) -> f64 {
+    let row_bytes = m.packing.row_bytes(m.cols);
+    let w = &m.weights()[row * row_bytes..];
+    let s = &m.scales()[row * m.groups() * 2..];
+    (0..m.cols)
+        .map(|k| {
+            let q = if m.packing.bits == 8 {
+                w[k] as i8 as f64
+            } else {
+                let byte = w[k / 2];
+                let nibble = if k % 2 == 0 { byte & 15 } else { byte >> 4 };
+                nibble as f64 - 8.0
+            };
+            let g = k / m.packing.group;
+            let scale = f16_to_f32(u16::from_le_bytes([s[2 * g], s[2 * g + 1]])) as f64;
+            let (v, xs) = x.feature(k);
+            q * scale * v as f64 * xs as f64
+        })
+        .sum()
+}
+
+#[test]
+fn the_kernel_computes_the_container_s_dot_products() {
+    for packing in [
+        Packing {
+            bits: 8,
+            group: 128,
+        },
+        Packing { bits: 4, group: 64 },
+    ] {
+        let cols = 1408;
+        let mut m = PackedRows::zeroed(packing, cols, 5, None);
+        m.fill_generated(7);
+        let x = QuantizedInput::seeded(cols, packing, 3);
+        for row in 0..5 {
+            let want = reference(&m, &x, row);
+            // Dispatched (AVX2 here) and portable.
+            for got in [m.row_dot(&x, row), row_dot_portable(&m, &x, row)] {
+                let got = got as f64;
+                assert!(
+                    (got - want).abs() <= 1e-4 * want.abs().max(1e-3),
+                    "{packing:?} row {row}: {got} vs {want}"
+                );
+            }
+        }
+        assert_eq!(
+            m.bytes(),
+            (5 * packing.row_bytes(cols) + 5 * cols / packing.group * 2) as u64
+        );
+    }
+}
+
+#[test]
+fn chunk_terms_are_what_the_gpu_kernel_subtracts() {
+    // int4: dp4a over the stored nibbles (q + 8) gives dot(q, x) + 8 sum(x);
+    // the offset removes 8 sum(x) x scale, chunk by chunk.
+    let packing = Packing { bits: 4, group: 64 };
+    let x = QuantizedInput::seeded(128, packing, 1);
+    let terms = x.chunk_terms();
+    assert_eq!(terms.len(), 4);
+    let sum: i32 = (0..32).map(|k| x.feature(k).0 as i32).sum();
+    assert_eq!(terms[0], [x.scales[0], 8.0 * sum as f32 * x.scales[0]]);
+    assert_eq!(terms[2][0], x.scales[1]);
+    let int8 = QuantizedInput::seeded(
+        128,
+        Packing {
+            bits: 8,
+            group: 128,
+        },
+        1,
+    );
+    assert!(int8.chunk_terms().iter().all(|t| t[1] == 0.0));
+}
+
+#[test]
+fn halves_and_fits() {
+    assert_eq!(f16_to_f32(0x3c00), 1.0);
+    assert_eq!(f16_to_f32(0xc000), -2.0);
+    assert_eq!(f16_to_f32(0x2000), 2f32.powi(-7));
+    assert_eq!(f16_to_f32(0x0001), 2f32.powi(-24));
+    let int4 = Packing { bits: 4, group: 64 };
+    assert!(int4.unfit_for(2048).is_none());
+    assert!(int4.unfit_for(1000).is_some());
+    assert!(Packing { bits: 4, group: 96 }.unfit_for(192).is_some());
+    assert!(Packing {
+        bits: 8,
+        group: 128
+    }
+    .unfit_for(1408)
+    .is_none());
+    let text = ptx();
+    assert!(
+        text.contains(".visible .entry gemv_int8(") && text.contains(".visible .entry gemv_int4(")
+    );
+    assert!(!text.contains("NAME") && !text.contains("DOT"));
+}
