@@ -137,7 +137,8 @@ enum Command {
         input: PathBuf,
         #[arg(long, value_parser = named::<HeatFormat>())]
         format: Option<HeatFormat>,
-        /// Model description, to map engine layer numbers and pad experts.
+        /// Model description or checkpoint directory, to map engine layer
+        /// numbers and pad experts.
         #[arg(long)]
         model: Option<PathBuf>,
         #[command(flatten)]

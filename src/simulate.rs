@@ -10,7 +10,6 @@ use residency_cache::sim::arms::{SimOptions, Start};
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::felt::miss_seconds_from_prof_log;
 use residency_cache::sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
-use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_time, Bytes};
 use residency_formats::inputs::defaults;
@@ -27,7 +26,8 @@ pub struct SimulateArgs {
     /// mixtral-jsonl, coli-route); default: detected.
     #[arg(long, value_parser = parse_trace_format)]
     trace_format: Option<TraceFormat>,
-    /// Model description that sizes the experts of a MoE trace.
+    /// Model description or checkpoint directory that sizes the experts of
+    /// a MoE trace.
     #[arg(long)]
     model: Option<PathBuf>,
     /// Hardware profile whose fastest drive prices a miss (default: the
@@ -129,7 +129,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         model: args
             .model
             .as_deref()
-            .map(Model::from_yaml_file)
+            .map(crate::checkpoint_cmd::model_from_path)
             .transpose()?,
         profile,
         miss_seconds: match &args.miss_cost_log {

@@ -154,6 +154,12 @@ fn search(
     }
     let (_, method, placement) =
         best.unwrap_or((greedy_token_seconds, "greedy", greedy_placement.clone()));
+    let mut settled = SearchState::new(inst, placement);
+    if let Some(m) = migration {
+        settled = settled.with_migration(m.clone());
+    }
+    settled.settle_in_memory();
+    let placement = settled.placement;
     Ok(solution(
         inst,
         placement,

@@ -6,7 +6,7 @@
 //! current placement (design §4.5), each object away from where it is now
 //! also costs its move seconds times the hysteresis over the horizon.
 
-use residency_core::cost::{Instance, StageLoads};
+use residency_core::cost::{Instance, Place, StageLoads};
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 use std::time::Instant;
@@ -146,6 +146,37 @@ impl<'a> SearchState<'a> {
         self.free[from] += self.bytes(o, from);
         self.free[q] -= self.bytes(o, q);
         self.placement[o] = q;
+    }
+
+    /// Moves what the placement reads from a drive into memory (a GPU or a
+    /// RAM node with room) wherever that costs nothing: when reads hide
+    /// behind compute the model prices both alike, and memory serves the
+    /// same token time without the I/O. Hottest objects first; a move is
+    /// taken only when it does not raise the objective.
+    pub fn settle_in_memory(&mut self) {
+        let mut on_drive: Vec<usize> = (0..self.placement.len())
+            .filter(|&o| matches!(self.inst.places[self.placement[o]], Place::Disk(_)))
+            .collect();
+        on_drive.sort_by(|&a, &b| {
+            let rate = |o: usize| self.inst.objects[o].use_rate;
+            rate(b).total_cmp(&rate(a)).then(a.cmp(&b))
+        });
+        let tolerance = self.objective() * 1e-12;
+        for o in on_drive {
+            let best = (0..self.inst.places.len())
+                .filter(|&q| {
+                    let place = self.inst.places[q];
+                    matches!(place, Place::Gpu(_) | Place::Ram(_))
+                        && self.inst.allowed(o, place)
+                        && self.fits(o, q)
+                })
+                .map(|q| (self.delta(&[(o, q)]), q))
+                .filter(|&(delta, _)| delta <= tolerance)
+                .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+            if let Some((_, q)) = best {
+                self.apply(o, q);
+            }
+        }
     }
 
     /// Whether place `q` has room for object `o`.
