@@ -10,8 +10,10 @@ mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
 use super::llama_cpp::LLAMA_TRUNK_NAMES;
-use super::{create_dir, join, moe_layers, numa_nodes_used, placement, trunk_groups, Export};
-use residency_core::cost::{Instance, Place};
+use super::{
+    create_dir, experts_on_disk, join, moe_layers, numa_nodes_used, placement, trunk_groups, Export,
+};
+use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
 use std::collections::{BTreeMap, BTreeSet};
@@ -135,12 +137,7 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
         };
         expert_rules.entry((buffer, out)).or_default().insert(layer);
     }
-    let on_disk = inst
-        .expert_ids
-        .iter()
-        .flatten()
-        .filter(|&&o| matches!(place(o), Place::Disk(_)))
-        .count();
+    let on_disk = experts_on_disk(inst, &placement);
     if on_disk > 0 {
         warnings.push(format!(
             "ktransformers has no disk tier: the {on_disk} experts the plan streams from disk are loaded with their layer (into RAM when the layer is on the CPU)"

@@ -11,8 +11,8 @@
 mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
-use super::{create_dir, join, moe_layers, numa_nodes_used, placement, Export};
-use residency_core::cost::{Instance, Place};
+use super::{create_dir, experts_on_disk, join, moe_layers, numa_nodes_used, placement, Export};
+use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
 use std::collections::{BTreeMap, BTreeSet};
@@ -132,12 +132,7 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
             .insert(layers_of[l]);
     }
 
-    let on_disk = inst
-        .expert_ids
-        .iter()
-        .flatten()
-        .filter(|&&o| matches!(place(o), Place::Disk(_)))
-        .count();
+    let on_disk = experts_on_disk(inst, &placement);
     if on_disk > 0 {
         warnings.push(format!(
             "llama.cpp has no disk tier: the {on_disk} experts the plan streams from disk go with their layer (CPU unless the layer is on a GPU); a CPU buffer maps the GGUF (mmap), so the OS reads them from the drive on first use and keeps what the page cache holds (--no-mmap would load them into RAM)"

@@ -124,6 +124,15 @@ fn join<T: fmt::Display>(items: impl IntoIterator<Item = T>, sep: &str) -> Strin
         .join(sep)
 }
 
+/// Routed experts the placement streams from a drive.
+fn experts_on_disk(inst: &Instance, placement: &[usize]) -> usize {
+    inst.expert_ids
+        .iter()
+        .flatten()
+        .filter(|&&o| matches!(inst.places[placement[o]], Place::Disk(_)))
+        .count()
+}
+
 /// RAM nodes the placement uses, when it uses more than one.
 fn numa_nodes_used(inst: &Instance, placement: &[usize]) -> Vec<Place> {
     let used: BTreeSet<Place> = placement

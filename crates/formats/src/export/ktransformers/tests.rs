@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::export::tests::{instance, placement, plan_of, scenario_a, G0, G1, RAM};
+use residency_core::cost::Place;
 
 /// The layer of each MoE ordinal's experts rule in a ktransformers file,
 /// read back: `(generate_device, out_device)` of the first rule whose
