@@ -2,7 +2,7 @@
 //! checkpoint directory accepted wherever a model description is (`--model
 //! DIR`), its description derived by the executor's checkpoint reader.
 
-use crate::flags::named;
+use crate::flags::{model_help, named, ModelArg};
 use anyhow::Result;
 use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes};
@@ -12,10 +12,10 @@ use residency_runtime::identity::Family;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(mut_arg("model", |arg| model_help("its geometry is written")(arg).required(true)))]
 pub struct GenCheckpointArgs {
-    /// Model description (YAML, docs/design.md §3.2) whose geometry to write.
-    #[arg(long)]
-    model: PathBuf,
+    #[command(flatten)]
+    model: ModelArg,
     /// Directory to create; it must not exist, or be empty.
     #[arg(long)]
     out: PathBuf,
@@ -38,7 +38,8 @@ pub struct GenCheckpointArgs {
 }
 
 pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
-    let model = Model::from_yaml_file(&args.model)?;
+    let path = args.model.path.as_deref().expect("clap requires --model");
+    let model = model_from_path(path)?;
     let opts = GenOptions {
         family: args.family,
         dtype: args.dtype,
@@ -46,7 +47,7 @@ pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
         shard_bytes: args.shard_bytes.0,
         seed: args.seed,
     };
-    let report = checkpoint::generate(&model, &args.model, &args.out, &opts)?;
+    let report = checkpoint::generate(&model, path, &args.out, &opts)?;
     for note in &report.notes {
         eprintln!("note: {note}");
     }

@@ -2,12 +2,15 @@
 //! every closed set of names (policies, formats, backends, ...): it lists
 //! the names in `--help` and in the error for a name it does not know.
 
+use crate::checkpoint_cmd::model_from_path;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
+use residency_core::model::Model;
 use residency_core::names::Named;
 use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
+use std::path::PathBuf;
 
 /// The value parser of a closed set of names: `value_parser = named::<T>()`.
 pub fn named<T: Named>() -> NamedParser<T> {
@@ -52,4 +55,31 @@ pub struct BackendArg {
     /// 2-core VM and beat it on an H200 machine (docs/executor.md).
     #[arg(long, default_value = "direct", value_parser = named::<BackendKind>())]
     pub backend: BackendKind,
+}
+
+/// `--model`, read the same way by every command that takes one. A
+/// command says in its own help what it reads of the model and what it
+/// does without one (`mut_arg("model", ...)`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ModelArg {
+    /// Model description (YAML, docs/design.md §3.2) or checkpoint
+    /// directory (config.json and safetensors shards).
+    #[arg(long = "model", id = "model", value_name = "MODEL")]
+    pub path: Option<PathBuf>,
+}
+
+impl ModelArg {
+    /// The model, when `--model` was given.
+    pub fn load(&self) -> anyhow::Result<Option<Model>> {
+        self.path.as_deref().map(model_from_path).transpose()
+    }
+}
+
+/// `--model`'s help with what one command reads of the model, or does
+/// without it, after the common part (clap has dropped its full stop).
+pub fn model_help(specific: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
+    move |arg| {
+        let common = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
+        arg.help(format!("{common}; {specific}"))
+    }
 }

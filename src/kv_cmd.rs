@@ -9,8 +9,7 @@
 //! KV blocks, the traces have no categories, and a whole Mooncake trace
 //! replays in well under a second per run, so `--tokens` would buy nothing.
 
-use crate::checkpoint_cmd::model_from_path;
-use crate::flags::named;
+use crate::flags::{model_help, named, ModelArg};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_core::kv::KvGroupsFile;
@@ -55,6 +54,10 @@ pub struct KvReplayArgs {
 
 /// How blocks turn into bytes and prefill seconds.
 #[derive(clap::Args)]
+#[command(mut_arg(
+    "model",
+    model_help("its kv_bytes_per_token sizes the blocks; default: DeepSeek-V2-Lite")
+))]
 pub struct SizingArgs {
     /// Prefill speed: seconds saved = hit tokens / this.
     #[arg(long, default_value_t = DEFAULT_PREFILL_TOKENS_PER_SECOND)]
@@ -62,10 +65,8 @@ pub struct SizingArgs {
     /// KV bytes per token (`70272`, `68.6KiB`); default: the model's.
     #[arg(long, value_parser = parse_size, conflicts_with = "model")]
     kv_bytes_per_token: Option<Bytes>,
-    /// Model description or checkpoint directory whose
-    /// `kv_bytes_per_token` sizes the blocks; default: DeepSeek-V2-Lite.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
 }
 
 #[derive(clap::Args)]
@@ -89,9 +90,9 @@ fn kv_bytes_per_token(args: &SizingArgs) -> Result<(u64, String)> {
     if let Some(bytes) = args.kv_bytes_per_token {
         return Ok((bytes.get(), "--kv-bytes-per-token".into()));
     }
-    let (model, name) = match &args.model {
-        Some(path) => (model_from_path(path)?, path.display().to_string()),
-        None => (
+    let (model, name) = match (args.model.load()?, &args.model.path) {
+        (Some(model), Some(path)) => (model, path.display().to_string()),
+        _ => (
             Model::from_yaml_str(defaults::MODEL, Path::new(defaults::MODEL_NAME))?,
             defaults::MODEL_NAME.to_string(),
         ),

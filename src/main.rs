@@ -13,7 +13,7 @@ mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use flags::named;
+use flags::{model_help, named, ModelArg};
 use residency_core::cost::Instance;
 use residency_core::kv::KvGroupsFile;
 use residency_core::model::Model;
@@ -40,14 +40,13 @@ struct Cli {
 
 /// The three inputs of a plan; each defaults to the embedded example.
 #[derive(clap::Args, Clone)]
+#[command(mut_arg("model", model_help("default: DeepSeek-V2-Lite")))]
 struct InputArgs {
     /// Hardware profile (YAML, docs/design.md §3.1); default: Colibri's two-card box.
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Model description (YAML, docs/design.md §3.2) or checkpoint directory
-    /// (config.json and safetensors shards); default: DeepSeek-V2-Lite.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
     /// Heat (file or data-set directory, docs/design.md §3.3); default: the embedded
     /// ESFT heat without --model, uniform heat with it.
     #[arg(long)]
@@ -91,7 +90,7 @@ impl InputArgs {
     fn paths(&self) -> InputPaths {
         InputPaths {
             profile: self.profile.clone(),
-            model: self.model.clone(),
+            model: self.model.path.clone(),
             heat: self.heat.clone(),
             heat_format: self.heat_format,
             allow_partial_heat: self.partial_heat.allow_partial_heat,
@@ -132,15 +131,14 @@ enum Command {
         replan: ReplanArgs,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
+    #[command(mut_arg("model", model_help("it maps engine layer numbers and pads experts")))]
     Heat {
         /// Heat file or data-set directory.
         input: PathBuf,
         #[arg(long, value_parser = named::<HeatFormat>())]
         format: Option<HeatFormat>,
-        /// Model description or checkpoint directory, to map engine layer
-        /// numbers and pad experts.
-        #[arg(long)]
-        model: Option<PathBuf>,
+        #[command(flatten)]
+        model: ModelArg,
         #[command(flatten)]
         partial_heat: PartialHeatArg,
         /// Write the heat here (format from --out-format or the extension).
@@ -263,7 +261,7 @@ fn run(command: Command) -> Result<()> {
         } => heat_command(
             &input,
             format,
-            model.as_deref(),
+            &model,
             partial_heat,
             out.as_deref(),
             out_format,
@@ -473,10 +471,10 @@ fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
 }
 
 fn heat_context(
-    model: Option<&Path>,
+    model: &ModelArg,
     partial_heat: PartialHeatArg,
 ) -> Result<(Option<Model>, HeatContext)> {
-    let model = model.map(checkpoint_cmd::model_from_path).transpose()?;
+    let model = model.load()?;
     let ctx = HeatContext {
         allow_partial_heat: partial_heat.allow_partial_heat,
         ..model
@@ -490,7 +488,7 @@ fn heat_context(
 fn heat_command(
     input: &Path,
     format: Option<HeatFormat>,
-    model: Option<&Path>,
+    model: &ModelArg,
     partial_heat: PartialHeatArg,
     out: Option<&Path>,
     out_format: Option<HeatFormat>,
@@ -594,7 +592,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
             );
         }
         "heat" => {
-            let (model, ctx) = heat_context(args.model.as_deref(), args.partial_heat)?;
+            let (model, ctx) = heat_context(&args.model, args.partial_heat)?;
             let mut warnings = Vec::new();
             let heat = heat::read_heat(file, args.heat_format, &ctx, &mut warnings)?;
             if let Some(model) = &model {

@@ -5,6 +5,7 @@
 //! (written atomically, after the planner's reader has read it back), else
 //! to standard output.
 
+use crate::flags::{model_help, ModelArg};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_hwprofile::{
@@ -36,6 +37,9 @@ enum ProfileCommand {
     /// Measure a profile's rates on this machine: CPU GEMV per NUMA node,
     /// drive bandwidth and latency (O_DIRECT), GPU GEMV, upload and sync;
     /// or take them from a Colibri log with --from-log.
+    #[command(mut_arg("model", model_help(
+        "its geometry and tier formats size the generated experts, and a log's per-token figures"
+    )))]
     Calibrate {
         /// The profile to calibrate (from `residency profile detect`).
         profile: PathBuf,
@@ -50,10 +54,8 @@ enum ProfileCommand {
         /// the working directory).
         #[arg(long, conflicts_with = "from_log")]
         model_dir: Option<PathBuf>,
-        /// Model description or checkpoint directory: the geometry and tier
-        /// formats of generated experts, and of a log's per-token figures.
-        #[arg(long)]
-        model: Option<PathBuf>,
+        #[command(flatten)]
+        model: ModelArg,
         /// Take the values from this Colibri log (`[PROF] expert I/O:`,
         /// `PROFILE: expert-disk`, `[timers]`) instead of measuring.
         #[arg(long)]
@@ -92,10 +94,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             out,
         } => {
             let doc = ProfileDoc::read(&profile)?;
-            let model = model
-                .as_deref()
-                .map(crate::checkpoint_cmd::model_from_path)
-                .transpose()?;
+            let model = model.load()?;
             if let Some(log) = from_log {
                 let c = calibrate_from_log(doc, &log, model.as_ref())?;
                 return emit(&c.doc, out.as_deref(), &c.measured, &c.notes);

@@ -3,7 +3,7 @@
 //! table and `--json`. The work is `residency_runtime::serve::replay`.
 
 use crate::checkpoint_cmd::model_from_path;
-use crate::flags::{named, BackendArg};
+use crate::flags::{model_help, named, BackendArg, ModelArg};
 use anyhow::{bail, Result};
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
@@ -18,6 +18,10 @@ use residency_runtime::serve::replay::{replay, ReplayConfig, ReplayReport, Serve
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(mut_arg(
+    "model",
+    model_help("the model the trace was recorded on; default: the checkpoint's own description")
+))]
 pub struct ReplayArgs {
     /// Checkpoint directory (e.g. from `residency gen-checkpoint`).
     #[arg(long)]
@@ -27,10 +31,8 @@ pub struct ReplayArgs {
     trace: PathBuf,
     #[arg(long, value_parser = named::<HeatFormat>())]
     trace_format: Option<HeatFormat>,
-    /// The model the trace was recorded on (description or checkpoint), to
-    /// read it; default: the checkpoint's own description.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
     /// Hardware profile whose fastest drive prices a miss (default: the
     /// embedded two-card box).
     #[arg(long)]
@@ -124,8 +126,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         );
     }
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
-    let model = match &args.model {
-        Some(path) => model_from_path(path)?,
+    let model = match args.model.load()? {
+        Some(model) => model,
         None => model_from_path(&args.checkpoint)?,
     };
     let profile = match &args.profile {

@@ -1,7 +1,7 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
 //! `--plot` files. The simulation itself is `residency_cache::sim::job`.
 
-use crate::flags::named;
+use crate::flags::{model_help, named, ModelArg};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_cache::policy::PolicyKind;
@@ -17,6 +17,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
+#[command(mut_arg("model", model_help("it sizes the experts of a MoE trace")))]
 pub struct SimulateArgs {
     /// Trace: libCacheSim oracleGeneral, or any per-token MoE trace the
     /// planner reads (file or data-set directory).
@@ -26,10 +27,8 @@ pub struct SimulateArgs {
     /// mixtral-jsonl, coli-route); default: detected.
     #[arg(long, value_parser = parse_trace_format)]
     trace_format: Option<TraceFormat>,
-    /// Model description or checkpoint directory that sizes the experts of
-    /// a MoE trace.
-    #[arg(long)]
-    model: Option<PathBuf>,
+    #[command(flatten)]
+    model: ModelArg,
     /// Hardware profile whose fastest drive prices a miss (default: the
     /// embedded two-card box).
     #[arg(long)]
@@ -126,11 +125,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     let job = SimulateJob {
         trace: args.trace.clone(),
         format: args.trace_format,
-        model: args
-            .model
-            .as_deref()
-            .map(crate::checkpoint_cmd::model_from_path)
-            .transpose()?,
+        model: args.model.load()?,
         profile,
         miss_seconds: match &args.miss_cost_log {
             Some(log) => Some(miss_seconds_from_prof_log(log)?),

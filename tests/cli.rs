@@ -496,3 +496,36 @@ fn replan_from_a_plan_moves_only_what_pays() {
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("--horizon-tokens 0: give a positive number"));
 }
+
+/// `--model` is one flag: every command that takes it gives the same
+/// description, then what that command reads of the model (the sentences
+/// written in each command's source).
+#[test]
+fn every_model_flag_reads_a_description_or_a_checkpoint() {
+    let common = "Model description (YAML, docs/design.md §3.2) or checkpoint directory \
+                  (config.json and safetensors shards); ";
+    for (command, specific) in [
+        (&["plan"][..], "default: DeepSeek-V2-Lite"),
+        (&["validate"], "default: DeepSeek-V2-Lite"),
+        (&["heat"], "it maps engine layer numbers"),
+        (&["simulate"], "it sizes the experts of a MoE trace"),
+        (&["replay"], "the model the trace was recorded on"),
+        (&["gen-checkpoint"], "its geometry is written"),
+        (&["kv-replay"], "its kv_bytes_per_token sizes the blocks"),
+        (&["profile", "calibrate"], "its geometry and tier formats"),
+    ] {
+        let o = run(&[command, &["--help"]].concat());
+        assert!(o.status.success(), "{command:?}: {}", stderr(&o));
+        // `--help` wraps long lines; compare with the white space folded.
+        let help = stdout(&o).split_whitespace().collect::<Vec<_>>().join(" ");
+        let want = format!("{common}{specific}")
+            .split_whitespace()
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(help.contains(&want), "{command:?} --help lacks `{want}`:\n{help}");
+    }
+    // gen-checkpoint cannot do without it.
+    let o = run(&["gen-checkpoint", "--out", "unused"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("--model <MODEL>"), "{}", stderr(&o));
+}

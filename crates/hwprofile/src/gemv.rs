@@ -461,9 +461,24 @@ pub fn ptx() -> String {
     dp4a.u32.s32 %r21, %r31, %r{odd}, %r21;"
         ));
     }
+    // The butterfly: each step adds the lane `lanes` away, halving the
+    // distance until lane 0 holds the warp's sum.
+    let sum_lanes: String = [16, 8, 4, 2, 1]
+        .iter()
+        .map(|lanes| {
+            format!(
+                "
+    mov.b32 %r27, %f1;
+    shfl.sync.bfly.b32 %r28, %r27, {lanes}, 31, 0xffffffff;
+    mov.b32 %f7, %r28;
+    add.f32 %f1, %f1, %f7;"
+            )
+        })
+        .collect();
     let mut text = String::from(".version 6.0\n.target sm_61\n.address_size 64\n");
     for (name, dot) in [("gemv_int8", INT8_DOT), ("gemv_int4", int4_dot.as_str())] {
-        text.push_str(&KERNEL.replace("NAME", name).replace("DOT", dot));
+        let kernel = KERNEL.replace("SUM_LANES", &sum_lanes);
+        text.push_str(&kernel.replace("NAME", name).replace("DOT", dot));
     }
     text
 }
@@ -537,27 +552,7 @@ NAME_loop:
     fma.rn.f32 %f1, %f2, %f6, %f1;
     add.u32 %r12, %r12, 32;
     bra NAME_loop;
-NAME_reduce:
-    mov.b32 %r27, %f1;
-    shfl.sync.bfly.b32 %r28, %r27, 16, 31, 0xffffffff;
-    mov.b32 %f7, %r28;
-    add.f32 %f1, %f1, %f7;
-    mov.b32 %r27, %f1;
-    shfl.sync.bfly.b32 %r28, %r27, 8, 31, 0xffffffff;
-    mov.b32 %f7, %r28;
-    add.f32 %f1, %f1, %f7;
-    mov.b32 %r27, %f1;
-    shfl.sync.bfly.b32 %r28, %r27, 4, 31, 0xffffffff;
-    mov.b32 %f7, %r28;
-    add.f32 %f1, %f1, %f7;
-    mov.b32 %r27, %f1;
-    shfl.sync.bfly.b32 %r28, %r27, 2, 31, 0xffffffff;
-    mov.b32 %f7, %r28;
-    add.f32 %f1, %f1, %f7;
-    mov.b32 %r27, %f1;
-    shfl.sync.bfly.b32 %r28, %r27, 1, 31, 0xffffffff;
-    mov.b32 %f7, %r28;
-    add.f32 %f1, %f1, %f7;
+NAME_reduce:SUM_LANES
     setp.ne.u32 %p2, %r11, 0;
     @%p2 bra NAME_done;
     mul.wide.u32 %rd18, %r10, 4;

@@ -10,9 +10,7 @@ mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
 use super::llama_cpp::LLAMA_TRUNK_NAMES;
-use super::{
-    create_dir, experts_on_disk, join, moe_layers, numa_nodes_used, placement, trunk_groups, Export,
-};
+use super::{create_dir, join, moe_layers, placement, trunk_groups, unexpressed_tiers, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -137,19 +135,16 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
         };
         expert_rules.entry((buffer, out)).or_default().insert(layer);
     }
-    let on_disk = experts_on_disk(inst, &placement);
-    if on_disk > 0 {
-        warnings.push(format!(
+    warnings.extend(unexpressed_tiers(
+        inst,
+        &placement,
+        |on_disk| format!(
             "ktransformers has no disk tier: the {on_disk} experts the plan streams from disk are loaded with their layer (into RAM when the layer is on the CPU)"
-        ));
-    }
-    let numa = numa_nodes_used(inst, &placement);
-    if !numa.is_empty() {
-        warnings.push(format!(
-            "ktransformers' CPU experts use one memory pool: the plan's choices between {} are not expressed",
-            join(&numa, ", ")
-        ));
-    }
+        ),
+        |nodes| format!(
+            "ktransformers' CPU experts use one memory pool: the plan's choices between {nodes} are not expressed"
+        ),
+    ));
 
     let kwargs = |pairs: &[(&str, String)]| -> BTreeMap<String, String> {
         pairs

@@ -11,7 +11,7 @@
 mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
-use super::{create_dir, experts_on_disk, join, moe_layers, numa_nodes_used, placement, Export};
+use super::{create_dir, join, moe_layers, placement, unexpressed_tiers, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -132,19 +132,16 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
             .insert(layers_of[l]);
     }
 
-    let on_disk = experts_on_disk(inst, &placement);
-    if on_disk > 0 {
-        warnings.push(format!(
+    warnings.extend(unexpressed_tiers(
+        inst,
+        &placement,
+        |on_disk| format!(
             "llama.cpp has no disk tier: the {on_disk} experts the plan streams from disk go with their layer (CPU unless the layer is on a GPU); a CPU buffer maps the GGUF (mmap), so the OS reads them from the drive on first use and keeps what the page cache holds (--no-mmap would load them into RAM)"
-        ));
-    }
-    let numa = numa_nodes_used(inst, &placement);
-    if !numa.is_empty() {
-        warnings.push(format!(
-            "llama.cpp has one CPU buffer: the plan's choices between {} are not expressed (--numa distribute spreads pages over the nodes instead)",
-            join(&numa, ", ")
-        ));
-    }
+        ),
+        |nodes| format!(
+            "llama.cpp has one CPU buffer: the plan's choices between {nodes} are not expressed (--numa distribute spreads pages over the nodes instead)"
+        ),
+    ));
 
     let rules = llama_rules(&rules);
     let lines: Vec<String> = rules.iter().map(|(r, b)| format!("-ot {r}={b}")).collect();

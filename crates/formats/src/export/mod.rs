@@ -124,6 +124,27 @@ fn join<T: fmt::Display>(items: impl IntoIterator<Item = T>, sep: &str) -> Strin
         .join(sep)
 }
 
+/// What an engine without a disk tier or NUMA placement cannot express of
+/// the plan, worded for that engine: `on_disk` gets how many experts the
+/// plan streams from a drive, `numa` the RAM nodes it chooses between.
+fn unexpressed_tiers(
+    inst: &Instance,
+    placement: &[usize],
+    on_disk: impl Fn(usize) -> String,
+    numa: impl Fn(&str) -> String,
+) -> Vec<String> {
+    let mut warnings = Vec::new();
+    let experts = experts_on_disk(inst, placement);
+    if experts > 0 {
+        warnings.push(on_disk(experts));
+    }
+    let nodes = numa_nodes_used(inst, placement);
+    if !nodes.is_empty() {
+        warnings.push(numa(&join(&nodes, ", ")));
+    }
+    warnings
+}
+
 /// Routed experts the placement streams from a drive.
 fn experts_on_disk(inst: &Instance, placement: &[usize]) -> usize {
     inst.expert_ids

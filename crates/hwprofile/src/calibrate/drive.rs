@@ -11,7 +11,7 @@ use crate::spread::Spread;
 use crate::system;
 use crate::ProfileError;
 use residency_core::units::Bytes;
-use residency_runtime::storage::posix::Direct;
+use residency_runtime::storage::posix::Syscall;
 use residency_runtime::storage::{AlignedSlab, DataFile, ReadBackend};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -151,7 +151,7 @@ impl Run<'_> {
         let read = |slab: &mut AlignedSlab, at: u64, len: usize| -> Result<usize, String> {
             let (file, offset) = locate(at);
             let len = len.min((file.len_bytes() - offset) as usize);
-            Direct
+            Syscall::DIRECT
                 .read_into(file, offset, len, slab)
                 .map(|r| r.len())
                 .map_err(|e| e.to_string())

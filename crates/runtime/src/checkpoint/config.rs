@@ -23,14 +23,19 @@ pub enum Attention {
         kv_heads: usize,
         head_dim: usize,
     },
-    Mla {
-        heads: usize,
-        q_lora_rank: Option<usize>,
-        kv_lora_rank: usize,
-        qk_nope_head_dim: usize,
-        qk_rope_head_dim: usize,
-        v_head_dim: usize,
-    },
+    Mla(Mla),
+}
+
+/// Multi-head latent attention (DeepSeek-V2/V3): keys and values through a
+/// shared low-rank latent, queries through an optional one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mla {
+    pub heads: usize,
+    pub q_lora_rank: Option<usize>,
+    pub kv_lora_rank: usize,
+    pub qk_nope_head_dim: usize,
+    pub qk_rope_head_dim: usize,
+    pub v_head_dim: usize,
 }
 
 impl fmt::Display for Attention {
@@ -41,19 +46,12 @@ impl fmt::Display for Attention {
                 kv_heads,
                 head_dim,
             } => write!(f, "{heads} heads x {head_dim}, {kv_heads} key/value heads"),
-            Attention::Mla {
-                heads,
-                q_lora_rank,
-                kv_lora_rank,
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-            } => {
-                let q = q_lora_rank.map_or("none".to_string(), |r| r.to_string());
+            Attention::Mla(m) => {
+                let q = m.q_lora_rank.map_or("none".to_string(), |r| r.to_string());
                 write!(
                     f,
-                    "MLA {heads} heads, q_lora_rank {q}, kv_lora_rank {kv_lora_rank}, \
-                     qk {qk_nope_head_dim}+{qk_rope_head_dim}, v {v_head_dim}"
+                    "MLA {} heads, q_lora_rank {q}, kv_lora_rank {}, qk {}+{}, v {}",
+                    m.heads, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim
                 )
             }
         }
@@ -109,11 +107,7 @@ impl ArchConfig {
                 kv_heads, head_dim, ..
             } => 2 * kv_heads * head_dim,
             // MLA caches the compressed latent and the shared rope key.
-            Attention::Mla {
-                kv_lora_rank,
-                qk_rope_head_dim,
-                ..
-            } => kv_lora_rank + qk_rope_head_dim,
+            Attention::Mla(m) => m.kv_lora_rank + m.qk_rope_head_dim,
         };
         (values_per_layer * self.layers * 2) as u64
     }
@@ -150,21 +144,14 @@ impl ArchConfig {
                     m.insert("head_dim".into(), json!(head_dim));
                 }
             }
-            Attention::Mla {
-                heads,
-                q_lora_rank,
-                kv_lora_rank,
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-            } => {
-                m.insert("num_attention_heads".into(), json!(heads));
-                m.insert("num_key_value_heads".into(), json!(heads));
-                m.insert("q_lora_rank".into(), json!(q_lora_rank));
-                m.insert("kv_lora_rank".into(), json!(kv_lora_rank));
-                m.insert("qk_nope_head_dim".into(), json!(qk_nope_head_dim));
-                m.insert("qk_rope_head_dim".into(), json!(qk_rope_head_dim));
-                m.insert("v_head_dim".into(), json!(v_head_dim));
+            Attention::Mla(mla) => {
+                m.insert("num_attention_heads".into(), json!(mla.heads));
+                m.insert("num_key_value_heads".into(), json!(mla.heads));
+                m.insert("q_lora_rank".into(), json!(mla.q_lora_rank));
+                m.insert("kv_lora_rank".into(), json!(mla.kv_lora_rank));
+                m.insert("qk_nope_head_dim".into(), json!(mla.qk_nope_head_dim));
+                m.insert("qk_rope_head_dim".into(), json!(mla.qk_rope_head_dim));
+                m.insert("v_head_dim".into(), json!(mla.v_head_dim));
             }
         }
         m.insert(spec.experts_key.into(), json!(self.experts));
@@ -386,14 +373,14 @@ impl ArchConfig {
                     head_dim,
                 }
             }
-            AttentionKind::Mla => Attention::Mla {
+            AttentionKind::Mla => Attention::Mla(Mla {
                 heads: keys.positive("num_attention_heads")?,
                 q_lora_rank: keys.optional("q_lora_rank")?.filter(|&r| r > 0),
                 kv_lora_rank: keys.positive("kv_lora_rank")?,
                 qk_nope_head_dim: keys.positive("qk_nope_head_dim")?,
                 qk_rope_head_dim: keys.positive("qk_rope_head_dim")?,
                 v_head_dim: keys.positive("v_head_dim")?,
-            },
+            }),
         };
         for k in [&top, &keys] {
             let dtype = k.obj.get("torch_dtype").or_else(|| k.obj.get("dtype"));
@@ -575,14 +562,14 @@ pub(crate) mod tests {
                 32
             },
             attention: match spec.attention {
-                AttentionKind::Mla => Attention::Mla {
+                AttentionKind::Mla => Attention::Mla(Mla {
                     heads: 4,
                     q_lora_rank: Some(48),
                     kv_lora_rank: 16,
                     qk_nope_head_dim: 4,
                     qk_rope_head_dim: 2,
                     v_head_dim: 4,
-                },
+                }),
                 AttentionKind::Gqa { .. } => Attention::Gqa {
                     heads: 4,
                     kv_heads: 2,

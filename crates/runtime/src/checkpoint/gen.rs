@@ -18,7 +18,7 @@
 //! The directory appears whole or not at all: everything is written into a
 //! hidden sibling directory that is renamed to the output at the end.
 
-use super::config::{ArchConfig, Attention};
+use super::config::{ArchConfig, Attention, Mla};
 use super::family::{self, Arch, AttentionKind, DenseLayers, SharedExpert, TensorSpec};
 use super::format::{ExpertFormat, DEFAULT_INT4_GROUP, DEFAULT_INT8_GROUP};
 use super::{CheckpointError, Result};
@@ -581,14 +581,14 @@ fn attention_candidates(base: &ArchConfig) -> Vec<Attention> {
             let unit = (h / 32).clamp(1, 64);
             for q_lora_rank in [None, Some(24 * unit)] {
                 for &heads in &powers {
-                    out.push(Attention::Mla {
+                    out.push(Attention::Mla(Mla {
                         heads,
                         q_lora_rank,
                         kv_lora_rank: 8 * unit,
                         qk_nope_head_dim: 2 * unit,
                         qk_rope_head_dim: unit,
                         v_head_dim: 2 * unit,
-                    });
+                    }));
                 }
             }
         }

@@ -51,7 +51,7 @@ pub mod read;
 #[cfg(test)]
 mod tests;
 
-pub use config::{ArchConfig, Attention};
+pub use config::{ArchConfig, Attention, Mla};
 pub use family::{Arch, TensorSpec};
 pub use format::ExpertFormat;
 pub use gen::{generate, GenDtype, GenOptions, GenReport};

@@ -2,7 +2,7 @@
 //! as several shards, read back, and checked against sizes computed by hand;
 //! corrupted shards; the adapters' fit on the real descriptions.
 
-use super::config::Attention;
+use super::config::{Attention, Mla};
 use super::family::{Arch, ExpertLayout};
 use super::gen::{arch_config, GenDtype, GenOptions};
 use super::read::INDEX_FILE;
@@ -474,13 +474,15 @@ fn checkpoint_adapters_fit_the_real_descriptions() {
         kv_heads,
         head_dim,
     };
-    let mla = |heads, q_lora_rank| Attention::Mla {
-        heads,
-        q_lora_rank,
-        kv_lora_rank: 512,
-        qk_nope_head_dim: 128,
-        qk_rope_head_dim: 64,
-        v_head_dim: 128,
+    let mla = |heads, q_lora_rank| {
+        Attention::Mla(Mla {
+            heads,
+            q_lora_rank,
+            kv_lora_rank: 512,
+            qk_nope_head_dim: 128,
+            qk_rope_head_dim: 64,
+            v_head_dim: 128,
+        })
     };
     let cases = [
         ("mixtral-8x7b", Arch::Mixtral, gqa(32, 8, 128), 32000, 0, 0),

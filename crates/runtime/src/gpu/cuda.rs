@@ -10,11 +10,10 @@
 //! copy: the store publishes an object only once all of it is on the device.
 
 use super::{
-    device_label, fill_staging, staged_chunks, Backend, Device, DeviceBuffer, GpuError, GpuOptions,
-    Opened,
+    device_label, fill_staging, staged_chunks, Backend, Device, DeviceBuffer, DeviceMemory,
+    DeviceObject, GpuError, GpuOptions, Opened,
 };
 use crate::storage::Pinner;
-use crate::store::ObjectBytes;
 use cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
     PinnedHostSlice,
@@ -189,7 +188,7 @@ impl Device for CudaDevice {
 impl CudaDevice {
     fn buffer(&self, len: usize, memory: CudaSlice<u8>) -> Arc<dyn DeviceBuffer> {
         let address = memory.device_ptr(&self.stream).0;
-        Arc::new(CudaBuffer {
+        Arc::new(DeviceObject {
             ordinal: self.ordinal,
             len,
             address,
@@ -198,36 +197,15 @@ impl CudaDevice {
     }
 }
 
-/// An object in a CUDA device's memory; freed (back to the pool) on drop.
-struct CudaBuffer {
-    ordinal: u32,
-    len: usize,
-    address: u64,
-    memory: CudaSlice<u8>,
-}
-
-impl ObjectBytes for CudaBuffer {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn host(&self) -> Option<&[u8]> {
-        None
-    }
-
-    fn device(&self) -> Option<(u32, u64)> {
-        Some((self.ordinal, self.address))
-    }
-}
-
-impl DeviceBuffer for CudaBuffer {
-    fn read_back(&self) -> Result<Vec<u8>, GpuError> {
-        let reading = failed(self.ordinal, "reading back");
-        let mut bytes = vec![0u8; self.len];
-        if self.len > 0 {
-            let stream = self.memory.stream();
+/// A CUDA object's memory goes back to the device's pool on drop.
+impl DeviceMemory for CudaSlice<u8> {
+    fn read_back(&self, ordinal: u32, len: usize) -> Result<Vec<u8>, GpuError> {
+        let reading = failed(ordinal, "reading back");
+        let mut bytes = vec![0u8; len];
+        if len > 0 {
+            let stream = self.stream();
             stream
-                .memcpy_dtoh(&self.memory.slice(..self.len), &mut bytes)
+                .memcpy_dtoh(&self.slice(..len), &mut bytes)
                 .map_err(&reading)?;
             stream.synchronize().map_err(&reading)?;
         }

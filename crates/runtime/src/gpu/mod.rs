@@ -108,6 +108,43 @@ pub trait DeviceBuffer: ObjectBytes {
     fn read_back(&self) -> Result<Vec<u8>, GpuError>;
 }
 
+/// A backend's handle on one object's device memory; dropping it frees the
+/// memory.
+trait DeviceMemory: Send + Sync {
+    /// Copies the first `len` bytes back to host memory; `ordinal` names
+    /// the device in errors.
+    fn read_back(&self, ordinal: u32, len: usize) -> Result<Vec<u8>, GpuError>;
+}
+
+/// An object in a device's memory, whatever the backend: where it is, and
+/// the memory that goes back to the device on drop.
+struct DeviceObject<M> {
+    ordinal: u32,
+    len: usize,
+    address: u64,
+    memory: M,
+}
+
+impl<M: DeviceMemory> ObjectBytes for DeviceObject<M> {
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn host(&self) -> Option<&[u8]> {
+        None
+    }
+
+    fn device(&self) -> Option<(u32, u64)> {
+        Some((self.ordinal, self.address))
+    }
+}
+
+impl<M: DeviceMemory> DeviceBuffer for DeviceObject<M> {
+    fn read_back(&self) -> Result<Vec<u8>, GpuError> {
+        self.memory.read_back(self.ordinal, self.len)
+    }
+}
+
 /// Lets the store hold a device buffer that the loader also tracks.
 impl ObjectBytes for Arc<dyn DeviceBuffer> {
     fn len(&self) -> usize {

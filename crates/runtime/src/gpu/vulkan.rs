@@ -12,10 +12,9 @@
 //! that reads them on another family transfers ownership first.
 
 use super::{
-    device_label, fill_staging, staged_chunks, Backend, Device, DeviceBuffer, GpuError, GpuOptions,
-    Opened,
+    device_label, fill_staging, staged_chunks, Backend, Device, DeviceBuffer, DeviceMemory,
+    DeviceObject, GpuError, GpuOptions, Opened,
 };
-use crate::store::ObjectBytes;
 use ash::vk;
 use std::sync::{Arc, Mutex};
 
@@ -420,7 +419,7 @@ impl Device for VulkanDevice {
     fn upload(&self, bytes: &[u8]) -> Result<Arc<dyn DeviceBuffer>, GpuError> {
         let shared = &self.shared;
         // Vulkan has no empty buffers: an empty object gets 1 byte.
-        let (buffer, memory) = shared.allocate(
+        let (buffer, allocated) = shared.allocate(
             bytes.len().max(1) as u64,
             vk::BufferUsageFlags::TRANSFER_SRC
                 | vk::BufferUsageFlags::TRANSFER_DST
@@ -429,21 +428,24 @@ impl Device for VulkanDevice {
             vk::MemoryPropertyFlags::DEVICE_LOCAL,
         );
         let allocating = failed(self.ordinal, &format!("allocating {} bytes", bytes.len()));
-        let mut object = VulkanBuffer {
-            ordinal: self.ordinal,
-            len: bytes.len(),
-            address: 0,
+        let mut memory = VulkanMemory {
             buffer: buffer.map_err(&allocating)?,
             memory: vk::DeviceMemory::null(),
             shared: Arc::clone(shared),
         };
-        object.memory = memory.map_err(&allocating)?;
+        memory.memory = allocated.map_err(&allocating)?;
         // SAFETY: the buffer was created with SHADER_DEVICE_ADDRESS and bound
         // to memory allocated with DEVICE_ADDRESS.
-        object.address = unsafe {
+        let address = unsafe {
             shared.device.get_buffer_device_address(
-                &vk::BufferDeviceAddressInfo::default().buffer(object.buffer),
+                &vk::BufferDeviceAddressInfo::default().buffer(memory.buffer),
             )
+        };
+        let object = DeviceObject {
+            ordinal: self.ordinal,
+            len: bytes.len(),
+            address,
+            memory,
         };
         let mut transfer = shared.transfer.lock().unwrap();
         let mut sent = Ok(());
@@ -458,7 +460,13 @@ impl Device for VulkanDevice {
                     dst_offset: range.start as u64,
                     size: range.len() as u64,
                 };
-                transfer.copy(&shared.device, k, transfer.staging, object.buffer, region)
+                transfer.copy(
+                    &shared.device,
+                    k,
+                    transfer.staging,
+                    object.memory.buffer,
+                    region,
+                )
             });
             if sent.is_err() {
                 break;
@@ -473,37 +481,20 @@ impl Device for VulkanDevice {
     }
 }
 
-/// An object in a Vulkan device's memory; freed on drop.
-struct VulkanBuffer {
-    ordinal: u32,
-    len: usize,
-    address: u64,
+/// A Vulkan object's buffer and the memory bound to it; both freed on drop.
+struct VulkanMemory {
     buffer: vk::Buffer,
     memory: vk::DeviceMemory,
     shared: Arc<Shared>,
 }
 
-impl ObjectBytes for VulkanBuffer {
-    fn len(&self) -> usize {
-        self.len
-    }
-
-    fn host(&self) -> Option<&[u8]> {
-        None
-    }
-
-    fn device(&self) -> Option<(u32, u64)> {
-        Some((self.ordinal, self.address))
-    }
-}
-
-impl DeviceBuffer for VulkanBuffer {
-    fn read_back(&self) -> Result<Vec<u8>, GpuError> {
+impl DeviceMemory for VulkanMemory {
+    fn read_back(&self, ordinal: u32, len: usize) -> Result<Vec<u8>, GpuError> {
         let shared = &self.shared;
-        let mut bytes = vec![0u8; self.len];
+        let mut bytes = vec![0u8; len];
         let mut transfer = shared.transfer.lock().unwrap();
         // One chunk at a time: verification, not a hot path.
-        for (k, range) in staged_chunks(self.len, shared.chunk_bytes) {
+        for (k, range) in staged_chunks(len, shared.chunk_bytes) {
             let region = vk::BufferCopy {
                 src_offset: range.start as u64,
                 dst_offset: (k * shared.chunk_bytes) as u64,
@@ -515,14 +506,14 @@ impl DeviceBuffer for VulkanBuffer {
                     transfer.copy(&shared.device, k, self.buffer, transfer.staging, region)
                 })
                 .and_then(|()| transfer.wait(&shared.device, k))
-                .map_err(failed(self.ordinal, "reading back"))?;
+                .map_err(failed(ordinal, "reading back"))?;
             bytes[range.clone()].copy_from_slice(transfer.half(k, shared.chunk_bytes, range.len()));
         }
         Ok(bytes)
     }
 }
 
-impl Drop for VulkanBuffer {
+impl Drop for VulkanMemory {
     fn drop(&mut self) {
         // SAFETY: no copy into or out of the buffer is in flight (uploads
         // and read-backs wait for theirs); null memory is ignored.

@@ -57,7 +57,7 @@ impl DataFile {
     }
 
     /// Whether reads can bypass the page cache (the filesystem accepted
-    /// O_DIRECT); without it the `Direct` backend reads buffered.
+    /// O_DIRECT); without it the O_DIRECT backend reads buffered.
     pub fn has_direct(&self) -> bool {
         self.direct.is_ok()
     }

@@ -151,8 +151,8 @@ pub trait ReadBackend: Send + Sync {
 /// back to buffered reads on files whose filesystem refuses it (likewise).
 pub fn open_backend(kind: BackendKind) -> Box<dyn ReadBackend> {
     match kind {
-        BackendKind::Pread => Box::new(posix::Pread),
-        BackendKind::Direct => Box::new(posix::Direct),
+        BackendKind::Pread => Box::new(posix::Syscall::PREAD),
+        BackendKind::Direct => Box::new(posix::Syscall::DIRECT),
         BackendKind::Mmap => Box::new(mmap::Mmap),
         BackendKind::IoUring => uring::uring_or_direct(uring::UringBackend::new()),
     }

@@ -1,4 +1,4 @@
-//! Buffered `pread` and O_DIRECT reads (`Pread`, `Direct`), and `Plan`: how
+//! Buffered `pread` and O_DIRECT reads (`Syscall`), and `Plan`: how
 //! one read maps onto a descriptor and a slab, with the loop that every
 //! syscall backend (these two, and io_uring for short or failed
 //! completions) finishes a read with.
@@ -14,15 +14,24 @@ use std::sync::Once;
 
 static DIRECT_REFUSED: Once = Once::new();
 
-/// Buffered reads through the page cache.
-pub struct Pread;
+/// One syscall backend for both read paths: buffered `pread` through the
+/// page cache, or O_DIRECT reads of whole aligned blocks that bypass it.
+pub struct Syscall {
+    pub o_direct: bool,
+}
 
-/// O_DIRECT reads of whole aligned blocks, bypassing the page cache.
-pub struct Direct;
+impl Syscall {
+    pub const PREAD: Syscall = Syscall { o_direct: false };
+    pub const DIRECT: Syscall = Syscall { o_direct: true };
+}
 
-impl ReadBackend for Pread {
+impl ReadBackend for Syscall {
     fn kind(&self) -> BackendKind {
-        BackendKind::Pread
+        if self.o_direct {
+            BackendKind::Direct
+        } else {
+            BackendKind::Pread
+        }
     }
 
     fn read_window(
@@ -30,37 +39,11 @@ impl ReadBackend for Pread {
         file: &DataFile,
         offset: u64,
         len: usize,
-        dest: SlabWindow<'_>,
+        mut dest: SlabWindow<'_>,
     ) -> Result<Range<usize>, StorageError> {
-        read_sync(file, offset, len, dest, false)
+        let span = check_dest(offset, len, &dest)?;
+        Plan::new(file, offset, len, span, self.o_direct).finish(&mut dest, 0)
     }
-}
-
-impl ReadBackend for Direct {
-    fn kind(&self) -> BackendKind {
-        BackendKind::Direct
-    }
-
-    fn read_window(
-        &self,
-        file: &DataFile,
-        offset: u64,
-        len: usize,
-        dest: SlabWindow<'_>,
-    ) -> Result<Range<usize>, StorageError> {
-        read_sync(file, offset, len, dest, true)
-    }
-}
-
-fn read_sync(
-    file: &DataFile,
-    offset: u64,
-    len: usize,
-    mut dest: SlabWindow<'_>,
-    want_direct: bool,
-) -> Result<Range<usize>, StorageError> {
-    let span = check_dest(offset, len, &dest)?;
-    Plan::new(file, offset, len, span, want_direct).finish(&mut dest, 0)
 }
 
 /// One read laid out on a descriptor: bytes from `file_offset` on land in

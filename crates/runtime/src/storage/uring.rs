@@ -5,7 +5,7 @@
 //! (EPERM under seccomp, ENOSYS, `kernel.io_uring_disabled`) get O_DIRECT
 //! reads instead, said once per process.
 
-use super::posix::{Direct, Plan};
+use super::posix::{Plan, Syscall};
 use super::{check_dest, note_once, BackendKind, BatchRead, DataFile, ReadBackend};
 use super::{SlabWindow, StorageError};
 use io_uring::{opcode, types, IoUring};
@@ -67,7 +67,7 @@ pub(super) fn uring_or_direct(ring: io::Result<UringBackend>) -> Box<dyn ReadBac
             note_once(&URING_REFUSED, || {
                 format!("io_uring unavailable ({e}); using O_DIRECT reads")
             });
-            Box::new(Direct)
+            Box::new(Syscall::DIRECT)
         }
     }
 }
@@ -104,7 +104,7 @@ impl ReadBackend for UringBackend {
         // No ring to be had now (resource limits): the same reads, one by
         // one, through O_DIRECT.
         let Some(mut ring) = self.take_ring() else {
-            return Direct.read_batch(reads);
+            return Syscall::DIRECT.read_batch(reads);
         };
         let mut results = Vec::with_capacity(reads.len());
         for chunk in reads.chunks_mut(RING_ENTRIES as usize) {

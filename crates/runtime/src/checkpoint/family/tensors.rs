@@ -173,16 +173,9 @@ impl Collect<'_> {
                     self.bf16(format!("{a}.k_norm.weight"), vec![k_norm], &key);
                 }
             }
-            Attention::Mla {
-                heads,
-                q_lora_rank,
-                kv_lora_rank,
-                qk_nope_head_dim,
-                qk_rope_head_dim,
-                v_head_dim,
-            } => {
-                let q_width = heads * (qk_nope_head_dim + qk_rope_head_dim);
-                match q_lora_rank {
+            Attention::Mla(m) => {
+                let q_width = m.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim);
+                match m.q_lora_rank {
                     None => self.linear(&format!("{a}.q_proj"), q_width, h, bf16, &key),
                     Some(rank) => {
                         self.linear(&format!("{a}.q_a_proj"), rank, h, bf16, &key);
@@ -192,24 +185,30 @@ impl Collect<'_> {
                 }
                 self.linear(
                     &format!("{a}.kv_a_proj_with_mqa"),
-                    kv_lora_rank + qk_rope_head_dim,
+                    m.kv_lora_rank + m.qk_rope_head_dim,
                     h,
                     bf16,
                     &key,
                 );
                 self.bf16(
                     format!("{a}.kv_a_layernorm.weight"),
-                    vec![kv_lora_rank],
+                    vec![m.kv_lora_rank],
                     &key,
                 );
                 self.linear(
                     &format!("{a}.kv_b_proj"),
-                    heads * (qk_nope_head_dim + v_head_dim),
-                    kv_lora_rank,
+                    m.heads * (m.qk_nope_head_dim + m.v_head_dim),
+                    m.kv_lora_rank,
                     bf16,
                     &key,
                 );
-                self.linear(&format!("{a}.o_proj"), h, heads * v_head_dim, bf16, &key);
+                self.linear(
+                    &format!("{a}.o_proj"),
+                    h,
+                    m.heads * m.v_head_dim,
+                    bf16,
+                    &key,
+                );
             }
         }
         if cfg.is_moe(layer) {
