@@ -522,7 +522,10 @@ fn every_model_flag_reads_a_description_or_a_checkpoint() {
             .split_whitespace()
             .collect::<Vec<_>>()
             .join(" ");
-        assert!(help.contains(&want), "{command:?} --help lacks `{want}`:\n{help}");
+        assert!(
+            help.contains(&want),
+            "{command:?} --help lacks `{want}`:\n{help}"
+        );
     }
     // gen-checkpoint cannot do without it.
     let o = run(&["gen-checkpoint", "--out", "unused"]);

@@ -15,8 +15,8 @@
 //!   it must pay back its move within the horizon and beat every victim.
 
 use super::counts::DecayedCounts;
-use super::heap::{resident_accessors, ScoredResidents};
-use super::recency::RecencyList;
+use super::heap::ScoredResidents;
+use super::recency::SizedList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 pub(crate) enum Admission {
@@ -28,10 +28,7 @@ impl Admission {
     pub fn frequency(setup: &PolicySetup) -> Self {
         Admission::Frequency(Frequency {
             counts: DecayedCounts::new(setup, true),
-            order: RecencyList::new(setup.objects),
-            size_bytes: vec![0; setup.objects],
-            used_bytes: 0,
-            capacity_bytes: setup.capacity_bytes,
+            residents: SizedList::new(setup),
             admission_ratio: setup.params.admission_ratio,
         })
     }
@@ -92,11 +89,8 @@ impl Policy for Admission {
 
 pub(crate) struct Frequency {
     counts: DecayedCounts,
-    /// Residents, most recent first.
-    order: RecencyList,
-    size_bytes: Vec<u64>,
-    used_bytes: u64,
-    capacity_bytes: u64,
+    /// Most recent first.
+    residents: SizedList,
     admission_ratio: f64,
 }
 
@@ -105,56 +99,42 @@ impl Policy for Frequency {
         let o = request.object;
         // No heap to re-key: victims come in recency order.
         self.counts.record(o, request.time);
-        if self.order.contains(o) {
-            self.order.move_to_front(o);
+        if self.residents.contains(o) {
+            self.residents.move_to_front(o);
             return Outcome::Hit;
         }
         let size = request.size_bytes;
-        if size > self.capacity_bytes {
+        let r = &self.residents;
+        if size > r.capacity_bytes() {
             return Outcome::Bypassed;
         }
         // Count the victims from the LRU end before deciding: a refused
         // candidate must leave them resident.
         let (mut victims, mut freed_bytes, mut victims_frequency) = (0, 0, 0.0);
-        for v in self.order.iter_from_back() {
-            if self.used_bytes + size <= self.capacity_bytes + freed_bytes {
+        for v in r.list().iter_from_back() {
+            if r.used_bytes() + size <= r.capacity_bytes() + freed_bytes {
                 break;
             }
             victims += 1;
-            freed_bytes += self.size_bytes[v as usize];
+            freed_bytes += r.size_of(v);
             victims_frequency += self.counts.score(v);
         }
         if victims > 0 && self.counts.score(o) <= self.admission_ratio * victims_frequency {
             return Outcome::Bypassed;
         }
         for _ in 0..victims {
-            evicted.push(self.order.pop_back().expect("counted above"));
+            evicted.push(self.residents.pop_back().expect("counted above"));
         }
-        self.used_bytes = self.used_bytes - freed_bytes + size;
-        self.order.push_front(o);
-        self.size_bytes[o as usize] = size;
+        self.residents.push_front(o, size);
         Outcome::Admitted
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.order.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.used_bytes
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
-    }
+    resident_accessors!();
 
     /// The object leaves the recency order. Its decayed count and prior
     /// stay: a later request is judged by them as before.
     fn remove(&mut self, object: ObjectIndex) {
-        if self.order.contains(object) {
-            self.order.remove(object);
-            self.used_bytes -= self.size_bytes[object as usize];
-        }
+        self.residents.remove(object);
     }
 }
 

@@ -8,7 +8,7 @@
 
 use std::cmp::Reverse;
 
-use super::heap::{resident_accessors, ScoredResidents};
+use super::heap::ScoredResidents;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request, NEVER};
 
 pub(crate) struct Belady {

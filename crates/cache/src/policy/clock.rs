@@ -8,26 +8,20 @@
 //! (clock, sieve, s3fifo, arc, slru, wtinylfu): a pseudo-random replay and the
 //! libCacheSim reference trace.
 
-use super::recency::RecencyList;
+use super::recency::SizedList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 pub(crate) struct Clock {
     /// Front: newest; back: under the hand.
-    order: RecencyList,
+    residents: SizedList,
     referenced: Vec<bool>,
-    size_bytes: Vec<u64>,
-    used_bytes: u64,
-    capacity_bytes: u64,
 }
 
 impl Clock {
     pub fn new(setup: &PolicySetup) -> Self {
         Clock {
-            order: RecencyList::new(setup.objects),
+            residents: SizedList::new(setup),
             referenced: vec![false; setup.objects],
-            size_bytes: vec![0; setup.objects],
-            used_bytes: 0,
-            capacity_bytes: setup.capacity_bytes,
         }
     }
 }
@@ -35,50 +29,36 @@ impl Clock {
 impl Policy for Clock {
     fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
         let o = request.object;
-        if self.order.contains(o) {
+        if self.residents.contains(o) {
             self.referenced[o as usize] = true;
             return Outcome::Hit;
         }
         let size = request.size_bytes;
-        if size > self.capacity_bytes {
+        if size > self.residents.capacity_bytes() {
             return Outcome::Bypassed;
         }
-        while self.used_bytes + size > self.capacity_bytes {
-            let v = self.order.back().expect("used bytes imply a member");
+        while !self.residents.fits(size) {
+            let v = self.residents.list().back();
+            let v = v.expect("used bytes imply a member");
             if std::mem::take(&mut self.referenced[v as usize]) {
-                self.order.move_to_front(v);
+                self.residents.move_to_front(v);
             } else {
-                self.order.remove(v);
-                self.used_bytes -= self.size_bytes[v as usize];
+                self.residents.remove(v);
                 evicted.push(v);
             }
         }
-        self.order.push_front(o);
+        self.residents.push_front(o, size);
         self.referenced[o as usize] = false;
-        self.size_bytes[o as usize] = size;
-        self.used_bytes += size;
         Outcome::Admitted
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.order.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.used_bytes
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
-    }
+    resident_accessors!();
 
     /// Unlinks the object and clears its reference bit. The hand is the
     /// queue's tail, so it moves on to the next object by itself.
     fn remove(&mut self, object: ObjectIndex) {
-        if self.order.contains(object) {
-            self.order.remove(object);
+        if self.residents.remove(object) {
             self.referenced[object as usize] = false;
-            self.used_bytes -= self.size_bytes[object as usize];
         }
     }
 }

@@ -210,25 +210,6 @@ impl<K: Copy + PartialOrd + Default> ScoredResidents<K> {
     }
 }
 
-/// The `Policy` accessors of a policy whose residents are a
-/// `ScoredResidents` field named `residents`.
-macro_rules! resident_accessors {
-    () => {
-        fn contains(&self, object: ObjectIndex) -> bool {
-            self.residents.contains(object)
-        }
-
-        fn used_bytes(&self) -> u64 {
-            self.residents.used_bytes()
-        }
-
-        fn capacity_bytes(&self) -> u64 {
-            self.residents.capacity_bytes()
-        }
-    };
-}
-pub(crate) use resident_accessors;
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! this policy with Colibri's admission test ([`Lfu::gated`]).
 
 use super::counts::DecayedCounts;
-use super::heap::{resident_accessors, ScoredResidents};
+use super::heap::ScoredResidents;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 /// Whether a candidate with count `hot` may displace a resident with count

@@ -1,14 +1,11 @@
 //! LRU and FIFO: one list, one difference: LRU moves a hit to the front,
 //! FIFO leaves the insertion order alone (libCacheSim `LRU`, `FIFO`).
 
-use super::recency::RecencyList;
+use super::recency::SizedList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 pub(crate) struct Lru {
-    order: RecencyList,
-    size_bytes: Vec<u64>,
-    used_bytes: u64,
-    capacity_bytes: u64,
+    residents: SizedList,
     move_on_hit: bool,
 }
 
@@ -16,10 +13,7 @@ impl Lru {
     /// `move_on_hit`: true for LRU, false for FIFO.
     pub fn new(setup: &PolicySetup, move_on_hit: bool) -> Self {
         Lru {
-            order: RecencyList::new(setup.objects),
-            size_bytes: vec![0; setup.objects],
-            used_bytes: 0,
-            capacity_bytes: setup.capacity_bytes,
+            residents: SizedList::new(setup),
             move_on_hit,
         }
     }
@@ -28,54 +22,37 @@ impl Lru {
     /// its LRU part); nothing is evicted, so it must not fall below the used
     /// bytes.
     pub(super) fn set_capacity_bytes(&mut self, capacity_bytes: u64) {
-        assert!(self.used_bytes <= capacity_bytes);
-        self.capacity_bytes = capacity_bytes;
+        self.residents.set_capacity_bytes(capacity_bytes);
     }
 }
 
 impl Policy for Lru {
     fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
         let o = request.object;
-        if self.order.contains(o) {
+        if self.residents.contains(o) {
             if self.move_on_hit {
-                self.order.move_to_front(o);
+                self.residents.move_to_front(o);
             }
             return Outcome::Hit;
         }
         let size = request.size_bytes;
-        if size > self.capacity_bytes {
+        if size > self.residents.capacity_bytes() {
             return Outcome::Bypassed;
         }
-        while self.used_bytes + size > self.capacity_bytes {
-            let victim = self.order.pop_back().expect("used bytes imply a member");
-            self.used_bytes -= self.size_bytes[victim as usize];
-            evicted.push(victim);
+        while !self.residents.fits(size) {
+            let victim = self.residents.pop_back();
+            evicted.push(victim.expect("used bytes imply a member"));
         }
-        self.order.push_front(o);
-        self.size_bytes[o as usize] = size;
-        self.used_bytes += size;
+        self.residents.push_front(o, size);
         Outcome::Admitted
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.order.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.used_bytes
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
-    }
+    resident_accessors!();
 
     /// Unlinks the object from the order; the others keep their places. No
     /// history to keep.
     fn remove(&mut self, object: ObjectIndex) {
-        if self.order.contains(object) {
-            self.order.remove(object);
-            self.used_bytes -= self.size_bytes[object as usize];
-        }
+        self.residents.remove(object);
     }
 }
 
@@ -125,10 +102,16 @@ mod tests {
         assert_eq!(remove(&mut lru, 1), 0);
         assert_eq!(lru.used_bytes(), 7);
         assert_eq!(replay(&mut lru, &[(3, 6)]), [(Outcome::Admitted, vec![2])]);
-        assert_eq!(lru.order.iter_from_back().collect::<Vec<_>>(), vec![0, 3]);
+        assert_eq!(
+            lru.residents.list().iter_from_back().collect::<Vec<_>>(),
+            vec![0, 3]
+        );
         assert_eq!(remove(&mut lru, 3), 6);
         assert_eq!(replay(&mut lru, &[(1, 3)]), [(Outcome::Admitted, vec![])]);
-        assert_eq!(lru.order.iter_from_back().collect::<Vec<_>>(), vec![0, 1]);
+        assert_eq!(
+            lru.residents.list().iter_from_back().collect::<Vec<_>>(),
+            vec![0, 1]
+        );
         assert_eq!(lru.used_bytes(), 7);
     }
 }

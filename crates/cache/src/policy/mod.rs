@@ -9,6 +9,25 @@
 //! no per-object overhead. Admission policies may decline a miss: the
 //! request then runs from a transient slot ([`Outcome::Bypassed`]).
 
+/// The `Policy` accessors of a policy whose residents are one field named
+/// `residents` (a `heap::ScoredResidents` or a `recency::SizedList`);
+/// defined before the modules, so in scope in each.
+macro_rules! resident_accessors {
+    () => {
+        fn contains(&self, object: ObjectIndex) -> bool {
+            self.residents.contains(object)
+        }
+
+        fn used_bytes(&self) -> u64 {
+            self.residents.used_bytes()
+        }
+
+        fn capacity_bytes(&self) -> u64 {
+            self.residents.capacity_bytes()
+        }
+    };
+}
+
 mod admission;
 mod arc;
 mod belady;

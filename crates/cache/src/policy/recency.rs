@@ -1,8 +1,10 @@
 //! An intrusive doubly linked list over dense object indices: the recency
 //! (or insertion) order behind LRU, FIFO, SLRU, ARC, S3-FIFO and W-TinyLFU.
-//! O(1) insert, remove and move with no allocation after creation.
+//! O(1) insert, remove and move with no allocation after creation; and
+//! `SizedList`, such a list of residents that counts their bytes against a
+//! capacity (LRU, FIFO, CLOCK, SIEVE, frequency admission).
 
-use super::ObjectIndex;
+use super::{ObjectIndex, PolicySetup};
 
 const NIL: u32 = u32::MAX;
 
@@ -99,6 +101,88 @@ impl RecencyList {
     /// Members from back to front.
     pub fn iter_from_back(&self) -> impl Iterator<Item = ObjectIndex> + '_ {
         std::iter::successors(self.back(), move |&o| self.before(o))
+    }
+}
+
+/// Residents in a recency list, with their sizes: `used_bytes` is always
+/// the members' bytes, and `push_front` and `pop_back` keep it so.
+pub(crate) struct SizedList {
+    list: RecencyList,
+    size_bytes: Vec<u64>,
+    used_bytes: u64,
+    capacity_bytes: u64,
+}
+
+impl SizedList {
+    pub fn new(setup: &PolicySetup) -> Self {
+        SizedList {
+            list: RecencyList::new(setup.objects),
+            size_bytes: vec![0; setup.objects],
+            used_bytes: 0,
+            capacity_bytes: setup.capacity_bytes,
+        }
+    }
+
+    /// The order, front (newest) to back.
+    pub fn list(&self) -> &RecencyList {
+        &self.list
+    }
+
+    pub fn contains(&self, o: ObjectIndex) -> bool {
+        self.list.contains(o)
+    }
+
+    pub fn used_bytes(&self) -> u64 {
+        self.used_bytes
+    }
+
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+
+    /// Changes the capacity; nothing is evicted, so it must not fall below
+    /// the used bytes.
+    pub fn set_capacity_bytes(&mut self, capacity_bytes: u64) {
+        assert!(self.used_bytes <= capacity_bytes);
+        self.capacity_bytes = capacity_bytes;
+    }
+
+    /// Whether `size_bytes` more fit without an eviction.
+    pub fn fits(&self, size_bytes: u64) -> bool {
+        self.used_bytes + size_bytes <= self.capacity_bytes
+    }
+
+    pub fn size_of(&self, o: ObjectIndex) -> u64 {
+        self.size_bytes[o as usize]
+    }
+
+    pub fn move_to_front(&mut self, o: ObjectIndex) {
+        self.list.move_to_front(o);
+    }
+
+    /// Inserts a non-member of `size_bytes` at the front.
+    pub fn push_front(&mut self, o: ObjectIndex, size_bytes: u64) {
+        self.list.push_front(o);
+        self.size_bytes[o as usize] = size_bytes;
+        self.used_bytes += size_bytes;
+    }
+
+    /// Takes the back member out, its bytes freed.
+    pub fn pop_back(&mut self) -> Option<ObjectIndex> {
+        let o = self.list.pop_back()?;
+        self.used_bytes -= self.size_bytes[o as usize];
+        Some(o)
+    }
+
+    /// Takes `o` out, its bytes freed; false (and nothing done) for a
+    /// non-member.
+    pub fn remove(&mut self, o: ObjectIndex) -> bool {
+        if !self.list.contains(o) {
+            return false;
+        }
+        self.list.remove(o);
+        self.used_bytes -= self.size_bytes[o as usize];
+        true
     }
 }
 

@@ -6,43 +6,38 @@
 //! rests on that object's neighbour towards the head. Survivors are never
 //! moved. No deviation.
 
-use super::recency::RecencyList;
+use super::recency::SizedList;
 use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 
 pub(crate) struct Sieve {
     /// Front: head (newest); back: tail (oldest).
-    queue: RecencyList,
+    residents: SizedList,
     visited: Vec<bool>,
     /// Where the next eviction starts; `None`: at the tail.
     hand: Option<ObjectIndex>,
-    size_bytes: Vec<u64>,
-    used_bytes: u64,
-    capacity_bytes: u64,
 }
 
 impl Sieve {
     pub fn new(setup: &PolicySetup) -> Self {
         Sieve {
-            queue: RecencyList::new(setup.objects),
+            residents: SizedList::new(setup),
             visited: vec![false; setup.objects],
             hand: None,
-            size_bytes: vec![0; setup.objects],
-            used_bytes: 0,
-            capacity_bytes: setup.capacity_bytes,
         }
     }
 
     fn evict(&mut self, evicted: &mut Vec<ObjectIndex>) {
-        let or_tail = |q: &RecencyList, o: Option<ObjectIndex>| {
-            o.or_else(|| q.back()).expect("used bytes imply a member")
+        let queue = self.residents.list();
+        let or_tail = |o: Option<ObjectIndex>| {
+            o.or_else(|| queue.back())
+                .expect("used bytes imply a member")
         };
-        let mut o = or_tail(&self.queue, self.hand);
+        let mut o = or_tail(self.hand);
         while std::mem::take(&mut self.visited[o as usize]) {
-            o = or_tail(&self.queue, self.queue.before(o));
+            o = or_tail(queue.before(o));
         }
-        self.hand = self.queue.before(o);
-        self.queue.remove(o);
-        self.used_bytes -= self.size_bytes[o as usize];
+        self.hand = queue.before(o);
+        self.residents.remove(o);
         evicted.push(o);
     }
 }
@@ -50,49 +45,36 @@ impl Sieve {
 impl Policy for Sieve {
     fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
         let o = request.object;
-        if self.queue.contains(o) {
+        if self.residents.contains(o) {
             self.visited[o as usize] = true;
             return Outcome::Hit;
         }
         let size = request.size_bytes;
-        if size > self.capacity_bytes {
+        if size > self.residents.capacity_bytes() {
             return Outcome::Bypassed;
         }
-        while self.used_bytes + size > self.capacity_bytes {
+        while !self.residents.fits(size) {
             self.evict(evicted);
         }
-        self.queue.push_front(o);
+        self.residents.push_front(o, size);
         self.visited[o as usize] = false;
-        self.size_bytes[o as usize] = size;
-        self.used_bytes += size;
         Outcome::Admitted
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.queue.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.used_bytes
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
-    }
+    resident_accessors!();
 
     /// Unlinks the object and clears its visited bit. A hand resting on it
     /// moves to its neighbour towards the head (none: the tail), where it
     /// would rest had the object been evicted; the sweep goes on from there.
     fn remove(&mut self, object: ObjectIndex) {
-        if !self.queue.contains(object) {
+        if !self.residents.contains(object) {
             return;
         }
         if self.hand == Some(object) {
-            self.hand = self.queue.before(object);
+            self.hand = self.residents.list().before(object);
         }
-        self.queue.remove(object);
+        self.residents.remove(object);
         self.visited[object as usize] = false;
-        self.used_bytes -= self.size_bytes[object as usize];
     }
 }
 
