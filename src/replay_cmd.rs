@@ -14,7 +14,9 @@ use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
-use residency_runtime::serve::replay::{replay, ReplayConfig, ReplayReport, ServePolicy};
+use residency_runtime::serve::replay::{
+    replay, ReplayConfig, ReplayReport, ReplayRun, ServePolicy,
+};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -113,18 +115,7 @@ fn seed_tokens(tokens: &[TokenRoutes], args: &ReplayArgs) -> Result<Vec<TokenRou
 }
 
 pub fn run(args: &ReplayArgs) -> Result<()> {
-    if let Some(seconds) = args
-        .replan_every_seconds
-        .filter(|s| !(s.is_finite() && *s > 0.0))
-    {
-        bail!("--replan-every-seconds {seconds}: give a positive number of seconds");
-    }
-    if !(0.0..=1.0).contains(&args.pin_share) {
-        bail!(
-            "--pin-share {}: give a share between 0 and 1",
-            args.pin_share
-        );
-    }
+    check_flags(args)?;
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
     let model = match args.model.load()? {
         Some(model) => model,
@@ -149,57 +140,13 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         categories: args.categories.clone(),
     };
     cut_trace(&mut trace, &cut, &mut notes);
-    let experts = checkpoint.config.experts;
-    let in_training = |c: &Option<String>| match &args.train_categories {
-        Some(train) => c.as_ref().is_some_and(|c| train.contains(c)),
-        None => true,
-    };
-    let eval: Vec<_> = match &args.train_categories {
-        Some(_) => trace
-            .tokens
-            .iter()
-            .filter(|t| !in_training(&t.category))
-            .cloned()
-            .collect(),
-        None => {
-            notes.push("learning policies learned on the replayed tokens (in-sample); --train-categories holds some out".into());
-            trace.tokens.clone()
-        }
-    };
-    if eval.is_empty() {
-        bail!(
-            "{}: no token left to replay (check --categories and --train-categories against the trace's categories)",
-            args.trace.display()
-        );
-    }
-    let mut train_counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
-    for t in trace.tokens.iter().filter(|t| in_training(&t.category)) {
-        for (l, route) in t.routes.iter().enumerate() {
-            for &e in route {
-                train_counts[l * experts + e as usize] += 1;
-            }
-        }
-    }
+    let (eval, train_counts) = split_held_out(&trace.tokens, &checkpoint, args, &mut notes)?;
     let seed = seed_tokens(&trace.tokens, args)?;
     let expert_bytes = checkpoint.object_bytes(&residency_runtime::identity::ObjectKey::Expert {
         layer: checkpoint.config.moe_layers()[0] as u32,
         expert: 0,
     });
     let all_bytes = expert_bytes * train_counts.len() as u64;
-    let mut resources = Resources::from_profile(&profile);
-    if resources.drive_read_bytes_per_s.iter().all(|&r| r <= 0.0) {
-        // The profile describes no drive the checkpoint is read from: moves
-        // are priced at 1 GB/s (as a miss falls back to 1 ms).
-        resources.drive_numa = vec![0];
-        resources.drive_read_bytes_per_s = vec![1e9];
-        resources.drive_latency_seconds = vec![0.0];
-    }
-    let fastest = (0..resources.drives())
-        .max_by(|&a, &b| {
-            let rate = &resources.drive_read_bytes_per_s;
-            rate[a].total_cmp(&rate[b])
-        })
-        .expect("one drive at least");
     let config = ReplayConfig {
         policies: args.policy.clone(),
         ram_budget_bytes: args.ram_budget.bytes(all_bytes),
@@ -211,11 +158,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
         rounds: args.rounds,
         miss_seconds: read_seconds(&profile, expert_bytes).unwrap_or(1e-3),
-        move_link: MoveLink {
-            resources,
-            from: Place::Disk(fastest),
-            to: Place::Ram(0),
-        },
+        move_link: drive_to_ram(&profile),
         backend: args.backend.backend,
         warm: args.warm,
         seed,
@@ -224,22 +167,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         eprintln!("note: {note}");
     }
     let runs = if args.per_category {
-        let mut categories: Vec<Option<String>> = eval.iter().map(|t| t.category.clone()).collect();
-        categories.sort();
-        categories.dedup();
-        let mut runs = Vec::new();
-        for category in categories {
-            let tokens: Vec<_> = eval
-                .iter()
-                .filter(|t| t.category == category)
-                .cloned()
-                .collect();
-            for mut run in replay(&checkpoint, &tokens, &train_counts, &config)? {
-                run.category = category.clone();
-                runs.push(run);
-            }
-        }
-        runs
+        replay_per_category(&checkpoint, &eval, &train_counts, &config)?
     } else {
         replay(&checkpoint, &eval, &train_counts, &config)?
     };
@@ -250,36 +178,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         args.checkpoint.display(),
         Bytes(config.ram_budget_bytes)
     );
-    println!(
-        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
-        "policy",
-        "category",
-        "round",
-        "tok/s",
-        "p50 ms",
-        "p99 ms",
-        "felt s",
-        "read",
-        "misses",
-        "evicted",
-        "moved"
-    );
-    for r in &runs {
-        println!(
-            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
-            r.policy,
-            r.category.as_deref().unwrap_or("all"),
-            r.round,
-            r.tok_per_s,
-            r.p50_ms,
-            r.p99_ms,
-            r.felt_wait_seconds,
-            Bytes(r.bytes_read).to_string(),
-            r.misses,
-            r.evictions,
-            Bytes(r.migration_bytes).to_string()
-        );
-    }
+    print_runs(&runs);
     // Runs of the same tokens must compute the same outputs.
     let differs = runs.iter().any(|a| {
         runs.iter()
@@ -303,4 +202,144 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         println!("wrote {}", path.display());
     }
     Ok(())
+}
+
+/// The flags clap cannot check alone.
+fn check_flags(args: &ReplayArgs) -> Result<()> {
+    if let Some(seconds) = args
+        .replan_every_seconds
+        .filter(|s| !(s.is_finite() && *s > 0.0))
+    {
+        bail!("--replan-every-seconds {seconds}: give a positive number of seconds");
+    }
+    if !(0.0..=1.0).contains(&args.pin_share) {
+        bail!(
+            "--pin-share {}: give a share between 0 and 1",
+            args.pin_share
+        );
+    }
+    Ok(())
+}
+
+/// The tokens to replay (those outside --train-categories, else all) and
+/// the routing counts of the training tokens, per `(MoE layer, expert)`.
+fn split_held_out(
+    tokens: &[TokenRoutes],
+    checkpoint: &Checkpoint,
+    args: &ReplayArgs,
+    notes: &mut Vec<String>,
+) -> Result<(Vec<TokenRoutes>, Vec<u64>)> {
+    let in_training = |c: &Option<String>| match &args.train_categories {
+        Some(train) => c.as_ref().is_some_and(|c| train.contains(c)),
+        None => true,
+    };
+    let eval: Vec<_> = match &args.train_categories {
+        Some(_) => tokens
+            .iter()
+            .filter(|t| !in_training(&t.category))
+            .cloned()
+            .collect(),
+        None => {
+            notes.push("learning policies learned on the replayed tokens (in-sample); --train-categories holds some out".into());
+            tokens.to_vec()
+        }
+    };
+    if eval.is_empty() {
+        bail!(
+            "{}: no token left to replay (check --categories and --train-categories against the trace's categories)",
+            args.trace.display()
+        );
+    }
+    let experts = checkpoint.config.experts;
+    let mut train_counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
+    for t in tokens.iter().filter(|t| in_training(&t.category)) {
+        for (l, route) in t.routes.iter().enumerate() {
+            for &e in route {
+                train_counts[l * experts + e as usize] += 1;
+            }
+        }
+    }
+    Ok((eval, train_counts))
+}
+
+/// How the re-planner prices a move: from the profile's fastest drive into
+/// RAM node 0.
+fn drive_to_ram(profile: &HardwareProfile) -> MoveLink {
+    let mut resources = Resources::from_profile(profile);
+    if resources.drive_read_bytes_per_s.iter().all(|&r| r <= 0.0) {
+        // The profile describes no drive the checkpoint is read from: moves
+        // are priced at 1 GB/s (as a miss falls back to 1 ms).
+        resources.drive_numa = vec![0];
+        resources.drive_read_bytes_per_s = vec![1e9];
+        resources.drive_latency_seconds = vec![0.0];
+    }
+    let fastest = (0..resources.drives())
+        .max_by(|&a, &b| {
+            let rate = &resources.drive_read_bytes_per_s;
+            rate[a].total_cmp(&rate[b])
+        })
+        .expect("one drive at least");
+    MoveLink {
+        resources,
+        from: Place::Disk(fastest),
+        to: Place::Ram(0),
+    }
+}
+
+/// One replay of each category's tokens, its runs labelled with it.
+fn replay_per_category(
+    checkpoint: &Checkpoint,
+    eval: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+) -> Result<Vec<ReplayRun>> {
+    let mut categories: Vec<Option<String>> = eval.iter().map(|t| t.category.clone()).collect();
+    categories.sort();
+    categories.dedup();
+    let mut runs = Vec::new();
+    for category in categories {
+        let tokens: Vec<_> = eval
+            .iter()
+            .filter(|t| t.category == category)
+            .cloned()
+            .collect();
+        for mut run in replay(checkpoint, &tokens, train_counts, config)? {
+            run.category = category.clone();
+            runs.push(run);
+        }
+    }
+    Ok(runs)
+}
+
+fn print_runs(runs: &[ReplayRun]) {
+    println!(
+        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
+        "policy",
+        "category",
+        "round",
+        "tok/s",
+        "p50 ms",
+        "p99 ms",
+        "felt s",
+        "read",
+        "misses",
+        "evicted",
+        "moved"
+    );
+    for r in runs {
+        println!(
+            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
+            r.policy,
+            r.category.as_deref().unwrap_or("all"),
+            r.round,
+            r.tok_per_s,
+            r.p50_ms,
+            r.p99_ms,
+            r.felt_wait_seconds,
+            Bytes(r.bytes_read).to_string(),
+            r.misses,
+            r.evictions,
+            Bytes(r.migration_bytes).to_string()
+        );
+    }
 }

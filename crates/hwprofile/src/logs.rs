@@ -28,7 +28,7 @@
 use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc};
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
-use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals};
+use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
 use residency_core::model::Model;
 use std::path::Path;
 
@@ -142,7 +142,7 @@ fn spread_of(figures: &[Figure], f: impl Fn(f64) -> f64) -> Spread {
 /// Sets what `log` gives on `doc`'s profile; `model` supplies the geometry
 /// per-token figures need.
 pub fn calibrate_from_log(
-    mut doc: ProfileDoc,
+    doc: ProfileDoc,
     log: &Path,
     model: Option<&Model>,
 ) -> Result<LogCalibration, ProfileError> {
@@ -160,183 +160,36 @@ pub fn calibrate_from_log(
             "give a Colibri log of a decode run with PROF=1 (GLM engine) or COLI_TIMERS=1 (qwen36 engine)",
         ));
     }
-    let mut notes = Vec::new();
-    let mut measured = Vec::new();
-    let mut set = |doc: &mut ProfileDoc,
-                   path: String,
-                   value: String,
-                   comment: String,
-                   spread: Option<Spread>| {
-        let m = Measurement {
-            path,
-            value,
-            comment,
-            spread,
-        };
-        doc.measured(&m);
-        measured.push(m);
+    let mut c = Calibrating {
+        log,
+        done: LogCalibration {
+            doc,
+            measured: Vec::new(),
+            notes: Vec::new(),
+        },
     };
-
-    // The felt fraction: [PROF] totals first, else the PROFILE lines.
-    let felt = if !prof.lines.is_empty() && prof.read_service_seconds > 0.0 {
-        let lines: Vec<Figure> = prof.lines.iter().map(|&l| (0.0, l)).collect();
-        let mut comment = format!(
-            "felt wait {:.1} s / read service {:.1} s of `[PROF] expert I/O:` on {}",
-            prof.felt_wait_seconds,
-            prof.read_service_seconds,
-            lines_of(&lines, log),
-        );
-        if prof.physical_misses > 0 {
-            comment.push_str(&format!(
-                "; {:.3} ms felt per physical miss",
-                miss_seconds_from_log(prof.felt_wait_seconds, prof.physical_misses) * 1e3
-            ));
-        }
-        Some((
-            prof.felt_wait_seconds / prof.read_service_seconds,
-            comment,
-            None,
-        ))
-    } else if !profile.is_empty() {
-        let s = spread_of(&profile, |f| f);
-        let comment = format!(
-            "wait / service of `PROFILE: expert-disk`: median {:.4} over {} decode line(s) [{:.4}..{:.4}], {}",
-            s.median,
-            s.count,
-            s.min,
-            s.max,
-            lines_of(&profile, log)
-        );
-        Some((s.median, comment, Some(s)))
-    } else {
-        None
-    };
-    if let Some((fraction, comment, spread)) = felt {
-        if !doc.profile.io_overlaps_compute {
-            notes.push(format!(
-                "felt_fraction: the log gives {fraction:.4}, but the profile says reads do not overlap compute (io_overlaps_compute: false), so every read is felt; set it true to use the log's share"
-            ));
-        } else {
-            // Four decimals, at most 1 (felt wait can exceed service when
-            // reads queue behind each other).
-            let fraction = ((fraction * 1e4).round() / 1e4).min(1.0);
-            doc.profile.felt_fraction = Some(fraction);
-            set(
-                &mut doc,
-                "felt_fraction".into(),
-                fraction.to_string(),
-                comment,
-                spread,
-            );
-        }
-    }
-
-    // Drive bandwidth from [PROF]: bytes per read over time per read.
-    if prof.physical_misses > 0 && prof.fetched_bytes > 0.0 {
-        for d in 0..doc.profile.drives.len() {
-            let latency = doc.profile.drives[d].read_latency.0;
-            let transfer = prof.read_service_seconds - prof.physical_misses as f64 * latency;
-            if transfer <= 0.0 {
-                notes.push(format!(
-                    "drives[{d}]: the log's read service ({:.1} s) is no more than {} misses x the profile's read latency; read_bandwidth left as it was",
-                    prof.read_service_seconds, prof.physical_misses
-                ));
-                continue;
-            }
-            let rate = round_rate(prof.fetched_bytes / transfer);
-            doc.profile.drives[d].read_bandwidth = rate;
-            let comment = format!(
-                "{:.3} GB fetched / ({:.1} s read service - {} misses x {}) of `[PROF] expert I/O:` on {} (the log names no drive: every drive gets it)",
-                prof.fetched_bytes / 1e9,
-                prof.read_service_seconds,
-                prof.physical_misses,
-                time_text(doc.profile.drives[d].read_latency),
-                lines_of(&prof.lines.iter().map(|&l| (0.0, l)).collect::<Vec<_>>(), log)
-            );
-            set(
-                &mut doc,
-                field("drives", d, "read_bandwidth"),
-                rate_text(rate),
-                comment,
-                None,
-            );
-        }
-    }
-
-    // [timers]: sync, CPU GEMV, time outside the phases.
+    c.felt_fraction(&prof, &profile);
+    c.drive_bandwidth(&prof);
     let takes: Vec<Figure> = blocks.iter().filter_map(|b| b.take_ms).collect();
     let computes: Vec<Figure> = blocks.iter().filter_map(|b| b.compute_ms).collect();
     let outsides: Vec<Figure> = blocks.iter().filter_map(|b| b.outside_ms).collect();
-    match (model, takes.is_empty() && computes.is_empty()) {
-        (_, true) => {}
-        (None, false) => notes.push(
+    match model {
+        _ if takes.is_empty() && computes.is_empty() => {}
+        None => c.done.notes.push(
             "`[timers]` gives per-token times; pass --model (the model the log ran) to turn `take` into sync_overhead and `expert kernel: compute` into gemv_bandwidth".into(),
         ),
-        (Some(model), false) => {
-            let layers = model.moe.len() as f64;
-            if !takes.is_empty() {
-                if doc.profile.gpus.is_empty() {
-                    notes.push("the log's `take` is a GPU's sync, but the profile lists no GPU".into());
-                }
-                let s = spread_of(&takes, |ms| ms / 1e3 / layers);
-                let time = round_time(s.median);
-                let comment = format!(
-                    "{} (`qtier: ... take` ms/token / {} MoE layers of {}; {})",
-                    s.describe(false, "runs"),
-                    layers,
-                    model.name(),
-                    lines_of(&takes, log)
-                );
-                for g in 0..doc.profile.gpus.len() {
-                    doc.profile.gpus[g].sync_overhead = time;
-                    set(&mut doc, field("gpus", g, "sync_overhead"), time_text(time), comment.clone(), Some(s));
-                }
-            }
-            if !computes.is_empty() {
-                let top_k = model.top_k() as f64;
-                let bytes_per_token: f64 = model.moe.iter().map(|m| top_k * m.ram_bytes as f64).sum();
-                let nodes = doc.profile.numa.len() as f64;
-                let s = spread_of(&computes, |ms| bytes_per_token / (ms / 1e3) / nodes);
-                let rate = round_rate(s.median);
-                let comment = format!(
-                    "{} (top-{} x {} MoE layers x {} B experts ({}'s ram tier) / `expert kernel: compute` ms/token{}; {})",
-                    s.describe(true, "runs"),
-                    model.top_k(),
-                    layers,
-                    model.moe[0].ram_bytes,
-                    model.name(),
-                    if nodes > 1.0 { format!(", shared by {nodes} nodes") } else { String::new() },
-                    lines_of(&computes, log)
-                );
-                for n in 0..doc.profile.numa.len() {
-                    doc.profile.numa[n].gemv_bandwidth = rate;
-                    set(&mut doc, field("numa", n, "gemv_bandwidth"), rate_text(rate), comment.clone(), Some(s));
-                }
-            }
+        Some(model) => {
+            c.sync_overhead(&takes, model);
+            c.gemv_bandwidth(&computes, model);
         }
     }
-    if !outsides.is_empty() {
-        let s = spread_of(&outsides, |ms| ms / 1e3);
-        let time = round_time(s.median);
-        doc.profile.fixed_token_seconds = time;
-        let comment = format!(
-            "{} (`step() total: ... outside the phases` of {})",
-            s.describe(false, "runs"),
-            lines_of(&outsides, log)
-        );
-        set(
-            &mut doc,
-            "fixed_token_seconds".into(),
-            time_text(time),
-            comment,
-            Some(s),
-        );
-    }
-    if measured.is_empty() {
-        let problem = if notes.is_empty() {
+    c.fixed_token_seconds(&outsides);
+    let mut done = c.done;
+    if done.measured.is_empty() {
+        let problem = if done.notes.is_empty() {
             "gives no value this profile can take".to_string()
         } else {
-            notes.join("; ")
+            done.notes.join("; ")
         };
         return Err(ProfileError::input(
             log,
@@ -348,13 +201,204 @@ pub fn calibrate_from_log(
         "Calibrated from {} by `residency profile calibrate --from-log`.",
         log.display()
     );
-    doc.header.retain(|l| *l != line);
-    doc.header.push(line);
-    Ok(LogCalibration {
-        doc,
-        measured,
-        notes,
-    })
+    done.doc.header.retain(|l| *l != line);
+    done.doc.header.push(line);
+    Ok(done)
+}
+
+/// A calibration in progress: one step per value the log can give.
+struct Calibrating<'a> {
+    log: &'a Path,
+    done: LogCalibration,
+}
+
+impl Calibrating<'_> {
+    /// Records a value already set on the profile, with its comment.
+    fn set(&mut self, path: String, value: String, comment: String, spread: Option<Spread>) {
+        let m = Measurement {
+            path,
+            value,
+            comment,
+            spread,
+        };
+        self.done.doc.measured(&m);
+        self.done.measured.push(m);
+    }
+
+    /// The felt fraction: [PROF] totals first, else the PROFILE lines.
+    fn felt_fraction(&mut self, prof: &ProfTotals, profile: &[Figure]) {
+        let log = self.log;
+        let felt = if !prof.lines.is_empty() && prof.read_service_seconds > 0.0 {
+            let lines: Vec<Figure> = prof.lines.iter().map(|&l| (0.0, l)).collect();
+            let mut comment = format!(
+                "felt wait {:.1} s / read service {:.1} s of `[PROF] expert I/O:` on {}",
+                prof.felt_wait_seconds,
+                prof.read_service_seconds,
+                lines_of(&lines, log),
+            );
+            if prof.physical_misses > 0 {
+                comment.push_str(&format!(
+                    "; {:.3} ms felt per physical miss",
+                    miss_seconds_from_log(prof.felt_wait_seconds, prof.physical_misses) * 1e3
+                ));
+            }
+            (
+                prof.felt_wait_seconds / prof.read_service_seconds,
+                comment,
+                None,
+            )
+        } else if !profile.is_empty() {
+            let s = spread_of(profile, |f| f);
+            let comment = format!(
+                "wait / service of `PROFILE: expert-disk`: median {:.4} over {} decode line(s) [{:.4}..{:.4}], {}",
+                s.median,
+                s.count,
+                s.min,
+                s.max,
+                lines_of(profile, log)
+            );
+            (s.median, comment, Some(s))
+        } else {
+            return;
+        };
+        let (fraction, comment, spread) = felt;
+        if !self.done.doc.profile.io_overlaps_compute {
+            self.done.notes.push(format!(
+                "felt_fraction: the log gives {fraction:.4}, but the profile says reads do not overlap compute (io_overlaps_compute: false), so every read is felt; set it true to use the log's share"
+            ));
+            return;
+        }
+        // Four decimals, at most 1 (felt wait can exceed service when reads
+        // queue behind each other).
+        let fraction = ((fraction * 1e4).round() / 1e4).min(1.0);
+        self.done.doc.profile.felt_fraction = Some(fraction);
+        self.set(
+            "felt_fraction".into(),
+            fraction.to_string(),
+            comment,
+            spread,
+        );
+    }
+
+    /// Drive bandwidth from [PROF]: bytes per read over time per read.
+    fn drive_bandwidth(&mut self, prof: &ProfTotals) {
+        if prof.physical_misses == 0 || prof.fetched_bytes <= 0.0 {
+            return;
+        }
+        let lines: Vec<Figure> = prof.lines.iter().map(|&l| (0.0, l)).collect();
+        for d in 0..self.done.doc.profile.drives.len() {
+            let latency = self.done.doc.profile.drives[d].read_latency;
+            let transfer = prof.read_service_seconds - prof.physical_misses as f64 * latency.0;
+            if transfer <= 0.0 {
+                self.done.notes.push(format!(
+                    "drives[{d}]: the log's read service ({:.1} s) is no more than {} misses x the profile's read latency; read_bandwidth left as it was",
+                    prof.read_service_seconds, prof.physical_misses
+                ));
+                continue;
+            }
+            let rate = round_rate(prof.fetched_bytes / transfer);
+            self.done.doc.profile.drives[d].read_bandwidth = rate;
+            let comment = format!(
+                "{:.3} GB fetched / ({:.1} s read service - {} misses x {}) of `[PROF] expert I/O:` on {} (the log names no drive: every drive gets it)",
+                prof.fetched_bytes / 1e9,
+                prof.read_service_seconds,
+                prof.physical_misses,
+                time_text(latency),
+                lines_of(&lines, self.log)
+            );
+            self.set(
+                field("drives", d, "read_bandwidth"),
+                rate_text(rate),
+                comment,
+                None,
+            );
+        }
+    }
+
+    /// Every GPU's sync overhead from `[timers]`' `take` ms/token.
+    fn sync_overhead(&mut self, takes: &[Figure], model: &Model) {
+        if takes.is_empty() {
+            return;
+        }
+        if self.done.doc.profile.gpus.is_empty() {
+            self.done
+                .notes
+                .push("the log's `take` is a GPU's sync, but the profile lists no GPU".into());
+        }
+        let layers = model.moe.len() as f64;
+        let s = spread_of(takes, |ms| ms / 1e3 / layers);
+        let time = round_time(s.median);
+        let comment = format!(
+            "{} (`qtier: ... take` ms/token / {} MoE layers of {}; {})",
+            s.describe(false, "runs"),
+            layers,
+            model.name(),
+            lines_of(takes, self.log)
+        );
+        for g in 0..self.done.doc.profile.gpus.len() {
+            self.done.doc.profile.gpus[g].sync_overhead = time;
+            self.set(
+                field("gpus", g, "sync_overhead"),
+                time_text(time),
+                comment.clone(),
+                Some(s),
+            );
+        }
+    }
+
+    /// The CPU's GEMV bandwidth from `[timers]`' `expert kernel: compute`
+    /// ms/token, shared evenly by the NUMA nodes.
+    fn gemv_bandwidth(&mut self, computes: &[Figure], model: &Model) {
+        if computes.is_empty() {
+            return;
+        }
+        let layers = model.moe.len() as f64;
+        let top_k = model.top_k() as f64;
+        let bytes_per_token: f64 = model.moe.iter().map(|m| top_k * m.ram_bytes as f64).sum();
+        let nodes = self.done.doc.profile.numa.len() as f64;
+        let s = spread_of(computes, |ms| bytes_per_token / (ms / 1e3) / nodes);
+        let rate = round_rate(s.median);
+        let comment = format!(
+            "{} (top-{} x {} MoE layers x {} B experts ({}'s ram tier) / `expert kernel: compute` ms/token{}; {})",
+            s.describe(true, "runs"),
+            model.top_k(),
+            layers,
+            model.moe[0].ram_bytes,
+            model.name(),
+            if nodes > 1.0 { format!(", shared by {nodes} nodes") } else { String::new() },
+            lines_of(computes, self.log)
+        );
+        for n in 0..self.done.doc.profile.numa.len() {
+            self.done.doc.profile.numa[n].gemv_bandwidth = rate;
+            self.set(
+                field("numa", n, "gemv_bandwidth"),
+                rate_text(rate),
+                comment.clone(),
+                Some(s),
+            );
+        }
+    }
+
+    /// The time a token spends outside the phases `[timers]` splits out.
+    fn fixed_token_seconds(&mut self, outsides: &[Figure]) {
+        if outsides.is_empty() {
+            return;
+        }
+        let s = spread_of(outsides, |ms| ms / 1e3);
+        let time = round_time(s.median);
+        self.done.doc.profile.fixed_token_seconds = time;
+        let comment = format!(
+            "{} (`step() total: ... outside the phases` of {})",
+            s.describe(false, "runs"),
+            lines_of(outsides, self.log)
+        );
+        self.set(
+            "fixed_token_seconds".into(),
+            time_text(time),
+            comment,
+            Some(s),
+        );
+    }
 }
 
 #[cfg(test)]
