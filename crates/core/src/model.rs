@@ -217,196 +217,238 @@ impl Model {
         let err = |place: &str, problem: String, fix: &str| {
             PlannerError::input(path, place, problem, fix)
         };
-        for (field, value) in [
-            ("layers", d.layers as u64),
-            ("experts", d.experts as u64),
-            ("top_k", d.top_k as u64),
-            ("hidden", d.hidden),
-            ("expert_intermediate", d.expert_intermediate),
-        ] {
-            if value == 0 {
-                return Err(err(field, "is zero".into(), "give a positive whole number"));
-            }
-        }
-        if d.top_k > d.experts {
-            return Err(err(
-                "top_k",
-                format!(
-                    "{} is larger than experts {}: {TOP_K_REASON}",
-                    d.top_k, d.experts
-                ),
-                "lower top_k or raise experts",
-            ));
-        }
-        let moe_layers = d
-            .moe_layers
-            .expand()
-            .map_err(|m| err("moe_layers", m, "list MoE layers as \"1..=26\" or [1, 2]"))?;
-        if moe_layers.is_empty() {
-            return Err(err(
-                "moe_layers",
-                "is empty".into(),
-                "name at least one MoE layer",
-            ));
-        }
-        if let Some(&last) = moe_layers.last() {
-            if last >= d.layers {
-                return Err(err(
-                    "moe_layers",
-                    format!(
-                        "layer {last} does not exist (the model has {} layers, 0..={})",
-                        d.layers,
-                        d.layers - 1
-                    ),
-                    "keep MoE layers below `layers`",
-                ));
-            }
-        }
-        for (name, format) in &d.formats {
-            let bad = match *format {
-                FormatSize::Packed { bits, group } => bits == 0 || bits > 64 || group == 0,
-                FormatSize::Bytes(Bytes(b)) => b == 0,
-            };
-            if bad {
-                return Err(err(
-                    &format!("formats.{name}"),
-                    "is zero or out of range".into(),
-                    "give bytes > 0 or {bits: 1..=64, group: > 0}",
-                ));
-            }
-        }
-        for (tier, format) in [
-            ("gpu", &d.tiers.gpu),
-            ("ram", &d.tiers.ram),
-            ("disk", &d.tiers.disk),
-        ] {
-            if !d.formats.contains_key(format) {
-                return Err(err(
-                    &format!("tiers.{tier}"),
-                    format!("names format `{format}`, which `formats` does not list"),
-                    "add it to `formats` or name a listed one",
-                ));
-            }
-        }
-        let reference_params = 3 * d.hidden * d.expert_intermediate;
-        let size = |tier: &str, params: u64| d.formats[tier].expert_bytes(params, reference_params);
-        let mut moe = Vec::with_capacity(moe_layers.len());
-        for &layer in &moe_layers {
-            let mut experts = d.experts;
-            let mut intermediate = d.expert_intermediate;
-            for (i, o) in d.per_layer.iter().enumerate() {
-                if o.layer == layer {
-                    experts = o.experts.unwrap_or(experts);
-                    intermediate = o.expert_intermediate.unwrap_or(intermediate);
-                    if experts == 0 || intermediate == 0 {
-                        return Err(err(
-                            &format!("per_layer[{i}]"),
-                            "sets a zero size".into(),
-                            "give positive values",
-                        ));
-                    }
-                    if experts < d.top_k {
-                        return Err(err(
-                            &format!("per_layer[{i}].experts"),
-                            format!(
-                                "{experts} is smaller than top_k {}: {TOP_K_REASON}",
-                                d.top_k
-                            ),
-                            "raise this layer's experts or lower top_k",
-                        ));
-                    }
-                }
-            }
-            let params = 3 * d.hidden * intermediate;
-            moe.push(MoeLayer {
-                layer,
-                experts,
-                gpu_bytes: size(&d.tiers.gpu, params),
-                ram_bytes: size(&d.tiers.ram, params),
-                disk_bytes: size(&d.tiers.disk, params),
-            });
-        }
-        for (i, o) in d.per_layer.iter().enumerate() {
-            if !moe_layers.contains(&o.layer) {
-                return Err(err(
-                    &format!("per_layer[{i}].layer"),
-                    format!("layer {} is not a MoE layer", o.layer),
-                    "per-layer overrides apply to layers listed in moe_layers",
-                ));
-            }
-        }
-        let mut trunk = Vec::new();
-        let mut seen = std::collections::BTreeSet::new();
-        for (i, t) in d.trunk.iter().enumerate() {
-            let place = format!("trunk[{i}] ({})", t.name);
-            if t.bytes.0 == 0 {
-                return Err(err(
-                    &place,
-                    "has zero bytes".into(),
-                    "give its size, e.g. `33 MiB`",
-                ));
-            }
-            let layers = match (&t.layers, t.stage) {
-                (Some(_), StageKind::Head) => {
-                    return Err(err(
-                        &place,
-                        "is a head component with `layers`".into(),
-                        "drop `layers` or use stage dense",
-                    ))
-                }
-                (None, StageKind::Dense | StageKind::Experts) => {
-                    return Err(err(
-                        &place,
-                        "has no `layers` but runs in a per-layer stage".into(),
-                        "give `layers`, or use stage head",
-                    ))
-                }
-                (None, StageKind::Head) => vec![None],
-                (Some(set), stage) => {
-                    let layers = set
-                        .expand()
-                        .map_err(|m| err(&place, m, "write layers as \"0..=26\" or a list"))?;
-                    for &l in &layers {
-                        if l >= d.layers {
-                            return Err(err(
-                                &place,
-                                format!("layer {l} does not exist"),
-                                "keep layers below `layers`",
-                            ));
-                        }
-                        if stage == StageKind::Experts && !moe_layers.contains(&l) {
-                            return Err(err(
-                                &place,
-                                format!("stage experts in layer {l}, which is not a MoE layer"),
-                                "use stage dense, or list only MoE layers",
-                            ));
-                        }
-                    }
-                    layers.into_iter().map(Some).collect()
-                }
-            };
-            for layer in layers {
-                if !seen.insert((t.name.clone(), layer)) {
-                    return Err(err(
-                        &place,
-                        "repeats a component of the same name and layer".into(),
-                        "give each component a unique name",
-                    ));
-                }
-                trunk.push(TrunkComponent {
-                    name: t.name.clone(),
-                    layer,
-                    bytes: t.bytes.0,
-                    stage: t.stage,
-                });
-            }
-        }
+        check_sizes(&d, &err)?;
+        let moe_layers = moe_layers(&d, &err)?;
+        check_formats(&d, &err)?;
+        let moe = expand_moe_layers(&d, &moe_layers, &err)?;
+        let trunk = expand_trunk(&d, &moe_layers, &err)?;
         Ok(Model {
             description: d,
             moe,
             trunk,
         })
     }
+}
+
+/// A bad-input error at a place of the description being validated.
+type InputError<'a> = dyn Fn(&str, String, &str) -> PlannerError + 'a;
+
+/// Sizes are positive, and top_k fits in the experts.
+fn check_sizes(d: &ModelDescription, err: &InputError) -> Result<()> {
+    for (field, value) in [
+        ("layers", d.layers as u64),
+        ("experts", d.experts as u64),
+        ("top_k", d.top_k as u64),
+        ("hidden", d.hidden),
+        ("expert_intermediate", d.expert_intermediate),
+    ] {
+        if value == 0 {
+            return Err(err(field, "is zero".into(), "give a positive whole number"));
+        }
+    }
+    if d.top_k > d.experts {
+        return Err(err(
+            "top_k",
+            format!(
+                "{} is larger than experts {}: {TOP_K_REASON}",
+                d.top_k, d.experts
+            ),
+            "lower top_k or raise experts",
+        ));
+    }
+    Ok(())
+}
+
+/// The MoE layers, each below `layers`.
+fn moe_layers(d: &ModelDescription, err: &InputError) -> Result<Vec<usize>> {
+    let moe_layers = d
+        .moe_layers
+        .expand()
+        .map_err(|m| err("moe_layers", m, "list MoE layers as \"1..=26\" or [1, 2]"))?;
+    if moe_layers.is_empty() {
+        return Err(err(
+            "moe_layers",
+            "is empty".into(),
+            "name at least one MoE layer",
+        ));
+    }
+    if let Some(&last) = moe_layers.last() {
+        if last >= d.layers {
+            return Err(err(
+                "moe_layers",
+                format!(
+                    "layer {last} does not exist (the model has {} layers, 0..={})",
+                    d.layers,
+                    d.layers - 1
+                ),
+                "keep MoE layers below `layers`",
+            ));
+        }
+    }
+    Ok(moe_layers)
+}
+
+/// Every format has a size, and every tier names a format.
+fn check_formats(d: &ModelDescription, err: &InputError) -> Result<()> {
+    for (name, format) in &d.formats {
+        let bad = match *format {
+            FormatSize::Packed { bits, group } => bits == 0 || bits > 64 || group == 0,
+            FormatSize::Bytes(Bytes(b)) => b == 0,
+        };
+        if bad {
+            return Err(err(
+                &format!("formats.{name}"),
+                "is zero or out of range".into(),
+                "give bytes > 0 or {bits: 1..=64, group: > 0}",
+            ));
+        }
+    }
+    for (tier, format) in [
+        ("gpu", &d.tiers.gpu),
+        ("ram", &d.tiers.ram),
+        ("disk", &d.tiers.disk),
+    ] {
+        if !d.formats.contains_key(format) {
+            return Err(err(
+                &format!("tiers.{tier}"),
+                format!("names format `{format}`, which `formats` does not list"),
+                "add it to `formats` or name a listed one",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Each MoE layer with its expert count and per-tier expert bytes, after
+/// the per-layer overrides.
+fn expand_moe_layers(
+    d: &ModelDescription,
+    moe_layers: &[usize],
+    err: &InputError,
+) -> Result<Vec<MoeLayer>> {
+    let reference_params = 3 * d.hidden * d.expert_intermediate;
+    let size = |tier: &str, params: u64| d.formats[tier].expert_bytes(params, reference_params);
+    let mut moe = Vec::with_capacity(moe_layers.len());
+    for &layer in moe_layers {
+        let mut experts = d.experts;
+        let mut intermediate = d.expert_intermediate;
+        for (i, o) in d.per_layer.iter().enumerate() {
+            if o.layer == layer {
+                experts = o.experts.unwrap_or(experts);
+                intermediate = o.expert_intermediate.unwrap_or(intermediate);
+                if experts == 0 || intermediate == 0 {
+                    return Err(err(
+                        &format!("per_layer[{i}]"),
+                        "sets a zero size".into(),
+                        "give positive values",
+                    ));
+                }
+                if experts < d.top_k {
+                    return Err(err(
+                        &format!("per_layer[{i}].experts"),
+                        format!(
+                            "{experts} is smaller than top_k {}: {TOP_K_REASON}",
+                            d.top_k
+                        ),
+                        "raise this layer's experts or lower top_k",
+                    ));
+                }
+            }
+        }
+        let params = 3 * d.hidden * intermediate;
+        moe.push(MoeLayer {
+            layer,
+            experts,
+            gpu_bytes: size(&d.tiers.gpu, params),
+            ram_bytes: size(&d.tiers.ram, params),
+            disk_bytes: size(&d.tiers.disk, params),
+        });
+    }
+    for (i, o) in d.per_layer.iter().enumerate() {
+        if !moe_layers.contains(&o.layer) {
+            return Err(err(
+                &format!("per_layer[{i}].layer"),
+                format!("layer {} is not a MoE layer", o.layer),
+                "per-layer overrides apply to layers listed in moe_layers",
+            ));
+        }
+    }
+    Ok(moe)
+}
+
+/// One trunk component per `(name, layer)`.
+fn expand_trunk(
+    d: &ModelDescription,
+    moe_layers: &[usize],
+    err: &InputError,
+) -> Result<Vec<TrunkComponent>> {
+    let mut trunk = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, t) in d.trunk.iter().enumerate() {
+        let place = format!("trunk[{i}] ({})", t.name);
+        if t.bytes.0 == 0 {
+            return Err(err(
+                &place,
+                "has zero bytes".into(),
+                "give its size, e.g. `33 MiB`",
+            ));
+        }
+        let layers = match (&t.layers, t.stage) {
+            (Some(_), StageKind::Head) => {
+                return Err(err(
+                    &place,
+                    "is a head component with `layers`".into(),
+                    "drop `layers` or use stage dense",
+                ))
+            }
+            (None, StageKind::Dense | StageKind::Experts) => {
+                return Err(err(
+                    &place,
+                    "has no `layers` but runs in a per-layer stage".into(),
+                    "give `layers`, or use stage head",
+                ))
+            }
+            (None, StageKind::Head) => vec![None],
+            (Some(set), stage) => {
+                let layers = set
+                    .expand()
+                    .map_err(|m| err(&place, m, "write layers as \"0..=26\" or a list"))?;
+                for &l in &layers {
+                    if l >= d.layers {
+                        return Err(err(
+                            &place,
+                            format!("layer {l} does not exist"),
+                            "keep layers below `layers`",
+                        ));
+                    }
+                    if stage == StageKind::Experts && !moe_layers.contains(&l) {
+                        return Err(err(
+                            &place,
+                            format!("stage experts in layer {l}, which is not a MoE layer"),
+                            "use stage dense, or list only MoE layers",
+                        ));
+                    }
+                }
+                layers.into_iter().map(Some).collect()
+            }
+        };
+        for layer in layers {
+            if !seen.insert((t.name.clone(), layer)) {
+                return Err(err(
+                    &place,
+                    "repeats a component of the same name and layer".into(),
+                    "give each component a unique name",
+                ));
+            }
+            trunk.push(TrunkComponent {
+                name: t.name.clone(),
+                layer,
+                bytes: t.bytes.0,
+                stage: t.stage,
+            });
+        }
+    }
+    Ok(trunk)
 }
 
 #[cfg(test)]
