@@ -225,27 +225,8 @@ fn run_arm(
     let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
     if policy == ServePolicy::Resident {
         let started = Instant::now();
-        let bytes: Vec<Box<dyn ObjectBytes>> = (0..n as ObjectIndex)
-            .map(|o| {
-                loader
-                    .load(o)
-                    .map_err(|reason| StoreError::Load { object: o, reason })
-            })
-            .collect::<Result<_, _>>()?;
-        let startup_seconds = started.elapsed().as_secs_f64();
-        let served = serve(
-            tokens,
-            experts,
-            hidden,
-            |objects, x| {
-                let outputs = objects
-                    .iter()
-                    .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
-                    .collect();
-                Ok((outputs, Duration::ZERO))
-            },
-            |_, _| Ok(()),
-        )?;
+        let (served, startup_seconds) =
+            serve_resident(&loader, n, tokens, experts, hidden, started)?;
         return Ok(ReplayRun {
             hits: tokens
                 .iter()
@@ -257,125 +238,27 @@ fn run_arm(
             ..served.run(policy, round)
         });
     }
-    let total: u64 = train_counts.iter().sum::<u64>().max(1);
-    let prior_rate: Vec<f64> = train_counts
-        .iter()
-        .map(|&c| c as f64 / total as f64)
-        .collect();
-    let miss_seconds = vec![config.miss_seconds; n];
-    let budget = config.ram_budget_bytes;
-    let share_bytes = match policy {
-        ServePolicy::Plan => budget,
-        ServePolicy::Replan => (budget as f64 * config.pin_share) as u64,
-        _ => 0,
-    };
-    let pins: Vec<ObjectIndex> = if share_bytes > 0 {
-        knapsack(&sizes, &prior_rate, &miss_seconds, share_bytes)
-    } else {
-        Vec::new()
-    };
-    let mut pinned = vec![false; n];
-    for &o in &pins {
-        pinned[o as usize] = true;
-    }
-    let store_config = StoreConfig {
-        places: vec![PlaceConfig {
-            name: "ram:0".into(),
-            capacity_bytes: budget,
-            tier: "ram".into(),
-            policy: policy.cache_policy(),
-            pin_share_bytes: Some(share_bytes),
-        }],
-        tier_capacity_bytes: Vec::new(),
-        staging_bytes: budget.max(sizes.iter().copied().max().unwrap_or(0) * 64),
-        wait: Duration::from_secs(60),
-        params: PolicyParams::default(),
-        knowledge: Knowledge {
-            miss_seconds: miss_seconds.clone(),
-            hit_seconds: vec![0.0; n],
-            prior_rate: prior_rate.clone(),
-            ..Knowledge::default()
-        },
-    };
-    let store = Store::new(
-        loader,
-        Homes {
-            place: vec![0; n],
-            pinned,
-        },
-        &store_config,
-    )?;
+    let arm = ArmStore::new(loader, &sizes, train_counts, config, policy)?;
     let mut heat = LiveHeat::new(
         &vec![experts; checkpoint.config.moe_layers().len()],
         DEFAULT_HALVE_EVERY_TOKENS,
     );
     let started = Instant::now();
-    store.load_all(&pins, 8, &|_| {})?;
-    if config.warm {
-        let all: Vec<ObjectIndex> = (0..n as ObjectIndex).collect();
-        store.load_all(&all, 8, &|_| {})?;
-    }
-    // Seeding serves the tokens that came before, untimed, so every arm
-    // starts in the state its own policy would have reached (the paired
-    // arms of design §6, seeded rather than cold).
-    for token in &config.seed {
-        for (l, route) in token.routes.iter().enumerate() {
-            heat.report_route(l, route)
-                .expect("routes were checked against the checkpoint");
-            for &e in route {
-                drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
-            }
-        }
-    }
+    arm.warm_and_seed(config, &mut heat, experts)?;
     let startup_seconds = started.elapsed().as_secs_f64();
+    let store = &arm.store;
     let startup = store.telemetry();
-    let mut replanner = (policy == ServePolicy::Replan).then(|| {
+    let replanner = (policy == ServePolicy::Replan).then(|| {
         Replanner::new(
             config.replan.clone(),
-            share_bytes,
+            arm.share_bytes,
             sizes.clone(),
-            miss_seconds.clone(),
+            arm.miss_seconds.clone(),
             config.move_link.clone(),
-            &pins,
+            &arm.pins,
         )
     });
-    // Repins run on a thread of their own, as an engine would run them: a
-    // promotion's read overlaps serving instead of stalling a token.
-    let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
-    let serving = Instant::now();
-    let served = std::thread::scope(|scope| {
-        let repinner = scope.spawn(|| {
-            for m in moves {
-                store.repin(&m.promote, &m.demote)?;
-            }
-            Ok::<_, StoreError>(())
-        });
-        let served = serve(
-            tokens,
-            experts,
-            hidden,
-            |objects, x| layer(&store, objects, x),
-            |served_tokens, token| {
-                for (l, route) in token.routes.iter().enumerate() {
-                    heat.report_route(l, route)
-                        .expect("routes were checked against the checkpoint");
-                }
-                let seconds = serving.elapsed().as_secs_f64();
-                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens, seconds)) {
-                    let rates = heat_rates(&heat, experts);
-                    // A send fails only when the repinner stopped on an
-                    // error, which its join reports.
-                    let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
-                }
-                Ok(())
-            },
-        );
-        drop(moves_sender);
-        let repinned = repinner.join().expect("the repinner does not panic");
-        let served = served?;
-        repinned?;
-        Ok::<_, StoreError>(served)
-    })?;
+    let served = serve_replanning(store, tokens, experts, hidden, &mut heat, replanner)?;
     let end = store.telemetry();
     let hits =
         |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
@@ -389,6 +272,196 @@ fn run_arm(
         evictions: end.evictions - startup.evictions,
         migration_bytes: end.migration_bytes,
         ..served.run(policy, round)
+    })
+}
+
+/// The `resident` arm: every expert read into memory first, then served
+/// with no store at all; also the startup seconds since `started`.
+fn serve_resident(
+    loader: &CheckpointLoader,
+    objects: usize,
+    tokens: &[TokenRoutes],
+    experts: usize,
+    hidden: usize,
+    started: Instant,
+) -> Result<(Served, f64), ReplayError> {
+    let bytes: Vec<Box<dyn ObjectBytes>> = (0..objects as ObjectIndex)
+        .map(|o| {
+            loader
+                .load(o)
+                .map_err(|reason| StoreError::Load { object: o, reason })
+        })
+        .collect::<Result<_, _>>()?;
+    let startup_seconds = started.elapsed().as_secs_f64();
+    let served = serve(
+        tokens,
+        experts,
+        hidden,
+        |objects, x| {
+            let outputs = objects
+                .iter()
+                .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
+                .collect();
+            Ok((outputs, Duration::ZERO))
+        },
+        |_, _| Ok(()),
+    )?;
+    Ok((served, startup_seconds))
+}
+
+/// A store arm's store, with the pins its policy starts from.
+struct ArmStore {
+    store: Store,
+    pins: Vec<ObjectIndex>,
+    /// The budget's share the pins may take.
+    share_bytes: u64,
+    miss_seconds: Vec<f64>,
+}
+
+impl ArmStore {
+    /// The store of one RAM place of the budget, its pins the training
+    /// knapsack of the pinned share (`plan`: all of it; `replan`:
+    /// --pin-share of it; others: none).
+    fn new(
+        loader: Arc<CheckpointLoader>,
+        sizes: &[u64],
+        train_counts: &[u64],
+        config: &ReplayConfig,
+        policy: ServePolicy,
+    ) -> Result<ArmStore, ReplayError> {
+        let n = sizes.len();
+        let total: u64 = train_counts.iter().sum::<u64>().max(1);
+        let prior_rate: Vec<f64> = train_counts
+            .iter()
+            .map(|&c| c as f64 / total as f64)
+            .collect();
+        let miss_seconds = vec![config.miss_seconds; n];
+        let budget = config.ram_budget_bytes;
+        let share_bytes = match policy {
+            ServePolicy::Plan => budget,
+            ServePolicy::Replan => (budget as f64 * config.pin_share) as u64,
+            _ => 0,
+        };
+        let pins: Vec<ObjectIndex> = if share_bytes > 0 {
+            knapsack(sizes, &prior_rate, &miss_seconds, share_bytes)
+        } else {
+            Vec::new()
+        };
+        let mut pinned = vec![false; n];
+        for &o in &pins {
+            pinned[o as usize] = true;
+        }
+        let store_config = StoreConfig {
+            places: vec![PlaceConfig {
+                name: "ram:0".into(),
+                capacity_bytes: budget,
+                tier: "ram".into(),
+                policy: policy.cache_policy(),
+                pin_share_bytes: Some(share_bytes),
+            }],
+            tier_capacity_bytes: Vec::new(),
+            staging_bytes: budget.max(sizes.iter().copied().max().unwrap_or(0) * 64),
+            wait: Duration::from_secs(60),
+            params: PolicyParams::default(),
+            knowledge: Knowledge {
+                miss_seconds: miss_seconds.clone(),
+                hit_seconds: vec![0.0; n],
+                prior_rate: prior_rate.clone(),
+                ..Knowledge::default()
+            },
+        };
+        let store = Store::new(
+            loader,
+            Homes {
+                place: vec![0; n],
+                pinned,
+            },
+            &store_config,
+        )?;
+        Ok(ArmStore {
+            store,
+            pins,
+            share_bytes,
+            miss_seconds,
+        })
+    }
+
+    /// Loads the pins (and with --warm every expert), then serves the seed
+    /// tokens untimed.
+    fn warm_and_seed(
+        &self,
+        config: &ReplayConfig,
+        heat: &mut LiveHeat,
+        experts: usize,
+    ) -> Result<(), ReplayError> {
+        let store = &self.store;
+        store.load_all(&self.pins, 8, &|_| {})?;
+        if config.warm {
+            let all: Vec<ObjectIndex> = (0..store.objects() as ObjectIndex).collect();
+            store.load_all(&all, 8, &|_| {})?;
+        }
+        // Seeding serves the tokens that came before, untimed, so every arm
+        // starts in the state its own policy would have reached (the paired
+        // arms of design §6, seeded rather than cold).
+        for token in &config.seed {
+            for (l, route) in token.routes.iter().enumerate() {
+                heat.report_route(l, route)
+                    .expect("routes were checked against the checkpoint");
+                for &e in route {
+                    drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Serves the tokens from the store, reporting routes to `heat` and
+/// sending the re-planner's moves to a repinning thread.
+fn serve_replanning(
+    store: &Store,
+    tokens: &[TokenRoutes],
+    experts: usize,
+    hidden: usize,
+    heat: &mut LiveHeat,
+    mut replanner: Option<Replanner>,
+) -> Result<Served, ReplayError> {
+    // Repins run on a thread of their own, as an engine would run them: a
+    // promotion's read overlaps serving instead of stalling a token.
+    let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
+    let serving = Instant::now();
+    std::thread::scope(|scope| {
+        let repinner = scope.spawn(|| {
+            for m in moves {
+                store.repin(&m.promote, &m.demote)?;
+            }
+            Ok::<_, StoreError>(())
+        });
+        let served = serve(
+            tokens,
+            experts,
+            hidden,
+            |objects, x| layer(store, objects, x),
+            |served_tokens, token| {
+                for (l, route) in token.routes.iter().enumerate() {
+                    heat.report_route(l, route)
+                        .expect("routes were checked against the checkpoint");
+                }
+                let seconds = serving.elapsed().as_secs_f64();
+                if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens, seconds)) {
+                    let rates = heat_rates(heat, experts);
+                    // A send fails only when the repinner stopped on an
+                    // error, which its join reports.
+                    let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
+                }
+                Ok(())
+            },
+        );
+        drop(moves_sender);
+        let repinned = repinner.join().expect("the repinner does not panic");
+        let served = served?;
+        repinned?;
+        Ok(served)
     })
 }
 
