@@ -290,48 +290,7 @@ impl ArchConfig {
         let layers = keys.positive("num_hidden_layers")?;
         let hidden = keys.positive("hidden_size")?;
         let expert_intermediate = keys.positive(spec.expert_intermediate_key)?;
-        let dense_layers = match spec.dense {
-            DenseLayers::None => Vec::new(),
-            DenseLayers::FirstK => {
-                let freq = keys.optional("moe_layer_freq")?.unwrap_or(1);
-                if freq != 1 {
-                    return Err(keys.bad(
-                        "moe_layer_freq",
-                        format!(
-                            "is {freq}; only 1 (every layer after the dense ones) is supported"
-                        ),
-                    ));
-                }
-                let k = keys.optional("first_k_dense_replace")?.unwrap_or(0);
-                (0..k.min(layers)).collect()
-            }
-            DenseLayers::MlpOnly => {
-                let step = keys.optional("decoder_sparse_step")?.unwrap_or(1).max(1);
-                let only = keys.layer_list("mlp_only_layers")?;
-                (0..layers)
-                    .filter(|l| only.contains(l) || (l + 1) % step != 0)
-                    .collect()
-            }
-            DenseLayers::Interleave => {
-                let moe = match keys.obj.get("moe_layers") {
-                    None | Some(Value::Null) => {
-                        let step = keys
-                            .optional("interleave_moe_layer_step")?
-                            .unwrap_or(1)
-                            .max(1);
-                        (step - 1..layers).step_by(step).collect()
-                    }
-                    Some(_) => keys.layer_list("moe_layers")?,
-                };
-                if let Some(l) = moe.iter().find(|&&l| l >= layers) {
-                    return Err(keys.bad(
-                        "moe_layers",
-                        format!("names layer {l} of a model of {layers} layers"),
-                    ));
-                }
-                (0..layers).filter(|l| !moe.contains(l)).collect()
-            }
-        };
+        let dense_layers = dense_layers(spec, &keys, layers)?;
         let dense_intermediate = if dense_layers.is_empty() {
             0
         } else {
@@ -347,41 +306,7 @@ impl ArchConfig {
                 .unwrap_or(0),
             SharedExpert::Llama4 => expert_intermediate,
         };
-        let attention = match spec.attention {
-            AttentionKind::Gqa { head_dim_key, .. } => {
-                let heads = keys.positive("num_attention_heads")?;
-                let kv_heads = keys.optional("num_key_value_heads")?.unwrap_or(heads);
-                let head_dim = match keys.optional("head_dim")? {
-                    Some(d) if head_dim_key && d > 0 => d,
-                    _ if hidden % heads == 0 => hidden / heads,
-                    _ => {
-                        return Err(keys.bad(
-                            "num_attention_heads",
-                            format!("{heads} does not divide hidden_size {hidden}"),
-                        ))
-                    }
-                };
-                if kv_heads == 0 || heads % kv_heads != 0 {
-                    return Err(keys.bad(
-                        "num_key_value_heads",
-                        format!("{kv_heads} does not divide num_attention_heads {heads}"),
-                    ));
-                }
-                Attention::Gqa {
-                    heads,
-                    kv_heads,
-                    head_dim,
-                }
-            }
-            AttentionKind::Mla => Attention::Mla(Mla {
-                heads: keys.positive("num_attention_heads")?,
-                q_lora_rank: keys.optional("q_lora_rank")?.filter(|&r| r > 0),
-                kv_lora_rank: keys.positive("kv_lora_rank")?,
-                qk_nope_head_dim: keys.positive("qk_nope_head_dim")?,
-                qk_rope_head_dim: keys.positive("qk_rope_head_dim")?,
-                v_head_dim: keys.positive("v_head_dim")?,
-            }),
-        };
+        let attention = attention(spec, &keys, hidden)?;
         for k in [&top, &keys] {
             let dtype = k.obj.get("torch_dtype").or_else(|| k.obj.get("dtype"));
             if let Some(dtype) = dtype.filter(|d| d.as_str() != Some("bfloat16")) {
@@ -426,6 +351,89 @@ impl ArchConfig {
         }
         Ok(cfg)
     }
+}
+
+/// The layers with a dense MLP, by the architecture's keys for them.
+fn dense_layers(spec: &ArchSpec, keys: &Keys, layers: usize) -> Result<Vec<usize>> {
+    Ok(match spec.dense {
+        DenseLayers::None => Vec::new(),
+        DenseLayers::FirstK => {
+            let freq = keys.optional("moe_layer_freq")?.unwrap_or(1);
+            if freq != 1 {
+                return Err(keys.bad(
+                    "moe_layer_freq",
+                    format!("is {freq}; only 1 (every layer after the dense ones) is supported"),
+                ));
+            }
+            let k = keys.optional("first_k_dense_replace")?.unwrap_or(0);
+            (0..k.min(layers)).collect()
+        }
+        DenseLayers::MlpOnly => {
+            let step = keys.optional("decoder_sparse_step")?.unwrap_or(1).max(1);
+            let only = keys.layer_list("mlp_only_layers")?;
+            (0..layers)
+                .filter(|l| only.contains(l) || (l + 1) % step != 0)
+                .collect()
+        }
+        DenseLayers::Interleave => {
+            let moe = match keys.obj.get("moe_layers") {
+                None | Some(Value::Null) => {
+                    let step = keys
+                        .optional("interleave_moe_layer_step")?
+                        .unwrap_or(1)
+                        .max(1);
+                    (step - 1..layers).step_by(step).collect()
+                }
+                Some(_) => keys.layer_list("moe_layers")?,
+            };
+            if let Some(l) = moe.iter().find(|&&l| l >= layers) {
+                return Err(keys.bad(
+                    "moe_layers",
+                    format!("names layer {l} of a model of {layers} layers"),
+                ));
+            }
+            (0..layers).filter(|l| !moe.contains(l)).collect()
+        }
+    })
+}
+
+/// The attention geometry, by the architecture's kind of attention.
+fn attention(spec: &ArchSpec, keys: &Keys, hidden: usize) -> Result<Attention> {
+    Ok(match spec.attention {
+        AttentionKind::Gqa { head_dim_key, .. } => {
+            let heads = keys.positive("num_attention_heads")?;
+            let kv_heads = keys.optional("num_key_value_heads")?.unwrap_or(heads);
+            let head_dim = match keys.optional("head_dim")? {
+                Some(d) if head_dim_key && d > 0 => d,
+                _ if hidden.is_multiple_of(heads) => hidden / heads,
+                _ => {
+                    return Err(keys.bad(
+                        "num_attention_heads",
+                        format!("{heads} does not divide hidden_size {hidden}"),
+                    ))
+                }
+            };
+            if kv_heads == 0 || heads % kv_heads != 0 {
+                return Err(keys.bad(
+                    "num_key_value_heads",
+                    format!("{kv_heads} does not divide num_attention_heads {heads}"),
+                ));
+            }
+            Attention::Gqa {
+                heads,
+                kv_heads,
+                head_dim,
+            }
+        }
+        AttentionKind::Mla => Attention::Mla(Mla {
+            heads: keys.positive("num_attention_heads")?,
+            q_lora_rank: keys.optional("q_lora_rank")?.filter(|&r| r > 0),
+            kv_lora_rank: keys.positive("kv_lora_rank")?,
+            qk_nope_head_dim: keys.positive("qk_nope_head_dim")?,
+            qk_rope_head_dim: keys.positive("qk_rope_head_dim")?,
+            v_head_dim: keys.positive("v_head_dim")?,
+        }),
+    })
 }
 
 /// The architecture from `model_type`, else `architectures[0]`.
