@@ -123,6 +123,10 @@ pub struct LayerOverride {
     pub experts: Option<usize>,
     #[serde(default)]
     pub expert_intermediate: Option<u64>,
+    /// One expert's exact bytes in every tier, over the formats (a GGUF
+    /// file holds each layer in one format wherever it runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expert_bytes: Option<Bytes>,
 }
 
 /// The model description file as written.
@@ -332,11 +336,13 @@ fn expand_moe_layers(
     for &layer in moe_layers {
         let mut experts = d.experts;
         let mut intermediate = d.expert_intermediate;
+        let mut exact_bytes = None;
         for (i, o) in d.per_layer.iter().enumerate() {
             if o.layer == layer {
                 experts = o.experts.unwrap_or(experts);
                 intermediate = o.expert_intermediate.unwrap_or(intermediate);
-                if experts == 0 || intermediate == 0 {
+                exact_bytes = o.expert_bytes.map(|b| b.0).or(exact_bytes);
+                if experts == 0 || intermediate == 0 || exact_bytes == Some(0) {
                     return Err(err(
                         &format!("per_layer[{i}]"),
                         "sets a zero size".into(),
@@ -356,12 +362,13 @@ fn expand_moe_layers(
             }
         }
         let params = 3 * d.hidden * intermediate;
+        let size = |tier: &str| exact_bytes.unwrap_or_else(|| size(tier, params));
         moe.push(MoeLayer {
             layer,
             experts,
-            gpu_bytes: size(&d.tiers.gpu, params),
-            ram_bytes: size(&d.tiers.ram, params),
-            disk_bytes: size(&d.tiers.disk, params),
+            gpu_bytes: size(&d.tiers.gpu),
+            ram_bytes: size(&d.tiers.ram),
+            disk_bytes: size(&d.tiers.disk),
         });
     }
     for (i, o) in d.per_layer.iter().enumerate() {

@@ -1,0 +1,329 @@
+//! The model description of a GGUF file: geometry from the architecture's
+//! metadata, MoE layers and sizes from the tensors themselves. A layer is a
+//! MoE layer when it holds routed expert tensors; its expert count is their
+//! outermost dimension and one expert's bytes their bytes over it. Layers
+//! llama.cpp does not run at decode (`{arch}.nextn_predict_layers`, the
+//! multi-token-prediction blocks at the end) are left out, said in a note.
+
+use super::tensors::{classify, Family};
+use super::{GgufModel, TensorInfo, Value, ARCHITECTURES};
+use residency_core::error::PlannerError;
+use residency_core::model::{
+    FormatSize, LayerOverride, LayerSet, ModelDescription, StageKind, TierFormats, TrunkEntry,
+};
+use residency_core::units::Bytes;
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// The format name every tier holds: the file's own.
+const FORMAT: &str = "gguf";
+
+/// One MoE layer's routed experts as the file holds them.
+#[derive(Debug, Default)]
+struct LayerExperts {
+    experts: u64,
+    bytes: u64,
+    intermediate: Option<u64>,
+}
+
+/// The description and the notes to show with it.
+pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), PlannerError> {
+    let path = gguf.path();
+    let meta = Metadata {
+        path,
+        values: gguf.metadata(),
+    };
+    let arch = meta.string("general.architecture")?;
+    if !ARCHITECTURES.contains(&arch) {
+        return Err(meta.bad(
+            "general.architecture",
+            format!("is `{arch}`, not a MoE architecture residency plans"),
+            &format!("plan one of: {}", ARCHITECTURES.join(", ")),
+        ));
+    }
+    let key = |k: &str| format!("{arch}.{k}");
+    let block_count = meta.whole(&key("block_count"))? as usize;
+    let nextn = meta.optional(&key("nextn_predict_layers")).unwrap_or(0) as usize;
+    let layers = block_count.saturating_sub(nextn);
+    let mut notes = Vec::new();
+
+    let mut experts: BTreeMap<usize, LayerExperts> = BTreeMap::new();
+    let mut trunk: BTreeMap<(Family, Option<usize>), u64> = BTreeMap::new();
+    let mut unknown = Vec::new();
+    let (mut skipped_bytes, mut skipped) = (0u64, 0usize);
+    let mut has_output = false;
+    for t in gguf.tensors() {
+        let Some((layer, family)) = classify(&t.name) else {
+            // MTP blocks have tensor names of their own (`nextn.*`).
+            match block_of(&t.name) {
+                Some(l) if l >= layers && l < block_count => {
+                    skipped_bytes += t.bytes;
+                    skipped += 1;
+                }
+                _ => unknown.push(t.name.as_str()),
+            }
+            continue;
+        };
+        match layer {
+            Some(l) if l >= block_count => {
+                return Err(tensor_error(
+                    path,
+                    t,
+                    format!(
+                        "is in layer {l}, but {} says {block_count}",
+                        key("block_count")
+                    ),
+                ))
+            }
+            Some(l) if l >= layers => {
+                skipped_bytes += t.bytes;
+                skipped += 1;
+                continue;
+            }
+            _ => {}
+        }
+        has_output |= t.name == "output.weight";
+        match (family, layer) {
+            (Family::RoutedExperts, Some(l)) => {
+                add_experts(path, experts.entry(l).or_default(), t)?
+            }
+            _ => *trunk.entry((family, layer)).or_default() += t.bytes,
+        }
+    }
+    if !unknown.is_empty() {
+        let shown: Vec<&str> = unknown.iter().take(5).copied().collect();
+        return Err(PlannerError::input(
+            path,
+            format!("tensor {}", shown[0]),
+            format!(
+                "is not a tensor residency knows the place of ({} such: {}{})",
+                unknown.len(),
+                shown.join(", "),
+                if unknown.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ),
+            "report the architecture and these names; residency does not guess their cost",
+        ));
+    }
+    if skipped > 0 {
+        notes.push(format!(
+            "{skipped} tensors ({}) of the last {nextn} layer(s), the multi-token-prediction blocks, are left out: decode does not run them",
+            Bytes(skipped_bytes)
+        ));
+    }
+    let Some(first) = experts.values().next() else {
+        return Err(meta.bad(
+            "tensors",
+            format!(
+                "holds no routed expert tensor (blk.N.ffn_*_exps): `{arch}` here is a dense model"
+            ),
+            "plan a MoE model",
+        ));
+    };
+    let intermediate = match first.intermediate {
+        Some(i) => i,
+        None => meta.whole(&key("expert_feed_forward_length"))?,
+    };
+    let expert_bytes = |e: &LayerExperts| e.bytes / e.experts;
+    let per_layer = experts
+        .iter()
+        .filter(|(_, e)| e.experts != first.experts || expert_bytes(e) != expert_bytes(first))
+        .map(|(&layer, e)| LayerOverride {
+            layer,
+            experts: (e.experts != first.experts).then_some(e.experts as usize),
+            expert_intermediate: None,
+            expert_bytes: Some(Bytes(expert_bytes(e))),
+        })
+        .collect();
+    if !has_output {
+        if let Some(&embd) = trunk.get(&(Family::Embeddings, None)) {
+            notes.push(format!(
+                "no output.weight: the head uses the tied embeddings ({})",
+                Bytes(embd)
+            ));
+            *trunk.entry((Family::Head, None)).or_default() += embd;
+        }
+    }
+    if let Some(&embd) = trunk.get(&(Family::Embeddings, None)) {
+        notes.push(format!(
+            "token_embd ({}) is left out of the placement: llama.cpp keeps the embeddings in host memory",
+            Bytes(embd)
+        ));
+    }
+    let first_tier = FORMAT.to_string();
+    let description = ModelDescription {
+        name: meta
+            .values
+            .get("general.name")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .unwrap_or_else(|| file_stem(path)),
+        source: Some(format!(
+            "GGUF {} ({arch}, {} tensors in {} file(s))",
+            path.display(),
+            gguf.tensors().count(),
+            gguf.shards.len()
+        )),
+        layers,
+        moe_layers: LayerSet::List(experts.keys().copied().collect()),
+        experts: first.experts as usize,
+        top_k: meta.whole(&key("expert_used_count"))? as usize,
+        hidden: meta.whole(&key("embedding_length"))?,
+        expert_intermediate: intermediate,
+        formats: BTreeMap::from([(
+            first_tier.clone(),
+            FormatSize::Bytes(Bytes(expert_bytes(first))),
+        )]),
+        tiers: TierFormats {
+            gpu: first_tier.clone(),
+            ram: first_tier.clone(),
+            disk: first_tier,
+        },
+        trunk: trunk_entries(&trunk),
+        kv_bytes_per_token: kv_bytes_per_token(&meta, arch, layers).map(Bytes),
+        per_layer,
+    };
+    Ok((description, notes))
+}
+
+/// Adds one routed-expert tensor to its layer, checking that every tensor
+/// of the layer has the same expert count.
+fn add_experts(path: &Path, layer: &mut LayerExperts, t: &TensorInfo) -> Result<(), PlannerError> {
+    let count = *t.dims.last().expect("a tensor has a dimension");
+    if count == 0 || (layer.experts != 0 && layer.experts != count) {
+        return Err(tensor_error(
+            path,
+            t,
+            format!(
+                "holds {count} experts where the layer's other expert tensors hold {}",
+                layer.experts
+            ),
+        ));
+    }
+    layer.experts = count;
+    layer.bytes += t.bytes;
+    // A weight's inner dimensions: gate and up [hidden, ff, experts],
+    // down [ff, hidden, experts], fused gate_up [hidden, 2 ff, experts].
+    if t.dims.len() == 3 && t.name.ends_with(".weight") {
+        let ff = match t.name.rsplit('.').nth(1) {
+            Some("ffn_gate_exps" | "ffn_up_exps") => Some(t.dims[1]),
+            Some("ffn_gate_up_exps") => Some(t.dims[1] / 2),
+            Some("ffn_down_exps") => Some(t.dims[0]),
+            _ => None,
+        };
+        layer.intermediate = layer.intermediate.or(ff);
+    }
+    Ok(())
+}
+
+/// Trunk entries, one per component and size, with the layers of that size.
+fn trunk_entries(trunk: &BTreeMap<(Family, Option<usize>), u64>) -> Vec<TrunkEntry> {
+    let mut grouped: BTreeMap<(Family, u64), Vec<Option<usize>>> = BTreeMap::new();
+    for (&(family, layer), &bytes) in trunk {
+        if family.trunk_name().is_some() {
+            grouped.entry((family, bytes)).or_default().push(layer);
+        }
+    }
+    grouped
+        .into_iter()
+        .map(|((family, bytes), layers)| {
+            let layers: Vec<usize> = layers.into_iter().flatten().collect();
+            TrunkEntry {
+                name: family.trunk_name().expect("filtered").to_string(),
+                layers: (!layers.is_empty()).then_some(LayerSet::List(layers)),
+                bytes: Bytes(bytes),
+                stage: match family {
+                    Family::Head => StageKind::Head,
+                    Family::SharedExperts | Family::ChunkExperts => StageKind::Experts,
+                    _ => StageKind::Dense,
+                },
+            }
+        })
+        .collect()
+}
+
+/// KV-cache bytes per token in an F16 cache: keys and values of every
+/// key/value head of every layer, or MLA's latent and rope key.
+fn kv_bytes_per_token(meta: &Metadata, arch: &str, layers: usize) -> Option<u64> {
+    let key = |k: &str| meta.optional(&format!("{arch}.{k}"));
+    let values_per_layer = match key("attention.kv_lora_rank") {
+        Some(rank) => rank + key("rope.dimension_count")?,
+        None => {
+            let heads = key("attention.head_count")?;
+            let kv_heads = meta
+                .values
+                .get(&format!("{arch}.attention.head_count_kv"))
+                .map(|v| match v {
+                    // Per layer in some files: the largest bounds the cache.
+                    Value::Array(items) => items.iter().filter_map(Value::as_u64).max(),
+                    v => v.as_u64(),
+                })
+                .unwrap_or(Some(heads))?;
+            let head_dim = key("embedding_length")? / heads.max(1);
+            let k = key("attention.key_length").unwrap_or(head_dim);
+            let v = key("attention.value_length").unwrap_or(head_dim);
+            kv_heads * (k + v)
+        }
+    };
+    Some(values_per_layer * layers as u64 * 2)
+}
+
+/// The layer of a `blk.N.*` name.
+fn block_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
+fn file_stem(path: &Path) -> String {
+    path.file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_default()
+}
+
+fn tensor_error(path: &Path, t: &TensorInfo, problem: String) -> PlannerError {
+    PlannerError::input(
+        path,
+        format!("tensor {}", t.name),
+        problem,
+        "convert the model again with llama.cpp",
+    )
+}
+
+/// The metadata, with errors that name the key.
+struct Metadata<'a> {
+    path: &'a Path,
+    values: &'a BTreeMap<String, Value>,
+}
+
+impl<'a> Metadata<'a> {
+    fn bad(&self, key: &str, problem: String, fix: &str) -> PlannerError {
+        PlannerError::input(self.path, key, problem, fix)
+    }
+
+    fn string(&self, key: &str) -> Result<&'a str, PlannerError> {
+        self.values.get(key).and_then(Value::as_str).ok_or_else(|| {
+            self.bad(
+                key,
+                "is missing or not a string".into(),
+                "convert the model again with llama.cpp",
+            )
+        })
+    }
+
+    fn optional(&self, key: &str) -> Option<u64> {
+        self.values.get(key).and_then(Value::as_u64)
+    }
+
+    /// A positive whole number the description needs.
+    fn whole(&self, key: &str) -> Result<u64, PlannerError> {
+        self.optional(key).filter(|&v| v > 0).ok_or_else(|| {
+            self.bad(
+                key,
+                "is missing or not a positive whole number".into(),
+                "convert the model again with llama.cpp",
+            )
+        })
+    }
+}

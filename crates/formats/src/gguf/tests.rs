@@ -1,0 +1,366 @@
+//! GGUF files written here, laid out as llama.cpp's converter writes them
+//! (metadata, tensor infos, data aligned to 32 bytes), the data left as
+//! zeros. Expected sizes are worked by hand from ggml's block layouts in the
+//! comments; the writer has its own table of the few types it uses, so the
+//! reader's table is checked, not reused.
+
+use super::*;
+use residency_core::model::StageKind;
+use std::path::{Path, PathBuf};
+
+/// `(ggml type id, values a block, bytes a block)` of the types the tests use.
+const F32: (u32, u64, u64) = (0, 1, 4);
+const Q4_0: (u32, u64, u64) = (2, 32, 18);
+const Q8_0: (u32, u64, u64) = (8, 32, 34);
+const MXFP4: (u32, u64, u64) = (39, 32, 17);
+
+enum Kv {
+    U32(u32),
+    Str(&'static str),
+    StrArray(Vec<&'static str>),
+}
+
+struct Tensor {
+    name: String,
+    dims: Vec<u64>,
+    kind: (u32, u64, u64),
+}
+
+#[derive(Default)]
+struct Gguf {
+    version: u32,
+    kv: Vec<(String, Kv)>,
+    tensors: Vec<Tensor>,
+}
+
+impl Gguf {
+    fn new(arch: &'static str) -> Gguf {
+        Gguf {
+            version: 3,
+            ..Gguf::default()
+        }
+        .kv("general.architecture", Kv::Str(arch))
+    }
+
+    fn kv(mut self, key: &str, value: Kv) -> Gguf {
+        self.kv.push((key.to_string(), value));
+        self
+    }
+
+    fn tensor(mut self, name: &str, dims: &[u64], kind: (u32, u64, u64)) -> Gguf {
+        self.tensors.push(Tensor {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            kind,
+        });
+        self
+    }
+
+    /// Bytes of `t` by the writer's own table.
+    fn bytes(t: &Tensor) -> u64 {
+        let (_, block, block_bytes) = t.kind;
+        t.dims[0] / block * block_bytes * t.dims[1..].iter().product::<u64>()
+    }
+
+    fn write(&self, path: &Path) {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        b.extend(b"GGUF");
+        b.extend(self.version.to_le_bytes());
+        b.extend((self.tensors.len() as u64).to_le_bytes());
+        b.extend((self.kv.len() as u64).to_le_bytes());
+        for (key, value) in &self.kv {
+            string(&mut b, key);
+            match value {
+                Kv::U32(v) => {
+                    b.extend(4u32.to_le_bytes());
+                    b.extend(v.to_le_bytes());
+                }
+                Kv::Str(s) => {
+                    b.extend(8u32.to_le_bytes());
+                    string(&mut b, s);
+                }
+                Kv::StrArray(items) => {
+                    b.extend(9u32.to_le_bytes());
+                    b.extend(8u32.to_le_bytes());
+                    b.extend((items.len() as u64).to_le_bytes());
+                    for s in items {
+                        string(&mut b, s);
+                    }
+                }
+            }
+        }
+        let mut offset = 0u64;
+        for t in &self.tensors {
+            string(&mut b, &t.name);
+            b.extend((t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(t.kind.0.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+            offset += Self::bytes(t).div_ceil(32) * 32;
+        }
+        let data_start = (b.len() as u64).div_ceil(32) * 32;
+        std::fs::write(path, &b).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_len(data_start + offset).unwrap();
+    }
+}
+
+const H: u64 = 64;
+const FF: u64 = 32;
+const E: u64 = 4;
+
+/// A Qwen3-MoE-shaped file: `layers` MoE layers of 4 experts (hidden 64,
+/// expert FF 32, Q4_0), attention in Q8_0, norms and router in F32.
+fn qwen3moe(layers: u32) -> Gguf {
+    let mut g = Gguf::new("qwen3moe")
+        .kv("general.name", Kv::Str("tiny-qwen3moe"))
+        .kv("qwen3moe.block_count", Kv::U32(layers))
+        .kv("qwen3moe.embedding_length", Kv::U32(H as u32))
+        .kv("qwen3moe.expert_count", Kv::U32(E as u32))
+        .kv("qwen3moe.expert_used_count", Kv::U32(2))
+        .kv("qwen3moe.expert_feed_forward_length", Kv::U32(FF as u32))
+        .kv("qwen3moe.attention.head_count", Kv::U32(4))
+        .kv("qwen3moe.attention.head_count_kv", Kv::U32(2))
+        .kv("tokenizer.ggml.tokens", Kv::StrArray(vec!["a", "b", "c"]))
+        .tensor("token_embd.weight", &[H, 100], Q8_0)
+        .tensor("output.weight", &[H, 100], Q8_0)
+        .tensor("output_norm.weight", &[H], F32);
+    for l in 0..layers {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        g = g
+            .tensor(&n("attn_q.weight"), &[H, H], Q8_0)
+            .tensor(&n("attn_norm.weight"), &[H], F32)
+            .tensor(&n("ffn_norm.weight"), &[H], F32)
+            .tensor(&n("ffn_gate_inp.weight"), &[H, E], F32)
+            .tensor(&n("ffn_gate_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_up_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], Q4_0);
+    }
+    g
+}
+
+fn write(dir: &Path, name: &str, g: &Gguf) -> PathBuf {
+    let path = dir.join(name);
+    g.write(&path);
+    path
+}
+
+fn trunk_bytes(model: &Model, name: &str, layer: Option<usize>) -> Option<u64> {
+    model
+        .trunk
+        .iter()
+        .find(|t| t.name == name && t.layer == layer)
+        .map(|t| t.bytes)
+}
+
+#[test]
+fn a_qwen3moe_file_gives_the_tensors_exact_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "m.gguf", &qwen3moe(2));
+    assert!(is_gguf(&path));
+    let (model, id, notes) = read_model(&path).unwrap();
+    assert_eq!(model.name(), "tiny-qwen3moe");
+    assert_eq!(model.top_k(), 2);
+    assert_eq!(model.moe_layer_numbers(), vec![0, 1]);
+    // One expert: gate and up are 32 rows of 64 Q4_0 values (2 blocks of 18
+    // bytes = 36 bytes a row), down 64 rows of 32 (one block, 18 bytes):
+    // 32*36 + 32*36 + 64*18 = 3456 bytes, in every tier.
+    for m in &model.moe {
+        assert_eq!(
+            (m.experts, m.gpu_bytes, m.ram_bytes, m.disk_bytes),
+            (4, 3456, 3456, 3456)
+        );
+    }
+    // Attention with the layer's norms and router: attn_q 64 rows of 2 Q8_0
+    // blocks (68 bytes) = 4352, two F32 norms of 64 = 2*256, the router
+    // 64x4 F32 = 1024: 5888 bytes a layer.
+    assert_eq!(trunk_bytes(&model, "attn", Some(0)), Some(5888));
+    assert_eq!(trunk_bytes(&model, "attn", Some(1)), Some(5888));
+    // The head: output 100 rows of 68 bytes = 6800, output_norm 256.
+    assert_eq!(trunk_bytes(&model, "lm_head", None), Some(7056));
+    assert_eq!(model.trunk.len(), 3, "{:?}", model.trunk);
+    assert!(model.trunk.iter().any(|t| t.stage == StageKind::Head));
+    // token_embd (6800 bytes) stays in host memory: said, not placed.
+    assert!(notes.iter().any(|n| n.contains("token_embd")), "{notes:?}");
+    // KV: 2 layers x 2 heads x (16 + 16) x 2 bytes (head dim 64 / 4 heads).
+    assert_eq!(model.description.kv_bytes_per_token.map(|b| b.0), Some(256));
+    assert_eq!(id.len(), 64);
+}
+
+#[test]
+fn a_layer_in_another_format_gets_its_own_expert_bytes() {
+    // Layer 1's down projection in Q8_0 (as Q4_K_M files keep some in Q6_K):
+    // 64 rows of one 34-byte block = 2176 bytes an expert, so its experts
+    // are 1152 + 1152 + 2176 = 4480 bytes; layer 0 keeps 3456.
+    let mut g = qwen3moe(2);
+    let down = g
+        .tensors
+        .iter_mut()
+        .find(|t| t.name == "blk.1.ffn_down_exps.weight")
+        .unwrap();
+    down.kind = Q8_0;
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, _) = read_model(&write(dir.path(), "m.gguf", &g)).unwrap();
+    assert_eq!(model.moe[0].ram_bytes, 3456);
+    assert_eq!(model.moe[1].ram_bytes, 4480);
+    assert_eq!(model.moe[1].gpu_bytes, 4480);
+}
+
+#[test]
+fn fused_gate_up_shared_experts_dense_layers_and_mtp_blocks() {
+    // A GLM-4.5-shaped file: layer 0 dense, layers 1 and 2 MoE with a fused
+    // gate_up and shared experts, layer 3 a multi-token-prediction block.
+    let mut g = Gguf::new("glm4moe")
+        .kv("glm4moe.block_count", Kv::U32(4))
+        .kv("glm4moe.nextn_predict_layers", Kv::U32(1))
+        .kv("glm4moe.embedding_length", Kv::U32(H as u32))
+        .kv("glm4moe.expert_used_count", Kv::U32(2))
+        .kv("glm4moe.attention.head_count", Kv::U32(4))
+        .tensor("token_embd.weight", &[H, 10], F32)
+        .tensor("output_norm.weight", &[H], F32)
+        .tensor("blk.0.attn_q.weight", &[H, H], F32)
+        .tensor("blk.0.ffn_gate.weight", &[H, 96], F32)
+        .tensor("blk.0.ffn_up.weight", &[H, 96], F32)
+        .tensor("blk.0.ffn_down.weight", &[96, H], F32);
+    for l in 1..4 {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        g = g
+            .tensor(&n("attn_q.weight"), &[H, H], F32)
+            .tensor(&n("exp_probs_b.bias"), &[E], F32)
+            .tensor(&n("ffn_gate_up_exps.weight"), &[H, 2 * FF, E], MXFP4)
+            .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], MXFP4)
+            .tensor(&n("ffn_gate_shexp.weight"), &[H, FF], F32)
+            .tensor(&n("ffn_up_shexp.weight"), &[H, FF], F32)
+            .tensor(&n("ffn_down_shexp.weight"), &[FF, H], F32);
+    }
+    let g = g.tensor("blk.3.nextn.eh_proj.weight", &[2 * H, H], F32);
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, notes) = read_model(&write(dir.path(), "glm.gguf", &g)).unwrap();
+    assert_eq!(model.description.layers, 3);
+    assert_eq!(model.moe_layer_numbers(), vec![1, 2]);
+    // MXFP4 (17 bytes per 32): gate_up is 64 rows of 2 blocks = 2176, down
+    // 64 rows of one block = 1088: 3264 bytes an expert.
+    assert_eq!(model.moe[0].ram_bytes, 3264);
+    assert_eq!(model.description.expert_intermediate, FF);
+    // Dense FFN of layer 0: 3 x 64 x 96 F32 = 73728; shared experts of a
+    // MoE layer: 3 x 64 x 32 F32 = 24576, in the experts stage.
+    assert_eq!(trunk_bytes(&model, "dense_ffn", Some(0)), Some(73728));
+    assert_eq!(trunk_bytes(&model, "shared_expert", Some(1)), Some(24576));
+    // Attention of a MoE layer: attn_q 64x64 F32 = 16384 plus the 4-value
+    // router bias = 16400.
+    assert_eq!(trunk_bytes(&model, "attn", Some(2)), Some(16400));
+    // No output.weight: the head is output_norm (256) plus the tied
+    // embeddings (64 x 10 F32 = 2560).
+    assert_eq!(trunk_bytes(&model, "lm_head", None), Some(2816));
+    assert!(notes.iter().any(|n| n.contains("tied")), "{notes:?}");
+    // Layer 3 is left out, with its 8 tensors.
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.starts_with("8 tensors") && n.contains("multi-token")),
+        "{notes:?}"
+    );
+}
+
+#[test]
+fn a_split_model_is_read_from_its_first_shard() {
+    let whole = qwen3moe(2);
+    let (first, second): (Vec<_>, Vec<_>) = whole
+        .tensors
+        .into_iter()
+        .partition(|t| !t.name.starts_with("blk.1."));
+    let split = |tensors: Vec<Tensor>, no: u32| {
+        let mut g = Gguf {
+            version: 3,
+            kv: Vec::new(),
+            tensors,
+        }
+        .kv("split.no", Kv::U32(no))
+        .kv("split.count", Kv::U32(2))
+        .kv("split.tensors.count", Kv::U32(17));
+        if no == 0 {
+            g.kv.extend(qwen3moe(2).kv);
+        }
+        g
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // 3 global + 7 a layer = 17 tensors over the two shards.
+    let path = write(dir.path(), "m-00001-of-00002.gguf", &split(first, 0));
+    let rest = split(second, 1);
+    write(dir.path(), "m-00002-of-00002.gguf", &rest);
+    let (model, _, _) = read_model(&path).unwrap();
+    assert_eq!(model.moe_layer_numbers(), vec![0, 1]);
+    assert_eq!(model.moe[1].ram_bytes, 3456);
+    // The second shard missing: one line naming it.
+    std::fs::remove_file(dir.path().join("m-00002-of-00002.gguf")).unwrap();
+    let e = read_model(&path).unwrap_err().to_string();
+    assert!(
+        e.contains("m-00002-of-00002.gguf") && e.contains("missing"),
+        "{e}"
+    );
+    assert_eq!(e.lines().count(), 1);
+}
+
+/// The error of reading `g` (after `damage`) as one line naming the file.
+fn error_of(g: &Gguf, damage: impl Fn(&Path)) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = write(dir.path(), "bad.gguf", g);
+    damage(&path);
+    let e = read_model(&path).unwrap_err().to_string();
+    assert!(e.contains("bad.gguf"), "{e}");
+    assert_eq!(e.lines().count(), 1, "{e}");
+    e
+}
+
+#[test]
+fn bad_files_are_one_line_naming_the_file_and_the_place() {
+    let none = |_: &Path| {};
+    // Bad magic.
+    let e = error_of(&qwen3moe(1), |p| {
+        let mut b = std::fs::read(p).unwrap();
+        b[..4].copy_from_slice(b"GGML");
+        std::fs::write(p, b).unwrap();
+    });
+    assert!(e.contains("byte 0") && e.contains("magic"), "{e}");
+    // Truncated inside the header.
+    let e = error_of(&qwen3moe(1), |p| {
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.set_len(200).unwrap();
+    });
+    assert!(e.contains("truncated"), "{e}");
+    // A type this version does not know (31 was Q4_0_4_4, now removed).
+    let e = error_of(
+        &qwen3moe(1).tensor("blk.0.attn_k.weight", &[H, H], (31, 1, 1)),
+        none,
+    );
+    assert!(
+        e.contains("blk.0.attn_k.weight") && e.contains("ggml type 31"),
+        "{e}"
+    );
+    // Tensor data past the end of the file.
+    let e = error_of(&qwen3moe(1), |p| {
+        let len = std::fs::metadata(p).unwrap().len();
+        let f = std::fs::OpenOptions::new().write(true).open(p).unwrap();
+        f.set_len(len - 64).unwrap();
+    });
+    assert!(e.contains("past the end"), "{e}");
+    // A tensor no family holds is refused by name, not priced as zero.
+    let e = error_of(
+        &qwen3moe(1).tensor("blk.0.ssm_conv1d.weight", &[4, H], F32),
+        none,
+    );
+    assert!(e.contains("blk.0.ssm_conv1d.weight"), "{e}");
+    // Version 1 and a dense model.
+    let mut v1 = qwen3moe(1);
+    v1.version = 1;
+    assert!(error_of(&v1, none).contains("version 1"));
+    let mut dense = qwen3moe(1);
+    dense.tensors.retain(|t| !t.name.contains("_exps"));
+    assert!(error_of(&dense, none).contains("no routed expert"));
+}
