@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use residency_testkit::listing;
 use std::path::Path;
 
 #[test]
@@ -13,16 +14,8 @@ fn schema_writes_exactly_the_committed_schemas() {
     let dir = tempfile::tempdir().unwrap();
     run_ok(&["schema", "--out", s(dir.path())]);
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
-    let names = |d: &Path| {
-        let mut n: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        n.sort();
-        n
-    };
-    assert_eq!(names(dir.path()), names(&committed));
-    for name in names(&committed) {
+    assert_eq!(listing(dir.path()), listing(&committed));
+    for name in listing(&committed) {
         assert!(
             std::fs::read(dir.path().join(&name)).unwrap()
                 == std::fs::read(committed.join(&name)).unwrap(),

@@ -1,6 +1,6 @@
 //! Fixtures shared by the workspace's tests: small model descriptions (a
 //! Mixtral-shaped one and a DeepSeek-V2-shaped one), generated checkpoints
-//! of them, and the data sets under `../shared/data`.
+//! of them, the data sets under `../shared/data`, and a directory listing.
 //!
 //! Unit tests inside `residency-runtime` link a second copy of that crate
 //! through this one, so what they take from here is plain data: YAML text
@@ -91,4 +91,15 @@ pub fn shared_data(sub: &str) -> Option<PathBuf> {
         );
         None
     }
+}
+
+/// The names in `dir`, sorted: to see what a command wrote, and that it
+/// left no partial or temporary file.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }
