@@ -6,40 +6,16 @@
 mod common;
 
 use common::*;
+use residency_testkit::SMALL_DEEPSEEK;
 use std::path::{Path, PathBuf};
 
-/// A small DeepSeek-V2-shaped description: a dense first layer, three MoE
-/// layers of 4 experts with two shared experts, MLA attention.
-const SMALL_DEEPSEEK: &str = r#"
-name: DeepSeek-V2-tiny
-layers: 4
-moe_layers: "1..=3"
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-  int4: { bits: 4, group: 16 }
-tiers: { gpu: int4, ram: int4, disk: int4 }
-trunk:
-  - { name: attn, layers: "0..=3", bytes: 40000, stage: dense }
-  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
-  - { name: shared_expert, layers: "1..=3", bytes: 24576, stage: experts }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#;
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Writes the small description and generates its first two MoE layers as
+/// Writes `SMALL_DEEPSEEK` and generates its first two MoE layers as
 /// int4 in shards of at most 16 KiB.
 fn small_checkpoint(dir: &Path) -> PathBuf {
     let yaml = dir.join("deepseek-v2-tiny.yaml");
     std::fs::write(&yaml, SMALL_DEEPSEEK).unwrap();
     let out = dir.join("ckpt");
-    let o = run(&[
+    let o = run_ok(&[
         "gen-checkpoint",
         "--model",
         s(&yaml),
@@ -54,7 +30,6 @@ fn small_checkpoint(dir: &Path) -> PathBuf {
         "--seed",
         "3",
     ]);
-    assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     for needle in ["wrote", "deepseek_v2", "int4", "shard(s)"] {
         assert!(text.contains(needle), "`{needle}` missing from {text}");
@@ -62,21 +37,37 @@ fn small_checkpoint(dir: &Path) -> PathBuf {
     out
 }
 
+/// `plan` for the checkpoint `ckpt` into `out` in a second at most, which
+/// must succeed.
+fn plan_checkpoint(ckpt: &Path, out: &Path) -> std::process::Output {
+    run_ok(&[
+        "plan",
+        "--model",
+        s(ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(out),
+    ])
+}
+
 /// The small checkpoint and a plan made for it (`plan.json` in `dir`).
 fn planned_checkpoint(dir: &Path) -> (PathBuf, PathBuf) {
     let ckpt = small_checkpoint(dir);
     let plan = dir.join("plan.json");
-    let o = run(&[
-        "plan",
-        "--model",
-        s(&ckpt),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    plan_checkpoint(&ckpt, &plan);
     (ckpt, plan)
+}
+
+/// `apply` of `plan` to `ckpt` with `extra` arguments, its report to `json`.
+fn apply_args<'a>(
+    plan: &'a Path,
+    ckpt: &'a Path,
+    extra: &[&'a str],
+    json: &'a Path,
+) -> Vec<&'a str> {
+    let head = ["apply", "--plan", s(plan), "--checkpoint", s(ckpt)];
+    [&head, extra, &["--json", s(json)]].concat()
 }
 
 fn shard_holding(ckpt: &Path, tensor: &str) -> PathBuf {
@@ -106,23 +97,13 @@ fn gen_checkpoint_then_plan_on_the_directory() {
     assert_eq!(config["quantization_config"]["group_size"], 16);
 
     let plan = dir.path().join("plan.json");
-    let o = run(&[
-        "plan",
-        "--model",
-        s(&ckpt),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = plan_checkpoint(&ckpt, &plan);
     let text = stdout(&o);
     for needle in ["plan: ", "predicted:", "tok/s", "wrote"] {
         assert!(text.contains(needle), "`{needle}` missing from {text}");
     }
     assert!(stderr(&o).contains("safetensors headers"), "{}", stderr(&o));
-    let written: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let written = read_json(&plan);
     let model = &written["inputs"]["model"];
     assert_eq!(model["name"], s(&ckpt));
     assert_eq!(model["sha256"].as_str().unwrap().len(), 64);
@@ -132,8 +113,7 @@ fn gen_checkpoint_then_plan_on_the_directory() {
     assert!(experts.iter().all(|l| l.as_array().unwrap().len() == 4));
     assert_eq!(written["trunk"].as_array().unwrap().len(), 7);
 
-    let v = run(&["validate", s(&plan), "--model", s(&ckpt)]);
-    assert!(v.status.success(), "{}", stderr(&v));
+    let v = run_ok(&["validate", s(&plan), "--model", s(&ckpt)]);
     assert!(stdout(&v).contains("matches the cost model"));
 }
 
@@ -236,17 +216,16 @@ fn planned_residents(plan: &serde_json::Value) -> (usize, u64) {
         .flat_map(|row| row.as_array().unwrap())
         .filter(|p| !places[p.as_u64().unwrap() as usize].starts_with("disk"))
         .count();
-    let trunk = plan["trunk"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|t| !t["place"].as_str().unwrap().starts_with("disk"))
-        .count();
-    let bytes = plan["usage"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|u| !u["place"].as_str().unwrap().starts_with("disk"))
+    // Trunk components and usage rows name their place.
+    let off_disk = |rows: &str| {
+        plan[rows]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| !r["place"].as_str().unwrap().starts_with("disk"))
+    };
+    let trunk = off_disk("trunk").count();
+    let bytes = off_disk("usage")
         .map(|u| u["used_bytes"].as_u64().unwrap())
         .sum();
     (experts + trunk, bytes)
@@ -256,31 +235,22 @@ fn planned_residents(plan: &serde_json::Value) -> (usize, u64) {
 fn gen_plan_apply_verify_end_to_end() {
     let dir = tempfile::tempdir().unwrap();
     let (ckpt, plan) = planned_checkpoint(dir.path());
-    let plan_doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
-    let (objects, bytes) = planned_residents(&plan_doc);
+    let (objects, bytes) = planned_residents(&read_json(&plan));
     for backend in ["io-uring", "direct", "pread", "mmap"] {
         let json = dir.path().join(format!("apply-{backend}.json"));
-        let o = run(&[
-            "apply",
-            "--plan",
-            s(&plan),
-            "--checkpoint",
-            s(&ckpt),
-            "--verify",
-            "--backend",
-            backend,
-            "--json",
-            s(&json),
-        ]);
+        let o = run(&apply_args(
+            &plan,
+            &ckpt,
+            &["--verify", "--backend", backend],
+            &json,
+        ));
         assert!(o.status.success(), "{backend}: {}", stderr(&o));
         assert!(
             stdout(&o).contains("verified: every resident equals"),
             "{}",
             stdout(&o)
         );
-        let doc: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let doc = read_json(&json);
         assert_eq!(doc["verified"], true);
         let tiers = doc["tiers"].as_array().unwrap();
         let loaded: u64 = tiers.iter().map(|t| t["objects"].as_u64().unwrap()).sum();
@@ -302,22 +272,13 @@ fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
     let (ckpt, plan) = planned_checkpoint(dir.path());
     let json = dir.path().join("apply.json");
     // A plan for three MoE layers against the two-layer checkpoint.
-    let mut doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
+    let mut doc = read_json(&plan);
     let row = doc["experts"][0].clone();
     doc["experts"].as_array_mut().unwrap().push(row);
     let foreign = dir.path().join("foreign.json");
     std::fs::write(&foreign, serde_json::to_string(&doc).unwrap()).unwrap();
     assert_bad_input(
-        &[
-            "apply",
-            "--plan",
-            s(&foreign),
-            "--checkpoint",
-            s(&ckpt),
-            "--json",
-            s(&json),
-        ],
+        &apply_args(&foreign, &ckpt, &[], &json),
         &foreign,
         "experts",
         &json,
@@ -332,15 +293,7 @@ fn apply_to_a_damaged_or_foreign_checkpoint_is_one_line() {
         .set_len(len - 100)
         .unwrap();
     assert_bad_input(
-        &[
-            "apply",
-            "--plan",
-            s(&plan),
-            "--checkpoint",
-            s(&ckpt),
-            "--json",
-            s(&json),
-        ],
+        &apply_args(&plan, &ckpt, &[], &json),
         &shard,
         "truncated",
         &json,
@@ -363,19 +316,12 @@ fn apply_reads_from_mirrored_copies_and_refuses_a_bad_copy() {
         }
     }
     let json = dir.path().join("apply.json");
-    let o = run(&[
-        "apply",
-        "--plan",
-        s(&plan),
-        "--checkpoint",
-        s(&ckpt),
-        "--mirror",
-        s(&mirror),
-        "--verify",
-        "--json",
-        s(&json),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    let o = run_ok(&apply_args(
+        &plan,
+        &ckpt,
+        &["--mirror", s(&mirror), "--verify"],
+        &json,
+    ));
     assert!(stdout(&o).contains("verified"), "{}", stdout(&o));
     std::fs::remove_file(&json).unwrap();
     // A copy of another length is not a mirror: one line naming it.
@@ -387,17 +333,7 @@ fn apply_reads_from_mirrored_copies_and_refuses_a_bad_copy() {
         .set_len(1)
         .unwrap();
     assert_bad_input(
-        &[
-            "apply",
-            "--plan",
-            s(&plan),
-            "--checkpoint",
-            s(&ckpt),
-            "--mirror",
-            s(&mirror),
-            "--json",
-            s(&json),
-        ],
+        &apply_args(&plan, &ckpt, &["--mirror", s(&mirror)], &json),
         &bad,
         "mirror copy",
         &json,

@@ -5,7 +5,7 @@
 mod common;
 
 use common::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[test]
 fn plan_on_embedded_defaults_prints_a_summary() {
@@ -177,6 +177,22 @@ fn bad_profiles_give_one_line_and_no_plan() {
     }
 }
 
+/// `plan` of the model `model` with `heat`, then `extra` arguments, into
+/// `out`.
+fn plan_with_heat<'a>(
+    model: &'a str,
+    heat: &'a Path,
+    extra: &[&'a str],
+    out: &'a Path,
+) -> Vec<&'a str> {
+    [
+        &["plan", "--model", model, "--heat", s(heat)],
+        extra,
+        &["--out", s(out)],
+    ]
+    .concat()
+}
+
 #[test]
 fn bad_models_and_heat_give_one_line_and_no_plan() {
     let dir = tempfile::tempdir().unwrap();
@@ -217,16 +233,7 @@ fn bad_models_and_heat_give_one_line_and_no_plan() {
     let json = dir.path().join("heat.json");
     std::fs::write(&json, r#"{"tokens": 10, "layers": [[1, 2], [3, 4]]}"#).unwrap();
     let m = model("deepseek-v2-lite");
-    let args = [
-        "plan",
-        "--model",
-        &m,
-        "--heat",
-        json.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    assert_bad_input(&args, &json, "26", &out);
+    assert_bad_input(&plan_with_heat(&m, &json, &[], &out), &json, "26", &out);
 
     // A Colibri HEAT_FILE cut short, and one with a wrong magic number.
     let mut bytes = Vec::new();
@@ -236,33 +243,22 @@ fn bad_models_and_heat_give_one_line_and_no_plan() {
     bytes.extend_from_slice(&[1, 0, 0, 0, 2, 0]);
     let truncated = dir.path().join("truncated.heat");
     std::fs::write(&truncated, &bytes).unwrap();
-    let args = [
-        "plan",
-        "--model",
-        &m,
-        "--heat",
-        truncated.to_str().unwrap(),
-        "--heat-format",
-        "coli-heat",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    assert_bad_input(&args, &truncated, "byte", &out);
+    let coli_heat = ["--heat-format", "coli-heat"];
+    assert_bad_input(
+        &plan_with_heat(&m, &truncated, &coli_heat, &out),
+        &truncated,
+        "byte",
+        &out,
+    );
     bytes[0] = 0;
     let magic = dir.path().join("magic.heat");
     std::fs::write(&magic, &bytes).unwrap();
-    let args = [
-        "plan",
-        "--model",
-        &m,
-        "--heat",
-        magic.to_str().unwrap(),
-        "--heat-format",
-        "coli-heat",
-        "--out",
-        out.to_str().unwrap(),
-    ];
-    assert_bad_input(&args, &magic, "magic", &out);
+    assert_bad_input(
+        &plan_with_heat(&m, &magic, &coli_heat, &out),
+        &magic,
+        "magic",
+        &out,
+    );
 }
 
 #[test]
@@ -293,40 +289,33 @@ fn a_model_with_top_k_above_its_experts_gives_one_line_and_no_plan() {
 }
 
 /// DeepSeek-V2-Lite has 26 MoE layers; a long-form csv giving 25 (layers
-/// 0..=24, every expert once) leaves the last one out.
-fn heat_of_25_layers(dir: &std::path::Path) -> PathBuf {
+/// 0..=24, every expert once) leaves the last one out. The directory
+/// holding it, the csv, and a plan path beside it.
+fn heat_of_25_layers() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
     let mut csv = String::from("layer,expert,count\n");
     for layer in 0..25 {
         for expert in 0..64 {
             csv.push_str(&format!("{layer},{expert},1\n"));
         }
     }
-    let path = dir.join("partial.csv");
+    let path = dir.path().join("partial.csv");
     std::fs::write(&path, csv).unwrap();
-    path
+    let out = dir.path().join("plan.json");
+    (dir, path, out)
 }
 
 #[test]
 fn heat_with_fewer_moe_layers_than_the_model_gives_one_line_and_no_plan() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("plan.json");
-    let heat = heat_of_25_layers(dir.path());
-    let (h, m) = (heat.to_str().unwrap(), model("deepseek-v2-lite"));
+    let (_dir, heat, out) = heat_of_25_layers();
+    let (h, m) = (s(&heat), model("deepseek-v2-lite"));
     let want = format!(
         "error: {h}: shape: heat gives 25 MoE layers, model `DeepSeek-V2-Lite` has 26; use \
          heat recorded on every MoE layer of this model, or pass --allow-partial-heat to give \
          the missing layers uniform heat\n"
     );
     for args in [
-        vec![
-            "plan",
-            "--model",
-            &m,
-            "--heat",
-            h,
-            "--out",
-            out.to_str().unwrap(),
-        ],
+        plan_with_heat(&m, &heat, &[], &out),
         vec!["validate", h, "--kind", "heat", "--model", &m],
         vec!["heat", h, "--model", &m],
     ] {
@@ -337,30 +326,20 @@ fn heat_with_fewer_moe_layers_than_the_model_gives_one_line_and_no_plan() {
 
 #[test]
 fn allow_partial_heat_plans_the_missing_layers_with_uniform_heat() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("plan.json");
-    let heat = heat_of_25_layers(dir.path());
-    let (h, m) = (heat.to_str().unwrap(), model("deepseek-v2-lite"));
+    let (_dir, heat, out) = heat_of_25_layers();
+    let (h, m) = (s(&heat), model("deepseek-v2-lite"));
     let note = format!(
         "note: {h}: MoE layers [25] have no routed selections; they get uniform heat \
          (top_k / experts)"
     );
-    let o = run(&[
-        "plan",
-        "--model",
+    let o = run_ok(&plan_with_heat(
         &m,
-        "--heat",
-        h,
-        "--allow-partial-heat",
-        "--time-limit",
-        "1",
-        "--out",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+        &heat,
+        &["--allow-partial-heat", "--time-limit", "1"],
+        &out,
+    ));
     assert!(stderr(&o).lines().any(|l| l == note), "{}", stderr(&o));
-    let plan: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let plan = read_json(&out);
     assert_eq!(plan["experts"].as_array().unwrap().len(), 26);
     for args in [
         vec![
@@ -440,20 +419,13 @@ fn replan_from_a_plan_moves_only_what_pays() {
     let dir = tempfile::tempdir().unwrap();
     let p0 = dir.path().join("p0.json");
     let p1 = dir.path().join("p1.json");
-    let o = run(&["plan", "--time-limit", "2", "--out", p0.to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let o = run(&[
-        "plan",
-        "--time-limit",
-        "2",
-        "--from",
-        p0.to_str().unwrap(),
-        "--horizon-tokens",
-        "1",
-        "--out",
-        p1.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["plan", "--time-limit", "2", "--out", s(&p0)]);
+    // `plan --from p0` with `extra` arguments into p1, which must succeed.
+    let replan = |extra: &[&str]| {
+        let head = ["plan", "--time-limit", "2", "--from", s(&p0)];
+        run_ok(&[&head, extra, &["--out", s(&p1)]].concat())
+    };
+    let o = replan(&["--horizon-tokens", "1"]);
     assert!(
         stdout(&o).contains("moved: 0 experts, 0 trunk components, 0 KV groups"),
         "{}",
@@ -464,19 +436,7 @@ fn replan_from_a_plan_moves_only_what_pays() {
     let heat = dir.path().join("flat.json");
     let rows: Vec<Vec<u64>> = (0..26).map(|_| vec![1; 64]).collect();
     std::fs::write(&heat, serde_json::json!({ "layers": rows }).to_string()).unwrap();
-    let o = run(&[
-        "plan",
-        "--time-limit",
-        "2",
-        "--from",
-        p0.to_str().unwrap(),
-        "--heat",
-        heat.to_str().unwrap(),
-        "--out",
-        p1.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = stdout(&o);
+    let out = stdout(&replan(&["--heat", s(&heat)]));
     let line = out
         .lines()
         .find(|l| l.starts_with("token time "))

@@ -2,6 +2,7 @@
 //! series, a PNG of the chosen size, and bad targets that fail on one line
 //! and leave no file behind.
 
+use residency_testkit::listing;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -42,16 +43,6 @@ fn heat_plot(heat: &Path, plot: &Path) -> Output {
         "--plot".as_ref(),
         plot.as_os_str(),
     ])
-}
-
-/// Names in `dir`, sorted (to see that no partial or temporary file is left).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 /// Number of coordinate pairs in an SVG element's `points="x,y x,y "`.

@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{assert_bad_input, run, shared_data, stderr, stdout};
+use common::{assert_bad_input, read_json, run, s, shared_data, stderr, stdout};
 use residency_core::kv::KvGroupsFile;
 use residency_kv::replay::{replay, KvCostModel};
 use residency_kv::trace::read_mooncake;
@@ -18,7 +18,7 @@ use residency_kv::{
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
 /// A request as the reference sees it: input tokens and block ids.
@@ -87,8 +87,9 @@ fn reference_requests(path: &Path) -> Vec<Request> {
         .collect()
 }
 
-fn strs(args: &[String]) -> Vec<&str> {
-    args.iter().map(String::as_str).collect()
+/// `residency kv-replay` of `trace` with `extra` arguments.
+fn kv_replay(trace: &Path, extra: &[&str]) -> Output {
+    run(&[&["kv-replay", "--trace", s(trace)], extra].concat())
 }
 
 fn write_trace(path: &Path, requests: &[Request]) {
@@ -192,22 +193,21 @@ fn kv_replay_on_the_conversation_trace_matches_the_reference_and_utility_beats_l
     let out = tempfile::tempdir().unwrap();
     let json = out.path().join("runs.json");
     let capacities: Vec<String> = CAPACITIES.iter().map(ToString::to_string).collect();
-    let o = run(&[
-        "kv-replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--block-tokens",
-        "512",
-        "--capacity-blocks",
-        &capacities.join(","),
-        "--policy",
-        "lru,lru-leaf,utility",
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let o = kv_replay(
+        &trace,
+        &[
+            "--block-tokens",
+            "512",
+            "--capacity-blocks",
+            &capacities.join(","),
+            "--policy",
+            "lru,lru-leaf,utility",
+            "--json",
+            s(&json),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = read_json(&json);
     let hit = |policy: &str, capacity: usize| {
         doc["runs"]
             .as_array()
@@ -250,33 +250,32 @@ fn kv_replay_writes_the_table_json_and_plot() {
     write_trace(&trace, &hand_trace());
     let json = dir.path().join("runs.json");
     let plot = dir.path().join("hit.svg");
-    let o = run(&[
-        "kv-replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--block-tokens",
-        "4",
-        "--capacity-blocks",
-        "2,3",
-        "--policy",
-        "lru,utility",
-        "--kv-bytes-per-token",
-        "10",
-        "--prefill-tokens-per-second",
-        "100",
-        "--json",
-        json.to_str().unwrap(),
-        "--plot",
-        plot.to_str().unwrap(),
-    ]);
+    let o = kv_replay(
+        &trace,
+        &[
+            "--block-tokens",
+            "4",
+            "--capacity-blocks",
+            "2,3",
+            "--policy",
+            "lru,utility",
+            "--kv-bytes-per-token",
+            "10",
+            "--prefill-tokens-per-second",
+            "100",
+            "--json",
+            s(&json),
+            "--plot",
+            s(&plot),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     let text = stdout(&o);
     assert!(
         text.contains("(5 requests, 47 input tokens, 12 block references, 4 tokens per block)"),
         "{text}"
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = read_json(&json);
     let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 4);
     // lru at 3 blocks, by hand (replay.rs): 8 hit tokens of 47; 8 / 100
@@ -294,27 +293,26 @@ fn kv_replay_writes_the_table_json_and_plot() {
     assert!(svg.contains("prefix hit ratio by capacity") && svg.contains("utility"));
 
     // Bytes per token from a model description.
-    let o = run(&[
-        "kv-replay",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--block-tokens",
-        "4",
-        "--capacity-blocks",
-        "3",
-        "--model",
-        &common::model("mixtral-8x7b"),
-        "--json",
-        json.to_str().unwrap(),
-    ]);
+    let o = kv_replay(
+        &trace,
+        &[
+            "--block-tokens",
+            "4",
+            "--capacity-blocks",
+            "3",
+            "--model",
+            &common::model("mixtral-8x7b"),
+            "--json",
+            s(&json),
+        ],
+    );
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(
         stderr(&o).contains("note: 131072 KV bytes per token, from"),
         "{}",
         stderr(&o)
     );
-    let doc: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let doc = read_json(&json);
     assert_eq!(doc["runs"][0]["hit_bytes"], 8 * 131_072);
 }
 
@@ -332,52 +330,43 @@ fn kv_replay_bad_inputs_fail_on_one_line() {
     );
     std::fs::write(&trace, text).unwrap();
     let args = |extra: &[&'static str]| {
-        let mut a = vec![
-            "kv-replay".to_string(),
-            "--trace".into(),
-            trace.display().to_string(),
-            "--capacity-blocks".into(),
-            "4".into(),
-            "--json".into(),
-            out.display().to_string(),
+        let head = [
+            "kv-replay",
+            "--trace",
+            s(&trace),
+            "--capacity-blocks",
+            "4",
+            "--json",
+            s(&out),
         ];
-        a.extend(extra.iter().map(|s| s.to_string()));
-        a
+        [&head, extra].concat()
     };
     // Line 2: one id for 1024 tokens at 512 per block.
-    let a = args(&[]);
     assert_bad_input(
-        &strs(&a),
+        &args(&[]),
         &trace,
         ":2: 1 hash_ids for input_length 1024",
         &out,
     );
     // The same file at another block size: line 1 is wrong.
-    let a = args(&["--block-tokens", "256"]);
-    assert_bad_input(&strs(&a), &trace, ":1: 2 hash_ids", &out);
+    assert_bad_input(
+        &args(&["--block-tokens", "256"]),
+        &trace,
+        ":1: 2 hash_ids",
+        &out,
+    );
     let missing = dir.path().join("missing.jsonl");
-    let o = run(&[
-        "kv-replay",
-        "--trace",
-        missing.to_str().unwrap(),
-        "--capacity-blocks",
-        "4",
-    ]);
+    let o = kv_replay(&missing, &["--capacity-blocks", "4"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("missing.jsonl: cannot read the trace"),
         "{}",
         stderr(&o)
     );
-    let o = run(&[
-        "kv-replay",
-        "--trace",
-        "x",
-        "--capacity-blocks",
-        "4",
-        "--policy",
-        "lfu",
-    ]);
+    let o = kv_replay(
+        Path::new("x"),
+        &["--capacity-blocks", "4", "--policy", "lfu"],
+    );
     assert!(stderr(&o).contains("unknown KV policy `lfu`; one of lru, lru-leaf, utility"));
 }
 

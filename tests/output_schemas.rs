@@ -6,25 +6,16 @@
 mod common;
 
 use common::*;
-use serde_json::Value;
+use residency_testkit::listing;
 use std::path::Path;
 
 #[test]
 fn schema_writes_exactly_the_committed_schemas() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run(&["schema", "--out", dir.path().to_str().unwrap()]);
-    assert!(o.status.success(), "{}", stderr(&o));
+    run_ok(&["schema", "--out", s(dir.path())]);
     let committed = Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas");
-    let names = |d: &Path| {
-        let mut n: Vec<String> = std::fs::read_dir(d)
-            .unwrap()
-            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        n.sort();
-        n
-    };
-    assert_eq!(names(dir.path()), names(&committed));
-    for name in names(&committed) {
+    assert_eq!(listing(dir.path()), listing(&committed));
+    for name in listing(&committed) {
         assert!(
             std::fs::read(dir.path().join(&name)).unwrap()
                 == std::fs::read(committed.join(&name)).unwrap(),
@@ -35,35 +26,13 @@ fn schema_writes_exactly_the_committed_schemas() {
 
 #[test]
 fn simulate_json_with_the_gate_validates_against_its_schema() {
-    let Some(trace) = shared_data("traces/esft_deepseek_v2_lite") else {
+    let Some(sim) = simulate_esft_gate(&["--tokens", "200", "--layers", "2"]) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("sim.json");
-    let o = run(&[
-        "simulate",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--model",
-        &model("deepseek-v2-lite"),
-        "--policy",
-        "lru,frequency",
-        "--budget",
-        "25%",
-        "--tokens",
-        "200",
-        "--layers",
-        "2",
-        "--gate",
-        "--json",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    let doc = sim.doc;
     let schema_path =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("schemas/simulate-output.schema.json");
-    let schema: Value =
-        serde_json::from_str(&std::fs::read_to_string(schema_path).unwrap()).unwrap();
+    let schema = read_json(&schema_path);
     let validator = jsonschema::validator_for(&schema).unwrap();
     let errors: Vec<String> = validator.iter_errors(&doc).map(|e| e.to_string()).collect();
     assert!(errors.is_empty(), "{errors:?}");

@@ -10,10 +10,6 @@ use common::*;
 use residency_core::profile::HardwareProfile;
 use std::path::Path;
 
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
 /// The `[a..b]` ranges of the `measured: median ... [a..b]` comments.
 fn measured_ranges(yaml: &str) -> Vec<(String, f64, f64)> {
     yaml.lines()

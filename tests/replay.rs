@@ -5,87 +5,94 @@
 mod common;
 
 use common::*;
+use residency_testkit::tiny_mixtral;
 use serde_json::Value;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-/// Two MoE layers of 8 experts (64 x 32 bf16: 12 KiB each), top-2.
-const TINY: &str = r#"
-name: Mixtral-replay
-layers: 2
-moe_layers: "0..=1"
-experts: 8
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-tiers: { gpu: bf16, ram: bf16, disk: bf16 }
-trunk:
-  - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#;
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
+/// A generated checkpoint of `tiny_mixtral(8)` (two MoE layers of 8
+/// experts, 12 KiB each, top-2) and a jsonl trace of 60 tokens in two
+/// categories whose hot experts differ (a: 0-3, b: 4-7), with some reuse,
+/// in a temporary directory that lives as long as this.
+struct Fixture {
+    dir: tempfile::TempDir,
+    yaml: PathBuf,
+    ckpt: PathBuf,
+    trace: PathBuf,
 }
 
-/// `residency replay` of `trace` from `ckpt` for the model `yaml`, with `extra` arguments.
-fn replay(ckpt: &Path, trace: &Path, yaml: &Path, extra: &[&str]) -> std::process::Output {
-    let mut args = vec![
-        "replay",
-        "--checkpoint",
-        s(ckpt),
-        "--trace",
-        s(trace),
-        "--model",
-        s(yaml),
-    ];
-    args.extend_from_slice(extra);
-    run(&args)
-}
-
-/// A checkpoint of `TINY` and a jsonl trace of 60 tokens in two categories
-/// whose hot experts differ (a: 0-3, b: 4-7), with some reuse.
-fn checkpoint_and_trace(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let yaml = dir.join("mixtral-replay.yaml");
-    std::fs::write(&yaml, TINY).unwrap();
-    let ckpt = dir.join("ckpt");
-    let o = run(&[
-        "gen-checkpoint",
-        "--model",
-        s(&yaml),
-        "--out",
-        s(&ckpt),
-        "--family",
-        "mixtral",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let mut lines = String::new();
-    for t in 0..60u32 {
-        let (category, base) = if t < 30 { ("a", 0) } else { ("b", 4) };
-        let e = |k: u32| base + (t * k + k) % 4;
-        lines.push_str(&format!(
-            "{{\"seq\":\"{category}\",\"pos\":{t},\"category\":\"{category}\",\"routes\":[[{},{}],[{},{}]]}}\n",
-            e(1),
-            (e(1) + 1 - base) % 4 + base,
-            e(3),
-            (e(3) + 2 - base) % 4 + base,
-        ));
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("mixtral-replay.yaml");
+        std::fs::write(&yaml, tiny_mixtral(8)).unwrap();
+        let ckpt = dir.path().join("ckpt");
+        run_ok(&[
+            "gen-checkpoint",
+            "--model",
+            s(&yaml),
+            "--out",
+            s(&ckpt),
+            "--family",
+            "mixtral",
+        ]);
+        let mut lines = String::new();
+        for t in 0..60u32 {
+            let (category, base) = if t < 30 { ("a", 0) } else { ("b", 4) };
+            let e = |k: u32| base + (t * k + k) % 4;
+            lines.push_str(&format!(
+                "{{\"seq\":\"{category}\",\"pos\":{t},\"category\":\"{category}\",\"routes\":[[{},{}],[{},{}]]}}\n",
+                e(1),
+                (e(1) + 1 - base) % 4 + base,
+                e(3),
+                (e(3) + 2 - base) % 4 + base,
+            ));
+        }
+        let trace = dir.path().join("trace.jsonl");
+        std::fs::write(&trace, lines).unwrap();
+        Fixture {
+            dir,
+            yaml,
+            ckpt,
+            trace,
+        }
     }
-    let trace = dir.join("trace.jsonl");
-    std::fs::write(&trace, lines).unwrap();
-    (yaml, ckpt, trace)
+
+    /// `path` in the fixture's directory.
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// `residency replay` of the trace from the checkpoint for the model,
+    /// with `extra` arguments.
+    fn replay(&self, extra: &[&str]) -> std::process::Output {
+        let mut args = vec![
+            "replay",
+            "--checkpoint",
+            s(&self.ckpt),
+            "--trace",
+            s(&self.trace),
+            "--model",
+            s(&self.yaml),
+        ];
+        args.extend_from_slice(extra);
+        run(&args)
+    }
+
+    /// `replay` with `extra` and `--json` into `name`, which must succeed:
+    /// its stdout and the JSON's runs.
+    fn runs(&self, name: &str, extra: &[&str]) -> (String, Vec<Value>) {
+        let json = self.path(name);
+        let o = self.replay(&[extra, &["--json", s(&json)]].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let runs = read_json(&json)["runs"].as_array().unwrap().clone();
+        (stdout(&o), runs)
+    }
 }
 
 #[test]
 fn every_policy_computes_the_same_outputs() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let json = dir.path().join("replay.json");
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
+    let (out, runs) = Fixture::new().runs(
+        "replay.json",
         &[
             "--policy",
             "lru,lfru,frequency,cost,plan,replan",
@@ -97,24 +104,15 @@ fn every_policy_computes_the_same_outputs() {
             "2",
             "--replan-every",
             "4",
-            "--json",
-            s(&json),
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    assert!(
-        stdout(&o).contains("equal for every policy"),
-        "{}",
-        stdout(&o)
-    );
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let runs = doc["runs"].as_array().unwrap();
+    assert!(out.contains("equal for every policy"), "{out}");
     // 6 policies x 2 rounds, the second round in reverse order (A B, B A).
     assert_eq!(runs.len(), 12);
     assert_eq!(runs[0]["policy"], "lru");
     assert_eq!(runs[6]["policy"], "replan");
     let checksum = &runs[0]["output_checksum"];
-    for r in runs {
+    for r in &runs {
         assert_eq!(&r["output_checksum"], checksum);
         // Category b only (a trained): 30 tokens, 2 layers x 2 experts.
         assert_eq!(r["tokens"], 30);
@@ -136,28 +134,18 @@ fn every_policy_computes_the_same_outputs() {
 /// they compute what `resident` (no store) computes.
 #[test]
 fn a_warm_full_budget_reads_nothing_and_matches_the_resident_baseline() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let json = dir.path().join("replay.json");
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
+    let (_, runs) = Fixture::new().runs(
+        "replay.json",
         &[
             "--policy",
             "resident,lru,cost",
             "--ram-budget",
             "100%",
             "--warm",
-            "--json",
-            s(&json),
         ],
     );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let runs = doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 3);
-    for r in runs {
+    for r in &runs {
         assert_eq!(r["output_checksum"], runs[0]["output_checksum"]);
         // 60 tokens x 2 layers x 2 experts, all hits; 16 experts of 12 KiB
         // read before the clock.
@@ -173,14 +161,10 @@ fn a_warm_full_budget_reads_nothing_and_matches_the_resident_baseline() {
 /// their experts are read as start-up, and the outputs do not change.
 #[test]
 fn seeding_is_start_up_and_leaves_the_outputs_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
+    let fixture = Fixture::new();
     let runs_with = |seed: &str| {
-        let json = dir.path().join(format!("seed-{seed}.json"));
-        let o = replay(
-            &ckpt,
-            &trace,
-            &yaml,
+        let (_, runs) = fixture.runs(
+            &format!("seed-{seed}.json"),
             &[
                 "--policy",
                 "lru",
@@ -190,13 +174,9 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
                 "a",
                 "--seed-tokens",
                 seed,
-                "--json",
-                s(&json),
             ],
         );
-        assert!(o.status.success(), "{}", stderr(&o));
-        let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-        doc["runs"][0].clone()
+        runs[0].clone()
     };
     let (cold, seeded) = (runs_with("0"), runs_with("30"));
     assert_eq!(cold["output_checksum"], seeded["output_checksum"]);
@@ -211,15 +191,7 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
         assert_eq!(r["hits"], 120 - 8, "{r}");
     }
     // Seeding needs training categories to take the tokens from.
-    let o = run(&[
-        "replay",
-        "--checkpoint",
-        s(&ckpt),
-        "--trace",
-        s(&trace),
-        "--seed-tokens",
-        "4",
-    ]);
+    let o = fixture.replay(&["--seed-tokens", "4"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
         stderr(&o).contains("give --train-categories too"),
@@ -239,38 +211,20 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
 /// pins down); a single run here rarely meets it.
 #[test]
 fn a_budget_of_one_expert_does_not_deadlock() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
-        &[
-            "--policy",
-            "lru,cost,replan",
-            "--ram-budget",
-            "12288",
-            "--train-categories",
-            "a",
-        ],
-    );
+    let o = Fixture::new().replay(&[
+        "--policy",
+        "lru,cost,replan",
+        "--ram-budget",
+        "12288",
+        "--train-categories",
+        "a",
+    ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
 
 #[test]
 fn per_category_runs_are_reported_apart() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let json = dir.path().join("replay.json");
-    let o = replay(
-        &ckpt,
-        &trace,
-        &yaml,
-        &["--policy", "lru,cost", "--per-category", "--json", s(&json)],
-    );
-    assert!(o.status.success(), "{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
-    let runs = doc["runs"].as_array().unwrap();
+    let (_, runs) = Fixture::new().runs("replay.json", &["--policy", "lru,cost", "--per-category"]);
     // In-sample, both categories replayed: 2 categories x 2 policies, 30
     // tokens each, equal checksums within a category, not across.
     assert_eq!(runs.len(), 4);
@@ -290,11 +244,10 @@ fn per_category_runs_are_reported_apart() {
 
 #[test]
 fn bad_replay_input_is_one_line_with_no_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let (yaml, ckpt, trace) = checkpoint_and_trace(dir.path());
-    let json = dir.path().join("replay.json");
+    let fixture = Fixture::new();
+    let json = fixture.path("replay.json");
     // A trace routing an expert the checkpoint does not have.
-    let wide = dir.path().join("wide.jsonl");
+    let wide = fixture.path("wide.jsonl");
     std::fs::write(
         &wide,
         "{\"seq\":\"a\",\"pos\":0,\"routes\":[[9,1],[0,1]]}\n",
@@ -304,7 +257,7 @@ fn bad_replay_input_is_one_line_with_no_output() {
         &[
             "replay",
             "--checkpoint",
-            s(&ckpt),
+            s(&fixture.ckpt),
             "--trace",
             s(&wide),
             "--json",
@@ -322,12 +275,7 @@ fn bad_replay_input_is_one_line_with_no_output() {
             "--replan-every-seconds 0: give a positive number of seconds",
         ),
     ] {
-        let o = replay(
-            &ckpt,
-            &trace,
-            &yaml,
-            &[extra[0], extra[1], "--json", s(&json)],
-        );
+        let o = fixture.replay(&[extra[0], extra[1], "--json", s(&json)]);
         assert_eq!(o.status.code(), Some(1));
         assert!(stderr(&o).contains(message), "{}", stderr(&o));
         assert!(!json.exists());

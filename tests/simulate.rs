@@ -12,27 +12,20 @@ const MIB: u64 = 1 << 20;
 
 #[test]
 fn lru_and_fifo_json_match_libcachesim_at_all_eight_budgets() {
-    let Some(trace) = shared_data("cache-oracle/cloudPhysicsIO.oracleGeneral.bin") else {
+    let Some(sim) = simulate_shared(
+        "cache-oracle/cloudPhysicsIO.oracleGeneral.bin",
+        &[
+            "--trace-format",
+            "oracle-general",
+            "--policy",
+            "lru,fifo,clock,sieve,s3fifo,arc,wtinylfu",
+            "--budget",
+            "128MiB,256MiB,512MiB,1GiB,2GiB,4GiB,8GiB,16GiB",
+        ],
+    ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("runs.json");
-    let o = run(&[
-        "simulate",
-        "--trace",
-        trace.to_str().unwrap(),
-        "--trace-format",
-        "oracle-general",
-        "--policy",
-        "lru,fifo,clock,sieve,s3fifo,arc,wtinylfu",
-        "--budget",
-        "128MiB,256MiB,512MiB,1GiB,2GiB,4GiB,8GiB,16GiB",
-        "--json",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let runs = doc["runs"].as_array().unwrap();
+    let runs = sim.doc["runs"].as_array().unwrap();
     assert_eq!(runs.len(), 7 * 8);
     // SOURCES.md: (capacity, LRU misses, miss bytes, FIFO misses, miss bytes).
     let expected = [
@@ -68,53 +61,37 @@ fn lru_and_fifo_json_match_libcachesim_at_all_eight_budgets() {
     }
 }
 
-fn esft() -> Option<String> {
-    shared_data("traces/esft_deepseek_v2_lite").map(|p| p.to_str().unwrap().to_string())
-}
+/// The ESFT routing traces of DeepSeek-V2-Lite.
+const ESFT: &str = "traces/esft_deepseek_v2_lite";
 
 #[test]
 fn moe_trace_runs_are_deterministic_and_cut_as_asked() {
-    let Some(trace) = esft() else { return };
-    let dir = tempfile::tempdir().unwrap();
     let model = model("deepseek-v2-lite");
-    let outputs: Vec<String> = (0..2)
-        .map(|i| {
-            let out = dir.path().join(format!("{i}.json"));
-            let o = run(&[
-                "simulate",
-                "--trace",
-                &trace,
-                "--model",
-                &model,
-                "--policy",
-                "lru,frequency,cost,plan",
-                "--budget",
-                "25%",
-                "--allocation",
-                "global,dynamic",
-                "--tokens",
-                "200",
-                "--layers",
-                "4",
-                "--json",
-                out.to_str().unwrap(),
-            ]);
-            assert!(o.status.success(), "{}", stderr(&o));
-            assert!(
-                stderr(&o).contains("--tokens 200 kept 800 of"),
-                "{}",
-                stderr(&o)
-            );
-            assert!(
-                stderr(&o).contains("--layers 4 kept 4 of 26"),
-                "{}",
-                stderr(&o)
-            );
-            std::fs::read_to_string(out).unwrap()
-        })
-        .collect();
-    assert_eq!(outputs[0], outputs[1]);
-    let doc: Value = serde_json::from_str(&outputs[0]).unwrap();
+    let args = [
+        "--model",
+        &model,
+        "--policy",
+        "lru,frequency,cost,plan",
+        "--budget",
+        "25%",
+        "--allocation",
+        "global,dynamic",
+        "--tokens",
+        "200",
+        "--layers",
+        "4",
+    ];
+    let Some(first) = simulate_shared(ESFT, &args) else {
+        return;
+    };
+    let second = simulate_shared(ESFT, &args).unwrap();
+    for sim in [&first, &second] {
+        let err = stderr(&sim.output);
+        assert!(err.contains("--tokens 200 kept 800 of"), "{err}");
+        assert!(err.contains("--layers 4 kept 4 of 26"), "{err}");
+    }
+    assert_eq!(first.text, second.text);
+    let doc = first.doc;
     for r in doc["runs"].as_array().unwrap() {
         // 4 categories x 200 tokens x 4 layers x top-6 requests.
         assert_eq!(r["requests"], 800 * 4 * 6);
@@ -130,32 +107,17 @@ fn moe_trace_runs_are_deterministic_and_cut_as_asked() {
 
 #[test]
 fn the_gate_reports_every_category_and_the_sensitivity_reruns() {
-    let Some(trace) = esft() else { return };
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("gate.json");
-    let o = run(&[
-        "simulate",
-        "--trace",
-        &trace,
-        "--model",
-        &model("deepseek-v2-lite"),
-        "--policy",
-        "lru,frequency",
-        "--budget",
-        "25%",
+    let Some(sim) = simulate_esft_gate(&[
         "--allocation",
         "uniform,dynamic",
         "--tokens",
         "300",
         "--layers",
         "5",
-        "--gate",
-        "--json",
-        out.to_str().unwrap(),
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let doc: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-    let gate = doc["gate"].as_array().unwrap();
+    ]) else {
+        return;
+    };
+    let gate = sim.doc["gate"].as_array().unwrap();
     // Candidates: frequency uniform, lru dynamic, frequency dynamic (lru
     // uniform is the baseline itself).
     assert_eq!(gate.len(), 3);
@@ -174,7 +136,7 @@ fn the_gate_reports_every_category_and_the_sensitivity_reruns() {
         assert!((mean - g["verdict"]["mean_gain"].as_f64().unwrap()).abs() < 1e-12);
         assert_eq!(g["sensitivity"]["reruns"], 2 * 5);
     }
-    assert!(stdout(&o).contains("held-out gate"));
+    assert!(stdout(&sim.output).contains("held-out gate"));
 }
 
 #[test]
@@ -183,38 +145,27 @@ fn bad_simulate_input_is_one_line_with_no_output() {
     let out = dir.path().join("runs.json");
     let truncated = dir.path().join("t.oracleGeneral.bin");
     std::fs::write(&truncated, [0u8; 30]).unwrap();
-    assert_bad_input(
-        &[
-            "simulate",
-            "--trace",
-            truncated.to_str().unwrap(),
-            "--budget",
-            "1MiB",
-            "--json",
-            out.to_str().unwrap(),
-        ],
-        &truncated,
-        "byte 24",
-        &out,
-    );
     let jsonl = dir.path().join("routes.jsonl");
     std::fs::write(
         &jsonl,
         "{\"seq\":\"a\",\"pos\":0,\"layer\":0,\"experts\":[1]}\n",
     )
     .unwrap();
-    assert_bad_input(
-        &[
-            "simulate",
-            "--trace",
-            jsonl.to_str().unwrap(),
-            "--budget",
-            "1MiB",
-            "--json",
-            out.to_str().unwrap(),
-        ],
-        &jsonl,
-        "--model",
-        &out,
-    );
+    // A cut oracleGeneral record; MoE routes without the model they route.
+    for (trace, place) in [(&truncated, "byte 24"), (&jsonl, "--model")] {
+        assert_bad_input(
+            &[
+                "simulate",
+                "--trace",
+                s(trace),
+                "--budget",
+                "1MiB",
+                "--json",
+                s(&out),
+            ],
+            trace,
+            place,
+            &out,
+        );
+    }
 }

@@ -1,6 +1,7 @@
 //! Tests of `plot`.
 
 use super::*;
+use residency_testkit::listing;
 
 fn line(label: &str, points: &[(f64, f64)]) -> Line {
     Line {
@@ -21,16 +22,6 @@ fn capacities() -> Vec<Line> {
         line("0.50 GiB", &[(0.0, 100.0), (1.0, 300.0), (2.0, 112.0)]),
         line("1.00 GiB", &[(0.0, 200.0), (1.0, 600.0), (2.0, 224.0)]),
     ]
-}
-
-/// Names in `dir` (to see that no partial or temporary file is left).
-fn listing(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
 }
 
 #[test]

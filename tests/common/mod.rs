@@ -2,7 +2,7 @@
 //! output, find profiles, and check the one-line bad-input contract.
 #![allow(dead_code)] // each test file uses a different subset
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_residency");
@@ -14,6 +14,63 @@ pub fn run(args: &[&str]) -> Output {
         .current_dir(ROOT)
         .output()
         .expect("the binary runs")
+}
+
+/// Runs the binary on arguments it must accept: a failure panics with its
+/// stderr.
+pub fn run_ok(args: &[&str]) -> Output {
+    let o = run(args);
+    assert!(o.status.success(), "{args:?}: {}", stderr(&o));
+    o
+}
+
+/// A path as an argument.
+pub fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+/// A JSON file the binary wrote.
+pub fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// A `residency simulate` run that wrote `--json`.
+pub struct Simulated {
+    pub output: Output,
+    /// The JSON file's text, and the document it holds.
+    pub text: String,
+    pub doc: serde_json::Value,
+}
+
+/// `residency simulate` of the shared data set `data` (see `shared_data`)
+/// with `extra` arguments and `--json` into a temporary file, which must
+/// succeed; `None` where the data set is absent.
+pub fn simulate_shared(data: &str, extra: &[&str]) -> Option<Simulated> {
+    let trace = shared_data(data)?;
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("sim.json");
+    let head = ["simulate", "--trace", s(&trace)];
+    let output = run_ok(&[&head, extra, &["--json", s(&out)]].concat());
+    let text = std::fs::read_to_string(&out).unwrap();
+    let doc = serde_json::from_str(&text).unwrap();
+    Some(Simulated { output, text, doc })
+}
+
+/// `simulate_shared` on ESFT's DeepSeek-V2-Lite routing traces: lru against
+/// frequency at a 25 % budget through the held-out gate, then `extra`
+/// arguments.
+pub fn simulate_esft_gate(extra: &[&str]) -> Option<Simulated> {
+    let model = model("deepseek-v2-lite");
+    let head = [
+        "--model",
+        &model,
+        "--policy",
+        "lru,frequency",
+        "--budget",
+        "25%",
+        "--gate",
+    ];
+    simulate_shared("traces/esft_deepseek_v2_lite", &[&head, extra].concat())
 }
 
 pub fn stdout(o: &Output) -> String {
@@ -56,16 +113,4 @@ pub fn assert_bad_input(args: &[&str], file: &Path, place: &str, out: &Path) {
     assert!(!out.exists(), "{args:?} left {}", out.display());
 }
 
-/// A data set under `../shared/data/`, or `None` with the reason printed.
-pub fn shared_data(sub: &str) -> Option<PathBuf> {
-    let path = Path::new(ROOT).join("../shared/data").join(sub);
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (../shared/data is not beside the checkout)",
-            path.display()
-        );
-        None
-    }
-}
+pub use residency_testkit::shared_data;

@@ -9,17 +9,7 @@ use residency_cache::sim::stack::{lru_misses_at, stack_distances};
 use std::path::PathBuf;
 
 fn trace() -> Option<PathBuf> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/cache-oracle/cloudPhysicsIO.oracleGeneral.bin");
-    if path.exists() {
-        Some(path)
-    } else {
-        eprintln!(
-            "skipped: {} is absent (../shared/data is not beside the checkout)",
-            path.display()
-        );
-        None
-    }
+    residency_testkit::shared_data("cache-oracle/cloudPhysicsIO.oracleGeneral.bin")
 }
 
 const MIB: u64 = 1 << 20;

@@ -107,8 +107,9 @@ fn static_library() -> PathBuf {
         .unwrap_or_else(|| panic!("no libresidency.a near {}", exe.display()))
 }
 
-/// A checkpoint of `common::TINY_MIXTRAL` and a plan for it on a CPU-only box whose RAM
-/// holds the trunk and three experts: the rest stay on the disk.
+/// `common::tiny_checkpoint` (two MoE layers of 4 experts) and a plan for
+/// it on a CPU-only box whose RAM holds the trunk and three experts: the
+/// rest stay on the disk.
 fn checkpoint_and_plan(dir: &Path) -> (Checkpoint, PathBuf) {
     let checkpoint = common::tiny_checkpoint(dir);
     let bytes = |key: &ObjectKey| checkpoint.object_bytes(key);

@@ -26,21 +26,35 @@ impl Lcg {
     }
 }
 
-const MODEL: &str = r#"
-name: tiny-moe
-layers: 2
-moe_layers: [0, 1]
+/// A model small enough to enumerate every placement: `layers` MoE layers
+/// of 3 experts (100 MB each, top-2), attention on the first layer, a
+/// shared expert on the last unless `shared` is false, and a head.
+fn tiny_moe(name: &str, layers: usize, shared: bool) -> Model {
+    let last = layers - 1;
+    let moe: Vec<usize> = (0..layers).collect();
+    let shared_expert = if shared {
+        format!("  - {{ name: shared, layers: [{last}], bytes: 80 MB, stage: experts }}\n")
+    } else {
+        String::new()
+    };
+    let text = format!(
+        r#"
+name: {name}
+layers: {layers}
+moe_layers: {moe:?}
 experts: 3
 top_k: 2
 hidden: 64
 expert_intermediate: 64
-formats: { q: 100 MB }
-tiers: { gpu: q, ram: q, disk: q }
+formats: {{ q: 100 MB }}
+tiers: {{ gpu: q, ram: q, disk: q }}
 trunk:
-  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
-  - { name: shared, layers: [1], bytes: 80 MB, stage: experts }
-  - { name: lm_head, bytes: 200 MB, stage: head }
-"#;
+  - {{ name: attn, layers: [0], bytes: 150 MB, stage: dense }}
+{shared_expert}  - {{ name: lm_head, bytes: 200 MB, stage: head }}
+"#
+    );
+    Model::from_yaml_str(&text, Path::new(&format!("{name}.yaml"))).unwrap()
+}
 
 fn profile(rng: &mut Lcg) -> String {
     // Capacities between 1 and 4 objects, overheads from 1 us to 1 ms, and
@@ -154,35 +168,24 @@ fn rates(rng: &mut Lcg, layers: usize) -> Vec<Vec<f64>> {
         .collect()
 }
 
+/// A random box from `profile` and random rates for `model`'s `layers` MoE
+/// layers: the profile's text and the instance.
+fn random_instance(rng: &mut Lcg, model: &Model, layers: usize) -> (String, Instance) {
+    let text = profile(rng);
+    let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+    let inst = Instance::new(&profile, model, &rates(rng, layers));
+    (text, inst)
+}
+
 #[test]
 fn bound_and_plan_against_exhaustive_search() {
-    let model = Model::from_yaml_str(MODEL, Path::new("tiny.yaml")).unwrap();
+    let model = tiny_moe("tiny-moe", 2, true);
     let mut rng = Lcg(20261130);
     for case in 0..12 {
-        let text = profile(&mut rng);
-        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
-        let inst = Instance::new(&profile, &model, &rates(&mut rng, 2));
+        let (text, inst) = random_instance(&mut rng, &model, 2);
         assert!(check_against_optimum(&inst, case, &text).is_some());
     }
 }
-
-/// One MoE layer of 3 experts, a shared expert and two trunk components:
-/// with 3-4 GPUs, 6^6 placements at most.
-const FLEET_MODEL: &str = r#"
-name: tiny-moe-fleet
-layers: 1
-moe_layers: [0]
-experts: 3
-top_k: 2
-hidden: 64
-expert_intermediate: 64
-formats: { q: 100 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
-  - { name: shared, layers: [0], bytes: 80 MB, stage: experts }
-  - { name: lm_head, bytes: 200 MB, stage: head }
-"#;
 
 /// A fleet of `gpus` cards no two alike: VRAM for 0-2 objects, GEMV
 /// bandwidths from 100 to 400 GB/s, sync overheads from 1 us to 1 ms.
@@ -214,7 +217,9 @@ io_overlaps_compute: {overlap}
 
 #[test]
 fn bound_and_plan_on_fleets_of_distinct_gpus_against_exhaustive_search() {
-    let model = Model::from_yaml_str(FLEET_MODEL, Path::new("fleet.yaml")).unwrap();
+    // One MoE layer of 3 experts, a shared expert and two trunk components:
+    // with 3-4 GPUs, 6^6 placements at most.
+    let model = tiny_moe("tiny-moe-fleet", 1, true);
     let mut rng = Lcg(20261201);
     let mut solved = 0;
     for case in 0..8 {
@@ -227,32 +232,15 @@ fn bound_and_plan_on_fleets_of_distinct_gpus_against_exhaustive_search() {
     assert!(solved >= 6, "{solved} of 8 fleets solved");
 }
 
-/// One MoE layer, so that two KV groups and the recompute place keep the
-/// enumeration small (5 places, 7 objects).
-const KV_MODEL: &str = r#"
-name: tiny-moe-kv
-layers: 1
-moe_layers: [0]
-experts: 3
-top_k: 2
-hidden: 64
-expert_intermediate: 64
-formats: { q: 100 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
-  - { name: lm_head, bytes: 200 MB, stage: head }
-"#;
-
 #[test]
 fn kv_groups_keep_the_bound_valid_against_exhaustive_search() {
-    let model = Model::from_yaml_str(KV_MODEL, Path::new("tiny-kv.yaml")).unwrap();
+    // One MoE layer, so that two KV groups and the recompute place keep the
+    // enumeration small (5 places, 7 objects).
+    let model = tiny_moe("tiny-moe-kv", 1, false);
     let mut rng = Lcg(4_6);
     let mut kept_where = Vec::new();
     for case in 0..12 {
-        let text = profile(&mut rng);
-        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
-        let mut inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
+        let (text, mut inst) = random_instance(&mut rng, &model, 1);
         // Groups of 50-250 MB saving 0.05-5 ms per token on a GPU: as much
         // as an expert's place is worth, so KV and experts compete; from
         // RAM the 2.5-25 ms upload at 10-20 GB/s often cancels the saving.
@@ -288,12 +276,10 @@ fn kv_groups_keep_the_bound_valid_against_exhaustive_search() {
 /// horizon the result is never worse than staying and within 1 % of the best.
 #[test]
 fn replan_against_exhaustive_search_of_its_objective() {
-    let model = Model::from_yaml_str(MODEL, Path::new("tiny.yaml")).unwrap();
+    let model = tiny_moe("tiny-moe", 2, true);
     let mut rng = Lcg(4_5);
     for case in 0..8 {
-        let text = profile(&mut rng);
-        let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
-        let inst = Instance::new(&profile, &model, &rates(&mut rng, 2));
+        let (text, inst) = random_instance(&mut rng, &model, 2);
         let Ok(current) = greedy(&inst) else { continue };
         let r = &inst.resources;
         // Every object is 80-200 MB; links from the profile: drive 3 GB/s,

@@ -3,9 +3,12 @@
 //! without I/O overlap). Each case reads a real data set from
 //! `../shared/data` and is skipped, with the reason printed, where it is absent.
 
+mod common;
+
+use common::solve_feasible;
+
 use residency_core::profile::HardwareProfile;
 use residency_formats::inputs::{InputPaths, Inputs};
-use residency_solver::{solve, SolveOptions};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -56,15 +59,7 @@ fn check(profile: &str, model: &str, heat: &str, overlap: bool) {
     inputs.profile.io_overlaps_compute = overlap;
     inputs.profile.felt_fraction = None;
     let inst = inputs.instance().unwrap();
-    let solution = solve(
-        &inst,
-        SolveOptions {
-            time_limit_seconds: 10.0,
-            ..SolveOptions::default()
-        },
-    )
-    .unwrap();
-    inst.check_feasible(&solution.placement).unwrap();
+    let solution = solve_feasible(&inst, 10.0);
     let recomputed = inst.evaluate(&solution.placement).token_seconds;
     let case = format!("{model} on {profile}, overlap {overlap}");
     assert!(

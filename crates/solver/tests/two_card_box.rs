@@ -8,10 +8,13 @@
 //! (exponent 1.2, a fixed shuffle per layer): skewed like Colibri's warm
 //! heat, where 83 % of the experts take nearly every selection.
 
+mod common;
+
+use common::solve_feasible;
+
 use residency_core::cost::{Instance, ObjectKind, Place};
 use residency_core::model::{Model, StageKind};
 use residency_core::profile::HardwareProfile;
-use residency_solver::{solve, SolveOptions};
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -59,15 +62,7 @@ fn plan(sync_us: [f64; 2]) -> Outcome {
         Model::from_yaml_file(&Path::new(ROOT).join("../../profiles/models/qwen3.6-35b-a3b.yaml"))
             .unwrap();
     let inst = Instance::new(&profile, &model, &zipf_rates(&model));
-    let solution = solve(
-        &inst,
-        SolveOptions {
-            time_limit_seconds: 10.0,
-            ..SolveOptions::default()
-        },
-    )
-    .unwrap();
-    inst.check_feasible(&solution.placement).unwrap();
+    let solution = solve_feasible(&inst, 10.0);
     let place = |o: usize| inst.places[solution.placement[o]];
     let (mut spread_stages, mut one_card_stages) = (0, 0);
     for stage in inst.stages.iter().filter(|s| s.kind == StageKind::Experts) {

@@ -1,40 +1,105 @@
-//! Fixtures shared by the workspace's integration tests: a tiny
-//! Mixtral-shaped model and its generated checkpoint.
+//! Fixtures shared by the workspace's tests: small model descriptions (a
+//! Mixtral-shaped one and a DeepSeek-V2-shaped one), generated checkpoints
+//! of them, the data sets under `../shared/data`, and a directory listing.
+//!
+//! Unit tests inside `residency-runtime` link a second copy of that crate
+//! through this one, so what they take from here is plain data: YAML text
+//! and paths, never this crate's `Checkpoint`.
 
 use residency_core::model::Model;
 use residency_runtime::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 /// A Mixtral-shaped model small enough to generate in milliseconds: two MoE
-/// layers of four 12 KiB bf16 experts, attention and a head.
-pub const TINY_MIXTRAL: &str = r#"
+/// layers of `experts` 12 KiB bf16 experts (64 x 32, top-2), attention and
+/// a head.
+pub fn tiny_mixtral(experts: usize) -> String {
+    format!(
+        r#"
 name: Mixtral-tiny
 layers: 2
 moe_layers: "0..=1"
+experts: {experts}
+top_k: 2
+hidden: 64
+expert_intermediate: 32
+formats:
+  bf16: 12288
+tiers: {{ gpu: bf16, ram: bf16, disk: bf16 }}
+trunk:
+  - {{ name: attn, layers: "0..=1", bytes: 40960, stage: dense }}
+  - {{ name: lm_head, bytes: 12800, stage: head }}
+"#
+    )
+}
+
+/// A small DeepSeek-V2-shaped description: a dense first layer, three MoE
+/// layers of 4 experts (12 KiB in bf16) with two shared experts, MLA
+/// attention, and int4 as well as bf16 formats.
+pub const SMALL_DEEPSEEK: &str = r#"
+name: DeepSeek-V2-tiny
+layers: 4
+moe_layers: "1..=3"
 experts: 4
 top_k: 2
 hidden: 64
 expert_intermediate: 32
 formats:
   bf16: 12288
-tiers: { gpu: bf16, ram: bf16, disk: bf16 }
+  int4: { bits: 4, group: 16 }
+tiers: { gpu: int4, ram: int4, disk: int4 }
 trunk:
-  - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
+  - { name: attn, layers: "0..=3", bytes: 40000, stage: dense }
+  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
+  - { name: shared_expert, layers: "1..=3", bytes: 24576, stage: experts }
   - { name: lm_head, bytes: 12800, stage: head }
 "#;
 
-/// Writes `TINY_MIXTRAL` to `dir/mixtral-tiny.yaml` and generates it as bf16
-/// in shards of at most 64 KiB into `dir/ckpt`.
-pub fn tiny_checkpoint(dir: &Path) -> Checkpoint {
-    let yaml = dir.join("mixtral-tiny.yaml");
-    std::fs::write(&yaml, TINY_MIXTRAL).unwrap();
-    let model = Model::from_yaml_file(&yaml).unwrap();
+/// Writes `yaml` to `dir/model.yaml` and generates every layer of it as
+/// bf16 in shards of at most 64 KiB into `dir/ckpt`: that directory.
+pub fn generate_bf16(dir: &Path, yaml: &str) -> PathBuf {
+    let path = dir.join("model.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let model = Model::from_yaml_file(&path).unwrap();
     let ckpt_dir = dir.join("ckpt");
     let options = GenOptions {
         dtype: GenDtype::Bf16,
         shard_bytes: 64 << 10,
         ..GenOptions::default()
     };
-    generate(&model, &yaml, &ckpt_dir, &options).unwrap();
-    Checkpoint::open(&ckpt_dir).unwrap()
+    generate(&model, &path, &ckpt_dir, &options).unwrap();
+    ckpt_dir
+}
+
+/// `tiny_mixtral(4)` generated into `dir` by `generate_bf16`, opened.
+pub fn tiny_checkpoint(dir: &Path) -> Checkpoint {
+    Checkpoint::open(&generate_bf16(dir, &tiny_mixtral(4))).unwrap()
+}
+
+/// A data set under `../shared/data/` (beside the checkout), or `None` with
+/// the reason printed: tests that need one skip where it is absent.
+pub fn shared_data(sub: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../../shared/data")
+        .join(sub);
+    if path.exists() {
+        Some(path)
+    } else {
+        eprintln!(
+            "skipped: {} is absent (../shared/data is not beside the checkout)",
+            path.display()
+        );
+        None
+    }
+}
+
+/// The names in `dir`, sorted: to see what a command wrote, and that it
+/// left no partial or temporary file.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
 }

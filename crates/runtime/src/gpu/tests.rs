@@ -241,52 +241,22 @@ fn vulkan_round_trips_through_both_staging_halves_where_a_device_exists() {
     assert_eq!((empty.len(), empty.read_back().unwrap()), (0, vec![]));
 }
 
-/// A small DeepSeek-V2-shaped checkpoint and a plan for it on the default
-/// profile (two GPUs and a RAM node), with the first MoE layer's experts
-/// moved to gpu:0 and the second's to gpu:1 (the best plan for so small a
-/// model keeps everything in RAM).
+/// `residency_testkit::SMALL_DEEPSEEK` generated as bf16 and a plan for it
+/// on the default profile (two GPUs and a RAM node), with the first MoE
+/// layer's experts moved to gpu:0 and the second's to gpu:1 (the best plan
+/// for so small a model keeps everything in RAM). Its dense first layer
+/// makes plan rows and checkpoint layers differ by one.
 fn planned_checkpoint(
     dir: &std::path::Path,
 ) -> (residency_core::plan::Plan, crate::checkpoint::Checkpoint) {
-    use crate::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};
+    use crate::checkpoint::Checkpoint;
     use residency_core::model::Model;
     use residency_core::plan::Plan;
     use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
     use residency_solver::{solve, SolveOptions};
-    let yaml = dir.join("tiny.yaml");
-    std::fs::write(
-        &yaml,
-        r#"
-name: DeepSeek-V2-tiny
-layers: 3
-moe_layers: "1..=2"
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-tiers: { gpu: bf16, ram: bf16, disk: bf16 }
-trunk:
-  - { name: attn, layers: "0..=2", bytes: 40000, stage: dense }
-  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#,
-    )
-    .unwrap();
-    let ckpt_dir = dir.join("ckpt");
-    let options = GenOptions {
-        dtype: GenDtype::Bf16,
-        shard_bytes: 64 << 10,
-        ..GenOptions::default()
-    };
-    generate(
-        &Model::from_yaml_file(&yaml).unwrap(),
-        &yaml,
-        &ckpt_dir,
-        &options,
-    )
-    .unwrap();
+    // The kit's generator writes the files; this crate's `Checkpoint` reads
+    // them (the kit's own type is another copy of this crate's).
+    let ckpt_dir = residency_testkit::generate_bf16(dir, residency_testkit::SMALL_DEEPSEEK);
     let checkpoint = Checkpoint::open(&ckpt_dir).unwrap();
     let model = Model::validate(checkpoint.description(), &ckpt_dir).unwrap();
     let loaded = LoadedModel {
