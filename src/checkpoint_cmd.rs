@@ -1,11 +1,13 @@
 //! Checkpoints on the command line: `residency gen-checkpoint`, and a
-//! checkpoint directory accepted wherever a model description is (`--model
-//! DIR`), its description derived by the executor's checkpoint reader.
+//! checkpoint directory or a GGUF file accepted wherever a model
+//! description is (`--model DIR`, `--model FILE.gguf`), its description
+//! derived by the checkpoint reader or `residency_formats::gguf`.
 
 use crate::flags::{model_help, named, ModelArg};
 use anyhow::Result;
 use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes};
+use residency_formats::gguf;
 use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
 use residency_runtime::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
 use residency_runtime::identity::Family;
@@ -77,24 +79,49 @@ fn load_model(path: &Path) -> Result<(Model, String)> {
     Ok((model, ckpt.identity.content_id))
 }
 
-/// `Model::from_yaml_file`, also accepting a checkpoint directory.
-pub fn model_from_path(path: &Path) -> Result<Model> {
+/// A model the planner derives from a file it does not describe in YAML:
+/// a checkpoint directory or a GGUF file, with its sha256 and the notes to
+/// show; `None` for a description.
+fn derived_model(path: &Path) -> Result<Option<(Model, String, Vec<String>)>> {
     if path.is_dir() {
-        return Ok(load_model(path)?.0);
+        let (model, sha256) = load_model(path)?;
+        let source = model.description.source.clone().unwrap_or_default();
+        return Ok(Some((
+            model,
+            sha256,
+            vec![format!("model derived from the {source}")],
+        )));
     }
-    Ok(Model::from_yaml_file(path)?)
+    if gguf::is_gguf(path) {
+        return Ok(Some(gguf::read_model(path)?));
+    }
+    Ok(None)
 }
 
-/// `Inputs::load`, also accepting a checkpoint directory as `--model`.
+/// `Model::from_yaml_file`, also accepting a checkpoint directory or a
+/// GGUF file (its notes on standard error).
+pub fn model_from_path(path: &Path) -> Result<Model> {
+    match derived_model(path)? {
+        Some((model, _, notes)) => {
+            for note in notes {
+                eprintln!("note: {note}");
+            }
+            Ok(model)
+        }
+        None => Ok(Model::from_yaml_file(path)?),
+    }
+}
+
+/// `Inputs::load`, also accepting a checkpoint directory or a GGUF file as
+/// `--model`.
 pub fn load_inputs(paths: &InputPaths) -> Result<Inputs> {
-    let Some(dir) = paths.model.as_deref().filter(|p| p.is_dir()) else {
+    let Some(path) = paths.model.as_deref() else {
         return Ok(Inputs::load(paths)?);
     };
-    let (model, sha256) = load_model(dir)?;
-    let source = model.description.source.clone().unwrap_or_default();
+    let Some((model, sha256, notes)) = derived_model(path)? else {
+        return Ok(Inputs::load(paths)?);
+    };
     let mut inputs = Inputs::load_with_model(paths, Some(LoadedModel { model, sha256 }))?;
-    inputs
-        .notes
-        .insert(0, format!("model derived from the {source}"));
+    inputs.notes.splice(0..0, notes);
     Ok(inputs)
 }

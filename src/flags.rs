@@ -62,8 +62,9 @@ pub struct BackendArg {
 /// does without one (`mut_arg("model", ...)`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ModelArg {
-    /// Model description (YAML, docs/design.md §3.2) or checkpoint
-    /// directory (config.json and safetensors shards).
+    /// Model description (YAML, docs/design.md §3.2), checkpoint directory
+    /// (config.json and safetensors shards) or GGUF file (a split model by
+    /// its first shard).
     #[arg(long = "model", id = "model", value_name = "MODEL")]
     pub path: Option<PathBuf>,
 }

@@ -462,8 +462,9 @@ fn replan_from_a_plan_moves_only_what_pays() {
 /// written in each command's source).
 #[test]
 fn every_model_flag_reads_a_description_or_a_checkpoint() {
-    let common = "Model description (YAML, docs/design.md §3.2) or checkpoint directory \
-                  (config.json and safetensors shards); ";
+    let common = "Model description (YAML, docs/design.md §3.2), checkpoint directory \
+                  (config.json and safetensors shards) or GGUF file (a split model by its \
+                  first shard); ";
     for (command, specific) in [
         (&["plan"][..], "default: DeepSeek-V2-Lite"),
         (&["validate"], "default: DeepSeek-V2-Lite"),

@@ -225,6 +225,25 @@ impl Calibrating<'_> {
         self.done.measured.push(m);
     }
 
+    /// Records a value set on each of the `count` items of a profile
+    /// section (`(section, count, key)`), with one comment.
+    fn set_each(
+        &mut self,
+        (section, count, key): (&str, usize, &str),
+        value: String,
+        comment: String,
+        spread: Spread,
+    ) {
+        for i in 0..count {
+            self.set(
+                field(section, i, key),
+                value.clone(),
+                comment.clone(),
+                Some(spread),
+            );
+        }
+    }
+
     /// The felt fraction: [PROF] totals first, else the PROFILE lines.
     fn felt_fraction(&mut self, prof: &ProfTotals, profile: &[Figure]) {
         let log = self.log;
@@ -335,15 +354,15 @@ impl Calibrating<'_> {
             model.name(),
             lines_of(takes, self.log)
         );
-        for g in 0..self.done.doc.profile.gpus.len() {
-            self.done.doc.profile.gpus[g].sync_overhead = time;
-            self.set(
-                field("gpus", g, "sync_overhead"),
-                time_text(time),
-                comment.clone(),
-                Some(s),
-            );
-        }
+        let gpus = &mut self.done.doc.profile.gpus;
+        gpus.iter_mut().for_each(|g| g.sync_overhead = time);
+        let count = gpus.len();
+        self.set_each(
+            ("gpus", count, "sync_overhead"),
+            time_text(time),
+            comment,
+            s,
+        );
     }
 
     /// The CPU's GEMV bandwidth from `[timers]`' `expert kernel: compute`
@@ -368,15 +387,15 @@ impl Calibrating<'_> {
             if nodes > 1.0 { format!(", shared by {nodes} nodes") } else { String::new() },
             lines_of(computes, self.log)
         );
-        for n in 0..self.done.doc.profile.numa.len() {
-            self.done.doc.profile.numa[n].gemv_bandwidth = rate;
-            self.set(
-                field("numa", n, "gemv_bandwidth"),
-                rate_text(rate),
-                comment.clone(),
-                Some(s),
-            );
-        }
+        let numa = &mut self.done.doc.profile.numa;
+        numa.iter_mut().for_each(|n| n.gemv_bandwidth = rate);
+        let count = numa.len();
+        self.set_each(
+            ("numa", count, "gemv_bandwidth"),
+            rate_text(rate),
+            comment,
+            s,
+        );
     }
 
     /// The time a token spends outside the phases `[timers]` splits out.

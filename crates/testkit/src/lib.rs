@@ -1,10 +1,13 @@
 //! Fixtures shared by the workspace's tests: small model descriptions (a
 //! Mixtral-shaped one and a DeepSeek-V2-shaped one), generated checkpoints
-//! of them, the data sets under `../shared/data`, and a directory listing.
+//! of them, GGUF files (`gguf`), the data sets under `../shared/data`, and
+//! a directory listing.
 //!
 //! Unit tests inside `residency-runtime` link a second copy of that crate
 //! through this one, so what they take from here is plain data: YAML text
 //! and paths, never this crate's `Checkpoint`.
+
+pub mod gguf;
 
 use residency_core::model::Model;
 use residency_runtime::checkpoint::{generate, Checkpoint, GenDtype, GenOptions};

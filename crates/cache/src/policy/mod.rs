@@ -9,21 +9,25 @@
 //! no per-object overhead. Admission policies may decline a miss: the
 //! request then runs from a transient slot ([`Outcome::Bypassed`]).
 
-/// The `Policy` accessors of a policy whose residents are one field named
-/// `residents` (a `heap::ScoredResidents` or a `recency::SizedList`);
-/// defined before the modules, so in scope in each.
+/// The `Policy` accessors of a policy whose residents are one field
+/// (`residents` unless named: a `heap::ScoredResidents`, a
+/// `recency::SizedList`, SLRU's segments); defined before the modules, so
+/// in scope in each.
 macro_rules! resident_accessors {
     () => {
+        resident_accessors!(residents);
+    };
+    ($field:ident) => {
         fn contains(&self, object: ObjectIndex) -> bool {
-            self.residents.contains(object)
+            self.$field.contains(object)
         }
 
         fn used_bytes(&self) -> u64 {
-            self.residents.used_bytes()
+            self.$field.used_bytes()
         }
 
         fn capacity_bytes(&self) -> u64 {
-            self.residents.capacity_bytes()
+            self.$field.capacity_bytes()
         }
     };
 }

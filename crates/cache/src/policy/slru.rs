@@ -200,17 +200,7 @@ impl Policy for Slru {
         Outcome::Admitted
     }
 
-    fn contains(&self, object: ObjectIndex) -> bool {
-        self.cache.contains(object)
-    }
-
-    fn used_bytes(&self) -> u64 {
-        self.cache.used_bytes()
-    }
-
-    fn capacity_bytes(&self) -> u64 {
-        self.cache.capacity_bytes()
-    }
+    resident_accessors!(cache);
 
     /// [`Segmented::remove`]: the object leaves its segment; no history.
     fn remove(&mut self, object: ObjectIndex) {

@@ -452,20 +452,6 @@ pub(crate) mod test_util {
         msg
     }
 
-    /// The shared data directory, or None (and a reason on stderr) when it
-    /// is absent, so that tests on real data skip instead of failing.
-    pub fn shared_data(sub: &str) -> Option<std::path::PathBuf> {
-        let dir =
-            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/data"))
-                .join(sub);
-        if dir.exists() {
-            Some(dir)
-        } else {
-            eprintln!(
-                "skipped: {} is absent (the shared data sets live beside the repository)",
-                dir.display()
-            );
-            None
-        }
-    }
+    /// The shared data directory, or None (and a reason on stderr).
+    pub use residency_testkit::shared_data;
 }

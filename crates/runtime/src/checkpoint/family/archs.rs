@@ -57,22 +57,15 @@ const DEEPSEEK_V2: ArchSpec = ArchSpec {
     rms_norm_eps: 1e-6,
 };
 
-/// Qwen2-MoE; Qwen3-MoE differs in its attention and shared expert.
+/// Qwen2-MoE: DeepSeek-V2's module layout with Qwen's expert count key,
+/// attention, dense layers and shared expert; Qwen3-MoE differs from it in
+/// its attention and shared expert.
 const QWEN2_MOE: ArchSpec = ArchSpec {
     arch: Arch::Qwen2Moe,
     family: Family::QwenMoe,
     model_type: "qwen2_moe",
     architecture: "Qwen2MoeForCausalLM",
-    text_config: None,
-    prefix: "",
-    ignored_prefixes: &[],
     experts_key: "num_experts",
-    expert_intermediate_key: "moe_intermediate_size",
-    dense_intermediate_key: "intermediate_size",
-    moe_module: "mlp",
-    router: "gate",
-    dense_module: "mlp",
-    experts: ExpertLayout::PerExpert(GATE_UP_DOWN),
     attention: AttentionKind::Gqa {
         qkv_bias: true,
         qk_norm: QkNorm::None,
@@ -80,8 +73,7 @@ const QWEN2_MOE: ArchSpec = ArchSpec {
     },
     dense: DenseLayers::MlpOnly,
     shared: SharedExpert::Qwen,
-    router_bias: false,
-    rms_norm_eps: 1e-6,
+    ..DEEPSEEK_V2
 };
 
 pub const ARCHS: [ArchSpec; 8] = [

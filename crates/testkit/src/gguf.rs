@@ -1,0 +1,144 @@
+//! GGUF files for tests, laid out as llama.cpp's converter writes them
+//! (metadata, tensor infos, data aligned to 32 bytes), the data left as
+//! zeros (a sparse file). The writer has its own table of the few ggml
+//! types it uses, so a reader's table is checked against it, not reused.
+
+use std::path::Path;
+
+/// `(ggml type id, values a block, bytes a block)` of the types the tests use.
+pub const F32: (u32, u64, u64) = (0, 1, 4);
+pub const Q4_0: (u32, u64, u64) = (2, 32, 18);
+pub const Q8_0: (u32, u64, u64) = (8, 32, 34);
+pub const MXFP4: (u32, u64, u64) = (39, 32, 17);
+
+pub enum Kv {
+    U32(u32),
+    Str(&'static str),
+    StrArray(Vec<&'static str>),
+}
+
+pub struct Tensor {
+    pub name: String,
+    pub dims: Vec<u64>,
+    pub kind: (u32, u64, u64),
+}
+
+/// A GGUF file to write.
+#[derive(Default)]
+pub struct Gguf {
+    pub version: u32,
+    pub kv: Vec<(String, Kv)>,
+    pub tensors: Vec<Tensor>,
+}
+
+impl Gguf {
+    pub fn new(arch: &'static str) -> Gguf {
+        Gguf {
+            version: 3,
+            ..Gguf::default()
+        }
+        .kv("general.architecture", Kv::Str(arch))
+    }
+
+    pub fn kv(mut self, key: &str, value: Kv) -> Gguf {
+        self.kv.push((key.to_string(), value));
+        self
+    }
+
+    pub fn tensor(mut self, name: &str, dims: &[u64], kind: (u32, u64, u64)) -> Gguf {
+        self.tensors.push(Tensor {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            kind,
+        });
+        self
+    }
+
+    /// Bytes of `t` by the writer's own table.
+    fn bytes(t: &Tensor) -> u64 {
+        let (_, block, block_bytes) = t.kind;
+        t.dims[0] / block * block_bytes * t.dims[1..].iter().product::<u64>()
+    }
+
+    pub fn write(&self, path: &Path) {
+        let mut b = Vec::new();
+        let string = |b: &mut Vec<u8>, s: &str| {
+            b.extend((s.len() as u64).to_le_bytes());
+            b.extend(s.as_bytes());
+        };
+        b.extend(b"GGUF");
+        b.extend(self.version.to_le_bytes());
+        b.extend((self.tensors.len() as u64).to_le_bytes());
+        b.extend((self.kv.len() as u64).to_le_bytes());
+        for (key, value) in &self.kv {
+            string(&mut b, key);
+            match value {
+                Kv::U32(v) => {
+                    b.extend(4u32.to_le_bytes());
+                    b.extend(v.to_le_bytes());
+                }
+                Kv::Str(s) => {
+                    b.extend(8u32.to_le_bytes());
+                    string(&mut b, s);
+                }
+                Kv::StrArray(items) => {
+                    b.extend(9u32.to_le_bytes());
+                    b.extend(8u32.to_le_bytes());
+                    b.extend((items.len() as u64).to_le_bytes());
+                    for s in items {
+                        string(&mut b, s);
+                    }
+                }
+            }
+        }
+        let mut offset = 0u64;
+        for t in &self.tensors {
+            string(&mut b, &t.name);
+            b.extend((t.dims.len() as u32).to_le_bytes());
+            for d in &t.dims {
+                b.extend(d.to_le_bytes());
+            }
+            b.extend(t.kind.0.to_le_bytes());
+            b.extend(offset.to_le_bytes());
+            offset += Self::bytes(t).div_ceil(32) * 32;
+        }
+        let data_start = (b.len() as u64).div_ceil(32) * 32;
+        std::fs::write(path, &b).unwrap();
+        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        f.set_len(data_start + offset).unwrap();
+    }
+}
+
+pub const H: u64 = 64;
+pub const FF: u64 = 32;
+pub const E: u64 = 4;
+
+/// A Qwen3-MoE-shaped file: `layers` MoE layers of 4 experts (hidden 64,
+/// expert FF 32, Q4_0), attention in Q8_0, norms and router in F32.
+pub fn qwen3moe(layers: u32) -> Gguf {
+    let mut g = Gguf::new("qwen3moe")
+        .kv("general.name", Kv::Str("tiny-qwen3moe"))
+        .kv("qwen3moe.block_count", Kv::U32(layers))
+        .kv("qwen3moe.embedding_length", Kv::U32(H as u32))
+        .kv("qwen3moe.expert_count", Kv::U32(E as u32))
+        .kv("qwen3moe.expert_used_count", Kv::U32(2))
+        .kv("qwen3moe.expert_feed_forward_length", Kv::U32(FF as u32))
+        .kv("qwen3moe.attention.head_count", Kv::U32(4))
+        .kv("qwen3moe.attention.head_count_kv", Kv::U32(2))
+        .kv("tokenizer.ggml.tokens", Kv::StrArray(vec!["a", "b", "c"]))
+        .tensor("token_embd.weight", &[H, 100], Q8_0)
+        .tensor("output.weight", &[H, 100], Q8_0)
+        .tensor("output_norm.weight", &[H], F32);
+    for l in 0..layers {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        g = g
+            .tensor(&n("attn_q.weight"), &[H, H], Q8_0)
+            .tensor(&n("attn_norm.weight"), &[H], F32)
+            .tensor(&n("ffn_norm.weight"), &[H], F32)
+            .tensor(&n("ffn_gate_inp.weight"), &[H, E], F32)
+            .tensor(&n("ffn_gate_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_up_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], Q4_0);
+    }
+    g
+}
