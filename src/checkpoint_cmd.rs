@@ -3,7 +3,7 @@
 //! description is (`--model DIR`, `--model FILE.gguf`), its description
 //! derived by the checkpoint reader or `residency_formats::gguf`.
 
-use crate::flags::{model_help, named, ModelArg};
+use crate::flags::{more_help, named, ModelArg};
 use anyhow::Result;
 use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes};
@@ -14,7 +14,7 @@ use residency_runtime::identity::Family;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
-#[command(mut_arg("model", |arg| model_help("its geometry is written")(arg).required(true)))]
+#[command(mut_arg("model", |arg| more_help("its geometry is written")(arg).required(true)))]
 pub struct GenCheckpointArgs {
     #[command(flatten)]
     model: ModelArg,

@@ -7,6 +7,8 @@ use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
 use residency_core::model::Model;
 use residency_core::names::Named;
+use residency_core::profile::HardwareProfile;
+use residency_formats::inputs::defaults;
 use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
@@ -59,7 +61,7 @@ pub struct BackendArg {
 
 /// `--model`, read the same way by every command that takes one. A
 /// command says in its own help what it reads of the model and what it
-/// does without one (`mut_arg("model", ...)`).
+/// does without one (`mut_arg("model", more_help(...))`).
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct ModelArg {
     /// Model description (YAML, docs/design.md §3.2), checkpoint directory
@@ -76,11 +78,35 @@ impl ModelArg {
     }
 }
 
-/// `--model`'s help with what one command reads of the model, or does
-/// without it, after the common part (clap has dropped its full stop).
-pub fn model_help(specific: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
+/// A shared flag's help with what one command does with it, or without it,
+/// after the common part (clap has dropped its full stop).
+pub fn more_help(specific: &'static str) -> impl FnOnce(clap::Arg) -> clap::Arg {
     move |arg| {
         let common = arg.get_help().map(|h| h.to_string()).unwrap_or_default();
         arg.help(format!("{common}; {specific}"))
+    }
+}
+
+/// What `simulate` and `replay` take of `--profile`.
+pub const MISS_PRICE: &str = "its fastest drive prices a miss; default: the embedded two-card box";
+
+/// `--profile`: a hardware profile, else the embedded two-card box.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct ProfileArg {
+    /// Hardware profile (YAML, docs/design.md §3.1).
+    #[arg(long = "profile", id = "profile", value_name = "PROFILE")]
+    pub path: Option<PathBuf>,
+}
+
+impl ProfileArg {
+    /// The profile given, else the embedded default.
+    pub fn load_or_default(&self) -> anyhow::Result<HardwareProfile> {
+        Ok(match &self.path {
+            Some(p) => HardwareProfile::from_yaml_file(p)?,
+            None => HardwareProfile::from_yaml_str(
+                defaults::PROFILE,
+                std::path::Path::new(defaults::PROFILE_NAME),
+            )?,
+        })
     }
 }

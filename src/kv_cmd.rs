@@ -9,7 +9,7 @@
 //! KV blocks, the traces have no categories, and a whole Mooncake trace
 //! replays in well under a second per run, so `--tokens` would buy nothing.
 
-use crate::flags::{model_help, named, ModelArg};
+use crate::flags::{more_help, named, ModelArg};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_core::kv::KvGroupsFile;
@@ -56,7 +56,7 @@ pub struct KvReplayArgs {
 #[derive(clap::Args)]
 #[command(mut_arg(
     "model",
-    model_help("its kv_bytes_per_token sizes the blocks; default: DeepSeek-V2-Lite")
+    more_help("its kv_bytes_per_token sizes the blocks; default: DeepSeek-V2-Lite")
 ))]
 pub struct SizingArgs {
     /// Prefill speed: seconds saved = hit tokens / this.

@@ -13,7 +13,7 @@ mod simulate;
 
 use anyhow::{bail, Context, Result};
 use clap::{Parser, Subcommand};
-use flags::{model_help, named, ModelArg};
+use flags::{more_help, named, ModelArg, ProfileArg};
 use residency_core::cost::Instance;
 use residency_core::kv::KvGroupsFile;
 use residency_core::model::Model;
@@ -40,11 +40,11 @@ struct Cli {
 
 /// The three inputs of a plan; each defaults to the embedded example.
 #[derive(clap::Args, Clone)]
-#[command(mut_arg("model", model_help("default: DeepSeek-V2-Lite")))]
+#[command(mut_arg("model", more_help("default: DeepSeek-V2-Lite")))]
+#[command(mut_arg("profile", more_help("default: Colibri's two-card box")))]
 struct InputArgs {
-    /// Hardware profile (YAML, docs/design.md §3.1); default: Colibri's two-card box.
-    #[arg(long)]
-    profile: Option<PathBuf>,
+    #[command(flatten)]
+    profile: ProfileArg,
     #[command(flatten)]
     model: ModelArg,
     /// Heat (file or data-set directory, docs/design.md §3.3); default: the embedded
@@ -89,7 +89,7 @@ struct ReplanArgs {
 impl InputArgs {
     fn paths(&self) -> InputPaths {
         InputPaths {
-            profile: self.profile.clone(),
+            profile: self.profile.path.clone(),
             model: self.model.path.clone(),
             heat: self.heat.clone(),
             heat_format: self.heat_format,
@@ -131,7 +131,7 @@ enum Command {
         replan: ReplanArgs,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
-    #[command(mut_arg("model", model_help("it maps engine layer numbers and pads experts")))]
+    #[command(mut_arg("model", more_help("it maps engine layer numbers and pads experts")))]
     Heat {
         /// Heat file or data-set directory.
         input: PathBuf,

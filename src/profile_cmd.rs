@@ -5,7 +5,7 @@
 //! (written atomically, after the planner's reader has read it back), else
 //! to standard output.
 
-use crate::flags::{model_help, ModelArg};
+use crate::flags::{more_help, ModelArg};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_hwprofile::{
@@ -37,7 +37,7 @@ enum ProfileCommand {
     /// Measure a profile's rates on this machine: CPU GEMV per NUMA node,
     /// drive bandwidth and latency (O_DIRECT), GPU GEMV, upload and sync;
     /// or take them from a Colibri log with --from-log.
-    #[command(mut_arg("model", model_help(
+    #[command(mut_arg("model", more_help(
         "its geometry and tier formats size the generated experts, and a log's per-token figures"
     )))]
     Calibrate {

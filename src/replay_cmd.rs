@@ -3,7 +3,7 @@
 //! table and `--json`. The work is `residency_runtime::serve::replay`.
 
 use crate::checkpoint_cmd::model_from_path;
-use crate::flags::{model_help, named, BackendArg, ModelArg};
+use crate::flags::{more_help, named, BackendArg, ModelArg, ProfileArg, MISS_PRICE};
 use anyhow::{bail, Result};
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
@@ -11,19 +11,19 @@ use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_core::units::Bytes;
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
-use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
     replay, ReplayConfig, ReplayReport, ReplayRun, ServePolicy,
 };
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 #[command(mut_arg(
     "model",
-    model_help("the model the trace was recorded on; default: the checkpoint's own description")
+    more_help("the model the trace was recorded on; default: the checkpoint's own description")
 ))]
+#[command(mut_arg("profile", more_help(MISS_PRICE)))]
 pub struct ReplayArgs {
     /// Checkpoint directory (e.g. from `residency gen-checkpoint`).
     #[arg(long)]
@@ -35,10 +35,8 @@ pub struct ReplayArgs {
     trace_format: Option<HeatFormat>,
     #[command(flatten)]
     model: ModelArg,
-    /// Hardware profile whose fastest drive prices a miss (default: the
-    /// embedded two-card box).
-    #[arg(long)]
-    profile: Option<PathBuf>,
+    #[command(flatten)]
+    profile: ProfileArg,
     /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan,
     /// and `resident` (no store, every expert read into memory first: the
     /// baseline of the executor's overhead, with `--ram-budget 100% --warm`).
@@ -121,12 +119,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         Some(model) => model,
         None => model_from_path(&args.checkpoint)?,
     };
-    let profile = match &args.profile {
-        Some(p) => HardwareProfile::from_yaml_file(p)?,
-        None => {
-            HardwareProfile::from_yaml_str(defaults::PROFILE, Path::new(defaults::PROFILE_NAME))?
-        }
-    };
+    let profile = args.profile.load_or_default()?;
     let mut notes = Vec::new();
     let mut trace = read_trace(
         &args.trace,

@@ -1,7 +1,7 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
 //! `--plot` files. The simulation itself is `residency_cache::sim::job`.
 
-use crate::flags::{model_help, named, ModelArg};
+use crate::flags::{more_help, named, ModelArg, ProfileArg, MISS_PRICE};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_cache::policy::PolicyKind;
@@ -10,14 +10,13 @@ use residency_cache::sim::arms::{SimOptions, Start};
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::felt::miss_seconds_from_prof_log;
 use residency_cache::sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
-use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_time, Bytes};
-use residency_formats::inputs::defaults;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
-#[command(mut_arg("model", model_help("it sizes the experts of a MoE trace")))]
+#[command(mut_arg("model", more_help("it sizes the experts of a MoE trace")))]
+#[command(mut_arg("profile", more_help(MISS_PRICE)))]
 pub struct SimulateArgs {
     /// Trace: libCacheSim oracleGeneral, or any per-token MoE trace the
     /// planner reads (file or data-set directory).
@@ -29,10 +28,8 @@ pub struct SimulateArgs {
     trace_format: Option<TraceFormat>,
     #[command(flatten)]
     model: ModelArg,
-    /// Hardware profile whose fastest drive prices a miss (default: the
-    /// embedded two-card box).
-    #[arg(long)]
-    profile: Option<PathBuf>,
+    #[command(flatten)]
+    profile: ProfileArg,
     /// Calibrated felt wait per physical miss, e.g. `4.67ms` (all layers).
     #[arg(long, value_parser = parse_seconds, conflicts_with = "miss_cost_log")]
     miss_cost: Option<f64>,
@@ -116,12 +113,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
     if let Some(file) = &args.plot {
         plot::PlotFormat::from_path(file)?;
     }
-    let profile = match &args.profile {
-        Some(p) => HardwareProfile::from_yaml_file(p)?,
-        None => {
-            HardwareProfile::from_yaml_str(defaults::PROFILE, Path::new(defaults::PROFILE_NAME))?
-        }
-    };
+    let profile = args.profile.load_or_default()?;
     let job = SimulateJob {
         trace: args.trace.clone(),
         format: args.trace_format,

@@ -457,11 +457,11 @@ fn replan_from_a_plan_moves_only_what_pays() {
     assert!(stderr(&o).contains("--horizon-tokens 0: give a positive number"));
 }
 
-/// `--model` is one flag: every command that takes it gives the same
+/// `--model` and `--profile` are one flag each: every command that takes one gives the same
 /// description, then what that command reads of the model (the sentences
 /// written in each command's source).
 #[test]
-fn every_model_flag_reads_a_description_or_a_checkpoint() {
+fn every_model_and_profile_flag_is_one_definition() {
     let common = "Model description (YAML, docs/design.md §3.2), checkpoint directory \
                   (config.json and safetensors shards) or GGUF file (a split model by its \
                   first shard); ";
@@ -486,6 +486,15 @@ fn every_model_flag_reads_a_description_or_a_checkpoint() {
         assert!(
             help.contains(&want),
             "{command:?} --help lacks `{want}`:\n{help}"
+        );
+    }
+    // `--profile` likewise.
+    for command in ["plan", "simulate", "replay"] {
+        let help = stdout(&run_ok(&[command, "--help"]));
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        assert!(
+            help.contains("Hardware profile (YAML, docs/design.md §3.1); "),
+            "{command}: {help}"
         );
     }
     // gen-checkpoint cannot do without it.

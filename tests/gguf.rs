@@ -27,7 +27,11 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
     let out = stdout(&o);
     assert!(out.contains("tiny-qwen3moe"), "{out}");
     // The notes say what the file's layout implies.
-    assert!(stderr(&o).contains("token_embd") || out.contains("token_embd"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("token_embd") || out.contains("token_embd"),
+        "{}",
+        stderr(&o)
+    );
     let plan = read_json(&plan);
     assert_eq!(plan["experts"].as_array().unwrap().len(), 4, "4 MoE layers");
     // The trunk as the file holds it (the test kit's layout, by hand):
@@ -36,7 +40,12 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|t| (t["name"].as_str().unwrap().to_string(), t["bytes"].as_u64().unwrap()))
+        .map(|t| {
+            (
+                t["name"].as_str().unwrap().to_string(),
+                t["bytes"].as_u64().unwrap(),
+            )
+        })
         .collect();
     let mut want: Vec<(String, u64)> = (0..4).map(|_| ("attn".to_string(), 5888)).collect();
     want.push(("lm_head".to_string(), 7056));
@@ -52,6 +61,11 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
     assert_eq!(used, 16 * 3456 + 4 * 5888 + 7056);
     assert!(dir.path().join("llama_cpp_override_tensor.txt").is_file());
     // The same file validates the plan.
-    let v = run(&["validate", s(&dir.path().join("plan.json")), "--model", s(&model)]);
+    let v = run(&[
+        "validate",
+        s(&dir.path().join("plan.json")),
+        "--model",
+        s(&model),
+    ]);
     assert!(v.status.success(), "{}", stderr(&v));
 }

@@ -3,8 +3,8 @@
 //! comments.
 
 use super::*;
-use residency_testkit::gguf::*;
 use residency_core::model::StageKind;
+use residency_testkit::gguf::*;
 use std::path::{Path, PathBuf};
 
 fn write(dir: &Path, name: &str, g: &Gguf) -> PathBuf {
