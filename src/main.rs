@@ -410,7 +410,7 @@ fn plan(
             continue;
         }
         done.push(engine);
-        let written = export::export(engine, &plan, &inst, dir)?;
+        let written = export::export(engine, &plan, &inst, dir, args.model.path.as_deref())?;
         for file in &written.files {
             println!("wrote {} ({engine})", file.display());
         }

@@ -55,7 +55,7 @@ impl Gguf {
     }
 
     /// Bytes of `t` by the writer's own table.
-    fn bytes(t: &Tensor) -> u64 {
+    pub fn bytes(t: &Tensor) -> u64 {
         let (_, block, block_bytes) = t.kind;
         t.dims[0] / block * block_bytes * t.dims[1..].iter().product::<u64>()
     }
@@ -116,29 +116,34 @@ pub const E: u64 = 4;
 /// A Qwen3-MoE-shaped file: `layers` MoE layers of 4 experts (hidden 64,
 /// expert FF 32, Q4_0), attention in Q8_0, norms and router in F32.
 pub fn qwen3moe(layers: u32) -> Gguf {
+    qwen3moe_sized(layers, H, FF, E)
+}
+
+/// `qwen3moe` at another geometry: hidden `h`, expert FF `ff`, `e` experts.
+pub fn qwen3moe_sized(layers: u32, h: u64, ff: u64, e: u64) -> Gguf {
     let mut g = Gguf::new("qwen3moe")
         .kv("general.name", Kv::Str("tiny-qwen3moe"))
         .kv("qwen3moe.block_count", Kv::U32(layers))
-        .kv("qwen3moe.embedding_length", Kv::U32(H as u32))
-        .kv("qwen3moe.expert_count", Kv::U32(E as u32))
+        .kv("qwen3moe.embedding_length", Kv::U32(h as u32))
+        .kv("qwen3moe.expert_count", Kv::U32(e as u32))
         .kv("qwen3moe.expert_used_count", Kv::U32(2))
-        .kv("qwen3moe.expert_feed_forward_length", Kv::U32(FF as u32))
+        .kv("qwen3moe.expert_feed_forward_length", Kv::U32(ff as u32))
         .kv("qwen3moe.attention.head_count", Kv::U32(4))
         .kv("qwen3moe.attention.head_count_kv", Kv::U32(2))
         .kv("tokenizer.ggml.tokens", Kv::StrArray(vec!["a", "b", "c"]))
-        .tensor("token_embd.weight", &[H, 100], Q8_0)
-        .tensor("output.weight", &[H, 100], Q8_0)
-        .tensor("output_norm.weight", &[H], F32);
+        .tensor("token_embd.weight", &[h, 100], Q8_0)
+        .tensor("output.weight", &[h, 100], Q8_0)
+        .tensor("output_norm.weight", &[h], F32);
     for l in 0..layers {
         let n = |s: &str| format!("blk.{l}.{s}");
         g = g
-            .tensor(&n("attn_q.weight"), &[H, H], Q8_0)
-            .tensor(&n("attn_norm.weight"), &[H], F32)
-            .tensor(&n("ffn_norm.weight"), &[H], F32)
-            .tensor(&n("ffn_gate_inp.weight"), &[H, E], F32)
-            .tensor(&n("ffn_gate_exps.weight"), &[H, FF, E], Q4_0)
-            .tensor(&n("ffn_up_exps.weight"), &[H, FF, E], Q4_0)
-            .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], Q4_0);
+            .tensor(&n("attn_q.weight"), &[h, h], Q8_0)
+            .tensor(&n("attn_norm.weight"), &[h], F32)
+            .tensor(&n("ffn_norm.weight"), &[h], F32)
+            .tensor(&n("ffn_gate_inp.weight"), &[h, e], F32)
+            .tensor(&n("ffn_gate_exps.weight"), &[h, ff, e], Q4_0)
+            .tensor(&n("ffn_up_exps.weight"), &[h, ff, e], Q4_0)
+            .tensor(&n("ffn_down_exps.weight"), &[ff, h, e], Q4_0);
     }
     g
 }

@@ -1,38 +1,57 @@
 //! The `llama-cpp` export: `--override-tensor` (`-ot <regex>=<buffer>`)
-//! rules over GGUF tensor names. All routed experts of a layer are one
-//! tensor per projection (`blk.N.ffn_gate_exps.weight`, ...), so each MoE
-//! layer goes to the buffer holding the largest share of its use-rate mass;
-//! where whole layers overflow a card, its layers with the least planned
-//! mass there move to their next buffer with room (else the CPU). The
-//! warning on lost per-expert decisions gives the cost model's token time
-//! of what llama.cpp will run beside the plan's.
+//! rules over GGUF tensor names, and the command lines that use them. All
+//! routed experts of a layer are one tensor per projection
+//! (`blk.N.ffn_gate_exps.weight`, ...), so each MoE layer goes to the buffer
+//! holding the largest share of its use-rate mass; where whole layers
+//! overflow a card, its layers with the least planned mass there move to
+//! their next buffer with room (else the CPU). The warning on lost
+//! per-expert decisions gives the cost model's token time of what llama.cpp
+//! will run beside the plan's.
+//!
+//! With one GPU the rules name only what leaves it: `-ngl 999` already puts
+//! every other tensor on `CUDA0`, and rules that pin tensors there
+//! explicitly made llama.cpp 5-10 % slower on the H200 machine than the same
+//! layer choice written as CPU rules alone
+//! (`../shared/data/llamacpp-h200-qwen3-30b/second-run/`).
 
 #[cfg(test)]
 mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
 use super::{create_dir, join, moe_layers, placement, unexpressed_tiers, Export};
+use crate::gguf::tensors::WITH_ATTENTION;
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
+use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 pub const LLAMA_OT_FILE: &str = "llama_cpp_override_tensor.txt";
 pub const LLAMA_ARGS_FILE: &str = "llama_cpp_args.txt";
+pub const LLAMA_COMMAND_FILE: &str = "llama_cpp_command.txt";
+pub const LLAMA_MEMORY_FILE: &str = "llama_cpp_memory_plan.json";
 
 /// A family of GGUF tensors one rule moves.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
 enum Tensors {
     RoutedExperts,
     Attention,
     DenseFfn,
     SharedExperts,
+    ChunkExperts,
     Output,
 }
 
 /// Trunk names of our model descriptions with a GGUF tensor family.
-pub const LLAMA_TRUNK_NAMES: [&str; 4] = ["attn", "dense_ffn", "shared_expert", "lm_head"];
+pub const LLAMA_TRUNK_NAMES: [&str; 5] = [
+    "attn",
+    "dense_ffn",
+    "shared_expert",
+    "chunk_experts",
+    "lm_head",
+];
 
 impl Tensors {
     fn for_trunk(name: &str) -> Option<Tensors> {
@@ -40,82 +59,93 @@ impl Tensors {
             "attn" => Some(Tensors::Attention),
             "dense_ffn" => Some(Tensors::DenseFfn),
             "shared_expert" => Some(Tensors::SharedExperts),
+            "chunk_experts" => Some(Tensors::ChunkExperts),
             "lm_head" => Some(Tensors::Output),
             _ => None,
         }
     }
 
     /// The regex (llama.cpp `std::regex_search`, anchored at the start; no
-    /// `,` or `=`, which separate rules and buffers; no shell glob characters).
+    /// `,`, `;` or `=`, which separate rules and buffers; no shell quote).
+    /// Attention takes the layer's norms and router with it, as the model
+    /// description counts them (`gguf::tensors`).
     fn pattern(self, layers: &BTreeSet<usize>) -> String {
         let alt = join(layers, "|");
         match self {
             Tensors::RoutedExperts => {
                 format!(r"^blk\.({alt})\.ffn_(gate|up|down|gate_up)_exps\.")
             }
-            Tensors::Attention => format!(r"^blk\.({alt})\.attn_"),
-            Tensors::DenseFfn => format!(r"^blk\.({alt})\.ffn_(gate|up|down)\."),
-            Tensors::SharedExperts => format!(r"^blk\.({alt})\.ffn_(gate|up|down)_shexp\."),
-            Tensors::Output => r"^output\.".into(),
+            Tensors::Attention => {
+                let with = join(WITH_ATTENTION.iter().map(|b| format!(r"{b}\.")), "|");
+                format!(r"^blk\.({alt})\.(attn_|{with})")
+            }
+            Tensors::DenseFfn => format!(r"^blk\.({alt})\.ffn_(gate|up|down|gate_up)\."),
+            Tensors::SharedExperts => {
+                format!(r"^blk\.({alt})\.ffn_(gate|up|down|gate_inp)_shexp\.")
+            }
+            Tensors::ChunkExperts => format!(r"^blk\.({alt})\.ffn_(gate|up|down)_chexps\."),
+            Tensors::Output => r"^(output|output_norm|rope_freqs)\.".into(),
         }
     }
 }
 
-/// The rules of a placement, as `(regex, buffer)` in output order.
-fn llama_rules(rules: &BTreeMap<(Tensors, Buffer), BTreeSet<usize>>) -> Vec<(String, Buffer)> {
+/// The layers each family of tensors goes to each buffer for.
+type Rules = BTreeMap<(Tensors, Buffer), BTreeSet<usize>>;
+
+/// The rules of a placement, as `(regex, buffer)` in output order, leaving
+/// out those for `default` (where `-ngl` puts an unmatched tensor anyway).
+fn llama_rules(rules: &Rules, default: Option<Buffer>) -> Vec<(String, Buffer)> {
     rules
         .iter()
+        .filter(|((_, b), _)| Some(*b) != default)
         .map(|(&(t, b), layers)| (t.pattern(layers), b))
         .collect()
 }
 
-/// Writes `llama_cpp_override_tensor.txt` (one `-ot REGEX=BUFFER` line per
-/// rule) and `llama_cpp_args.txt` (one command-line fragment).
+/// Per llama.cpp buffer, the bytes the rules put there, by tensor family.
+#[derive(Debug, Serialize)]
+struct MemoryPlan {
+    buffers: BTreeMap<String, BufferBytes>,
+}
+
+#[derive(Debug, Default, Serialize)]
+struct BufferBytes {
+    bytes: u64,
+    by_family: BTreeMap<Tensors, u64>,
+}
+
+impl MemoryPlan {
+    fn add(&mut self, buffer: Buffer, family: Tensors, bytes: u64) {
+        let b = self.buffers.entry(buffer.to_string()).or_default();
+        b.bytes += bytes;
+        *b.by_family.entry(family).or_default() += bytes;
+    }
+}
+
+/// Writes `llama_cpp_override_tensor.txt` (one `-ot 'REGEX=BUFFER'` line
+/// per rule), `llama_cpp_args.txt` (one command-line fragment),
+/// `llama_cpp_command.txt` (a `llama-server` and a `llama-bench` line of
+/// the same placement; `-m` is `model_file` when it is a GGUF) and
+/// `llama_cpp_memory_plan.json`.
 ///
 /// Each MoE layer's routed experts go to the buffer with the most of the
 /// layer's use-rate mass in the plan (then the most experts, then the lower
 /// buffer). Where whole layers then overflow a card's capacity, the layers
 /// with the least of the plan's mass on that card go to the CPU until the
 /// card fits. Trunk components go where the plan puts them.
-pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+pub fn llama_cpp(
+    plan: &Plan,
+    inst: &Instance,
+    dir: &Path,
+    model_file: Option<&Path>,
+) -> Result<Export> {
     let placement = placement(plan, inst)?;
-    let place = |o: usize| inst.places[placement[o]];
     let layers_of = moe_layers(inst)?;
-    let gpus = inst.resources.gpus();
     let mut warnings = Vec::new();
-    let mut rules: BTreeMap<(Tensors, Buffer), BTreeSet<usize>> = BTreeMap::new();
-
-    // Trunk.
-    let mut trunk_gpu = vec![0u64; gpus];
-    let mut unknown: Vec<String> = Vec::new();
-    for (o, name, layer) in inst.trunk() {
-        let buffer = Buffer::of(place(o));
-        match (Tensors::for_trunk(name), layer) {
-            (Some(Tensors::Output), _) => {
-                rules.entry((Tensors::Output, buffer)).or_default();
-            }
-            (Some(t), Some(layer)) => {
-                rules.entry((t, buffer)).or_default().insert(layer);
-            }
-            _ => {
-                if !unknown.iter().any(|u| u == name) {
-                    unknown.push(name.to_string());
-                }
-                continue;
-            }
-        }
-        if let Buffer::Cuda(g) = buffer {
-            trunk_gpu[g] += inst.objects[o].gpu_bytes;
-        }
-    }
-    if !unknown.is_empty() {
-        warnings.push(format!(
-            "llama.cpp: no GGUF tensor name is known for trunk component(s) {} (known: {}); no rule is written, so llama.cpp places them by -ngl",
-            join(unknown.iter().map(|n| format!("`{n}`")), ", "),
-            LLAMA_TRUNK_NAMES.join(", ")
-        ));
-    }
-
+    let mut memory = MemoryPlan {
+        buffers: BTreeMap::new(),
+    };
+    let (mut rules, trunk_gpu) = trunk_rules(inst, &placement, &mut memory, &mut warnings);
     let (chosen, buffer_warnings) = layer_buffers(
         plan,
         inst,
@@ -130,8 +160,12 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
             .entry((Tensors::RoutedExperts, b))
             .or_default()
             .insert(layers_of[l]);
+        let bytes = inst.expert_ids[l]
+            .iter()
+            .map(|&o| on_buffer_bytes(inst, o, b))
+            .sum();
+        memory.add(b, Tensors::RoutedExperts, bytes);
     }
-
     warnings.extend(unexpressed_tiers(
         inst,
         &placement,
@@ -143,21 +177,115 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
         ),
     ));
 
-    let rules = llama_rules(&rules);
-    let lines: Vec<String> = rules.iter().map(|(r, b)| format!("-ot {r}={b}")).collect();
-    let any_gpu = rules.iter().any(|(_, b)| matches!(b, Buffer::Cuda(_)));
-    let fragment = format!(
-        "-ngl {} -ot '{}'",
-        if any_gpu { 999 } else { 0 },
-        join(rules.iter().map(|(r, b)| format!("{r}={b}")), ",")
+    let any_gpu = rules.keys().any(|(_, b)| matches!(b, Buffer::Cuda(_)));
+    // Where `-ngl` alone puts an unmatched tensor: the one card, or the
+    // CPU without GPU layers; with several cards it splits layers by
+    // `--tensor-split`, so every rule is kept.
+    let default = match (any_gpu, inst.resources.gpus()) {
+        (false, _) => Some(Buffer::Cpu),
+        (true, 1) => Some(Buffer::Cuda(0)),
+        (true, _) => None,
+    };
+    let rules = llama_rules(&rules, default);
+    let ngl = if any_gpu { 999 } else { 0 };
+    let joined = |sep: &str| join(rules.iter().map(|(r, b)| format!("{r}={b}")), sep);
+    let ot = |sep: &str| {
+        if rules.is_empty() {
+            String::new()
+        } else {
+            format!(" -ot '{}'", joined(sep))
+        }
+    };
+    let model = match model_file.filter(|p| crate::gguf::is_gguf(p)) {
+        Some(p) => shell_quote(&p.display().to_string()),
+        None => {
+            warnings.push(format!(
+                "{LLAMA_COMMAND_FILE}: the plan's model is not a GGUF file, so `-m MODEL.gguf` stands for it; plan with --model FILE.gguf to get its path and sizes"
+            ));
+            "MODEL.gguf".to_string()
+        }
+    };
+    let lines: Vec<String> = rules
+        .iter()
+        .map(|(r, b)| format!("-ot '{r}={b}'"))
+        .collect();
+    let commands = format!(
+        "# llama-server (and llama-cli) take the rules joined with `,`:\n\
+         llama-server -m {model} -ngl {ngl}{}\n\
+         # llama-bench reads `,` as separate test configurations: it takes `;`.\n\
+         llama-bench -m {model} -ngl {ngl}{} -p 0 -n 128\n",
+        ot(","),
+        ot(";"),
     );
     create_dir(dir)?;
     let ot_path = dir.join(LLAMA_OT_FILE);
     let args_path = dir.join(LLAMA_ARGS_FILE);
-    write_atomic(&ot_path, (lines.join("\n") + "\n").as_bytes())?;
-    write_atomic(&args_path, (fragment + "\n").as_bytes())?;
+    let command_path = dir.join(LLAMA_COMMAND_FILE);
+    let memory_path = dir.join(LLAMA_MEMORY_FILE);
+    let text = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+    write_atomic(&ot_path, text(&lines).as_bytes())?;
+    write_atomic(&args_path, format!("-ngl {ngl}{}\n", ot(",")).as_bytes())?;
+    write_atomic(&command_path, commands.as_bytes())?;
+    let json = serde_json::to_string_pretty(&memory).expect("the memory plan serialises");
+    write_atomic(&memory_path, (json + "\n").as_bytes())?;
     Ok(Export {
-        files: vec![ot_path, args_path],
+        files: vec![ot_path, args_path, command_path, memory_path],
         warnings,
     })
+}
+
+/// The trunk's rules, and each card's trunk bytes (for the layer buffers).
+fn trunk_rules(
+    inst: &Instance,
+    placement: &[usize],
+    memory: &mut MemoryPlan,
+    warnings: &mut Vec<String>,
+) -> (Rules, Vec<u64>) {
+    let mut rules = Rules::new();
+    let mut trunk_gpu = vec![0u64; inst.resources.gpus()];
+    let mut unknown: Vec<String> = Vec::new();
+    for (o, name, layer) in inst.trunk() {
+        let buffer = Buffer::of(inst.places[placement[o]]);
+        let family = match (Tensors::for_trunk(name), layer) {
+            (Some(Tensors::Output), _) => {
+                rules.entry((Tensors::Output, buffer)).or_default();
+                Tensors::Output
+            }
+            (Some(t), Some(layer)) => {
+                rules.entry((t, buffer)).or_default().insert(layer);
+                t
+            }
+            _ => {
+                if !unknown.iter().any(|u| u == name) {
+                    unknown.push(name.to_string());
+                }
+                continue;
+            }
+        };
+        memory.add(buffer, family, on_buffer_bytes(inst, o, buffer));
+        if let Buffer::Cuda(g) = buffer {
+            trunk_gpu[g] += inst.objects[o].gpu_bytes;
+        }
+    }
+    if !unknown.is_empty() {
+        warnings.push(format!(
+            "llama.cpp: no GGUF tensor name is known for trunk component(s) {} (known: {}); no rule is written, so llama.cpp places them by -ngl",
+            join(unknown.iter().map(|n| format!("`{n}`")), ", "),
+            LLAMA_TRUNK_NAMES.join(", ")
+        ));
+    }
+    (rules, trunk_gpu)
+}
+
+/// An object's bytes in the format of the buffer's tier.
+fn on_buffer_bytes(inst: &Instance, o: usize, buffer: Buffer) -> u64 {
+    match buffer {
+        Buffer::Cuda(_) => inst.objects[o].gpu_bytes,
+        Buffer::Cpu => inst.objects[o].ram_bytes,
+    }
+}
+
+/// `text` as one POSIX shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }

@@ -32,7 +32,10 @@ pub use ktransformers::{
     ktransformers, KtMatch, KtReplace, KtRule, KT_EXPERTS_CLASS, KT_RULES_FILE,
 };
 pub use layer_buffers::Buffer;
-pub use llama_cpp::{llama_cpp, LLAMA_ARGS_FILE, LLAMA_OT_FILE, LLAMA_TRUNK_NAMES};
+pub use llama_cpp::{
+    llama_cpp, LLAMA_ARGS_FILE, LLAMA_COMMAND_FILE, LLAMA_MEMORY_FILE, LLAMA_OT_FILE,
+    LLAMA_TRUNK_NAMES,
+};
 pub use sglang::{sglang, SglangExpertLocation, SGLANG_ARGS_FILE, SGLANG_FILE};
 pub use vllm::{vllm, VllmPlacement, VllmRank, VLLM_ARGS_FILE, VLLM_FILE};
 
@@ -62,11 +65,18 @@ residency_core::named! {
     }
 }
 
-/// Runs one exporter.
-pub fn export(engine: Engine, plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+/// Runs one exporter; `model_file` is the model the plan was made from,
+/// for the engines whose command names it.
+pub fn export(
+    engine: Engine,
+    plan: &Plan,
+    inst: &Instance,
+    dir: &Path,
+    model_file: Option<&Path>,
+) -> Result<Export> {
     match engine {
         Engine::ColiPlace => coli_place(plan, inst, dir),
-        Engine::LlamaCpp => llama_cpp(plan, inst, dir),
+        Engine::LlamaCpp => llama_cpp(plan, inst, dir, model_file),
         Engine::Ktransformers => ktransformers(plan, inst, dir),
         Engine::Sglang => sglang(plan, inst, dir),
         Engine::Vllm => vllm(plan, inst, dir),

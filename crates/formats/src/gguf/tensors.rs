@@ -40,7 +40,7 @@ impl Family {
 
 /// Bases (the name without `blk.N.` and the `.weight`/`.bias`/`.scale`
 /// suffix) that run with attention.
-const WITH_ATTENTION: [&str; 6] = [
+pub const WITH_ATTENTION: [&str; 6] = [
     "ffn_norm",
     "ffn_gate_inp",
     "exp_probs_b",

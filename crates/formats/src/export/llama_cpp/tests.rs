@@ -4,37 +4,25 @@
 use super::*;
 use crate::export::tests::{instance, placement, plan_of, scenario_a, DISK, G0, G1, RAM};
 
-/// The literal prefixes a pattern of ours matches under `regex_search`
-/// with a leading `^`: `\x` is a literal, `(a|b)` an alternation of
-/// literals; any other regex syntax fails the test.
-fn expand(pattern: &str) -> Vec<String> {
-    let body = pattern.strip_prefix('^').expect("anchored with ^");
-    let mut prefixes = vec![String::new()];
-    let mut chars = body.chars();
-    while let Some(c) = chars.next() {
-        let options: Vec<String> = match c {
-            '\\' => vec![chars.next().unwrap().to_string()],
-            '(' => {
-                let mut group = String::new();
-                for c in chars.by_ref() {
-                    if c == ')' {
-                        break;
-                    }
-                    group.push(c);
-                }
-                group.split('|').map(|a| a.replace('\\', "")).collect()
-            }
-            '.' | '*' | '+' | '?' | '[' | ']' | '{' | '}' | '$' | '|' | ')' => {
-                panic!("unescaped `{c}` in {pattern}")
-            }
-            c => vec![c.to_string()],
-        };
-        prefixes = prefixes
-            .iter()
-            .flat_map(|p| options.iter().map(move |o| format!("{p}{o}")))
-            .collect();
-    }
-    prefixes
+/// Whether llama.cpp's `std::regex_search(name, regex)` finds `pattern` in
+/// `name`: our patterns use only anchors, literals, escaped dots, groups
+/// and alternation, on which ECMAScript and Rust's `regex` agree.
+fn matches(pattern: &str, name: &str) -> bool {
+    regex::Regex::new(pattern).unwrap().is_match(name)
+}
+
+/// The `(regex, buffer)` of each `-ot 'REGEX=BUFFER'` line.
+fn ot_rules(text: &str) -> Vec<(String, String)> {
+    text.lines()
+        .map(|l| {
+            let quoted = l
+                .strip_prefix("-ot '")
+                .and_then(|l| l.strip_suffix('\''))
+                .unwrap();
+            let (r, b) = quoted.rsplit_once('=').unwrap();
+            (r.to_string(), b.to_string())
+        })
+        .collect()
 }
 
 #[test]
@@ -42,38 +30,64 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     let inst = instance();
     let plan = plan_of(&inst, scenario_a());
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path()).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
     let ot = dir.path().join(LLAMA_OT_FILE);
     let args = dir.path().join(LLAMA_ARGS_FILE);
-    assert_eq!(out.files, vec![ot.clone(), args.clone()]);
+    assert_eq!(
+        out.files,
+        [
+            "llama_cpp_override_tensor.txt",
+            "llama_cpp_args.txt",
+            "llama_cpp_command.txt",
+            "llama_cpp_memory_plan.json"
+        ]
+        .map(|f| dir.path().join(f))
+        .to_vec()
+    );
     // Mass per layer: L1 (l0) CUDA0 .9+.5 = 1.4 vs CPU .6 -> CUDA0;
     // L2 (l1) CUDA0 .8 vs CPU 1.2 -> CPU; L3 (l2) CUDA0 .7+.6 = 1.3 vs
     // CPU (disk .1 + ram .6) .7 -> CUDA0. But CUDA0 would then hold
     // layers 1 and 3 (8 x 1 MB) + attn L0-L1 (2 x 2 MB) = 12,000,000
     // bytes > 10,000,000: L3, with less planned gpu:0 mass (1.3 < 1.4),
     // goes to CPU, leaving 8,000,000. Trunk: attn L0-L1 CUDA0, L2-L3
-    // CPU; dense_ffn L0, shared L1-L3 CPU; lm_head CUDA1.
+    // CPU; dense_ffn L0, shared L1-L3 CPU; lm_head CUDA1. Two cards: every
+    // rule is written, CUDA0 too.
+    let attn = r"(attn_|ffn_norm\.|ffn_gate_inp\.|exp_probs_b\.|post_attention_norm\.|post_ffw_norm\.|layer_output_norm\.)";
     let want = [
-        r"-ot ^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0",
-        r"-ot ^blk\.(2|3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU",
-        r"-ot ^blk\.(0|1)\.attn_=CUDA0",
-        r"-ot ^blk\.(2|3)\.attn_=CPU",
-        r"-ot ^blk\.(0)\.ffn_(gate|up|down)\.=CPU",
-        r"-ot ^blk\.(1|2|3)\.ffn_(gate|up|down)_shexp\.=CPU",
-        r"-ot ^output\.=CUDA1",
+        r"^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0".to_string(),
+        r"^blk\.(2|3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU".into(),
+        format!(r"^blk\.(0|1)\.{attn}=CUDA0"),
+        format!(r"^blk\.(2|3)\.{attn}=CPU"),
+        r"^blk\.(0)\.ffn_(gate|up|down|gate_up)\.=CPU".into(),
+        r"^blk\.(1|2|3)\.ffn_(gate|up|down|gate_inp)_shexp\.=CPU".into(),
+        r"^(output|output_norm|rope_freqs)\.=CUDA1".into(),
     ];
     let text = std::fs::read_to_string(&ot).unwrap();
-    assert_eq!(text, want.join("\n") + "\n");
-    let rules: Vec<(&str, &str)> = want
-        .iter()
-        .map(|l| l.strip_prefix("-ot ").unwrap().rsplit_once('=').unwrap())
-        .collect();
+    // Each line one shell word after -ot: quoted, with no quote inside.
+    let lines: Vec<String> = want.iter().map(|r| format!("-ot '{r}'")).collect();
+    assert_eq!(text, lines.join("\n") + "\n");
+    let rules = ot_rules(&text);
     let fragment = std::fs::read_to_string(&args).unwrap();
-    let joined = join(rules.iter().map(|(r, b)| format!("{r}={b}")), ",");
-    assert_eq!(fragment, format!("-ngl 999 -ot '{joined}'\n"));
+    assert_eq!(fragment, format!("-ngl 999 -ot '{}'\n", want.join(",")));
     assert!(!rules
         .iter()
-        .any(|(r, _)| r.contains(',') || r.contains('=')));
+        .any(|(r, _)| r.contains(',') || r.contains(';') || r.contains('=') || r.contains('\'')));
+    // The command file: llama-server joins with `,`, llama-bench with `;`.
+    let commands = std::fs::read_to_string(dir.path().join("llama_cpp_command.txt")).unwrap();
+    assert!(
+        commands.contains(&format!(
+            "llama-server -m MODEL.gguf -ngl 999 -ot '{}'\n",
+            want.join(",")
+        )),
+        "{commands}"
+    );
+    assert!(
+        commands.contains(&format!(
+            "llama-bench -m MODEL.gguf -ngl 999 -ot '{}' -p 0 -n 128\n",
+            want.join(";")
+        )),
+        "{commands}"
+    );
 
     // Every GGUF name of layers 0-3 (and 11, 13, 21, 31, which must not
     // match `blk.1.` or `blk.3.`) goes to exactly the intended buffer.
@@ -105,7 +119,7 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
         names.extend(suffixes.iter().map(|s| format!("blk.{n}.{s}")));
     }
     let expected = |name: &str| -> Option<&str> {
-        if name == "output.weight" {
+        if name == "output.weight" || name == "output_norm.weight" {
             return Some("CUDA1");
         }
         let rest = name.strip_prefix("blk.")?;
@@ -122,9 +136,11 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
             "ffn_up_shexp.weight",
             "ffn_down_shexp.weight",
         ];
+        let with_attention = t.starts_with("attn_")
+            || ["ffn_norm.weight", "ffn_gate_inp.weight", "exp_probs_b.bias"].contains(&t);
         match n {
-            0 | 1 if t.starts_with("attn_") => Some("CUDA0"),
-            2 | 3 if t.starts_with("attn_") => Some("CPU"),
+            0 | 1 if with_attention => Some("CUDA0"),
+            2 | 3 if with_attention => Some("CPU"),
             1 if exps.contains(&t) => Some("CUDA0"),
             2 | 3 if exps.contains(&t) => Some("CPU"),
             0 if dense.contains(&t) => Some("CPU"),
@@ -135,8 +151,8 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     for name in &names {
         let hits: Vec<&str> = rules
             .iter()
-            .filter(|(r, _)| expand(r).iter().any(|p| name.starts_with(p.as_str())))
-            .map(|(_, b)| *b)
+            .filter(|(r, _)| matches(r, name))
+            .map(|(_, b)| b.as_str())
             .collect();
         assert!(hits.len() <= 1, "{name} matches {hits:?}");
         assert_eq!(hits.first().copied(), expected(name), "{name}");
@@ -182,7 +198,8 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     assert!(all.contains("no disk tier: the 1 experts"), "{all}");
     assert!(all.contains("mmap"), "{all}");
     assert!(!all.contains("CUDA1"), "{all}");
-    assert_eq!(out.warnings.len(), 4, "{all}");
+    assert!(all.contains("`-m MODEL.gguf` stands for it"), "{all}");
+    assert_eq!(out.warnings.len(), 5, "{all}");
 }
 
 #[test]
@@ -194,14 +211,15 @@ fn export_llama_cpp_is_silent_when_layers_are_whole() {
     let placement = placement([[G0; 4], [RAM; 4], [G1; 4]], [G0, G1, RAM, RAM], G1);
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path()).unwrap();
-    assert_eq!(out.warnings.len(), 1, "{:?}", out.warnings);
+    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    // One warning for router_bias, one for the model file's stand-in.
+    assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
     assert!(out.warnings[0].contains("`router_bias`"));
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
-    assert!(text.contains(r"-ot ^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0"));
-    assert!(text.contains(r"-ot ^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1"));
-    assert!(text.contains(r"-ot ^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CPU"));
-    assert!(text.contains(r"-ot ^blk\.(1)\.attn_=CUDA1"));
+    assert!(text.contains(r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"));
+    assert!(text.contains(r"-ot '^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1'"));
+    assert!(text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CPU'"));
+    assert!(text.contains(r"-ot '^blk\.(1)\.(attn_|"));
 }
 
 #[test]
@@ -219,18 +237,18 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
     );
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path()).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(
-        text.contains(r"-ot ^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0"),
+        text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
         "{text}"
     );
     assert!(
-        text.contains(r"-ot ^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1"),
+        text.contains(r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1'"),
         "{text}"
     );
     assert!(
-        text.contains(r"-ot ^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU"),
+        text.contains(r"-ot '^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU'"),
         "{text}"
     );
     let all = out.warnings.join("\n");
