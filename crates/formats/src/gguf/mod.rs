@@ -7,6 +7,8 @@
 //! expert tensors over the expert count, in every tier (llama.cpp computes
 //! on the file's format wherever the tensor is).
 
+#[cfg(test)]
+pub(crate) mod arch_tensors;
 mod describe;
 pub mod ggml_type;
 pub mod header;

@@ -86,6 +86,19 @@ pub fn classify(name: &str) -> Option<(Option<usize>, Family)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::arch_tensors::ARCH_TENSORS;
+
+    #[test]
+    fn every_tensor_of_the_planned_architectures_has_a_family() {
+        for (arch, names) in ARCH_TENSORS {
+            for name in names.iter() {
+                assert!(classify(name).is_some(), "{arch}: {name}");
+            }
+        }
+        // The planned architectures are the table's.
+        let archs: Vec<&str> = ARCH_TENSORS.iter().map(|(a, _)| *a).collect();
+        assert_eq!(archs, crate::gguf::ARCHITECTURES);
+    }
 
     #[test]
     fn llama_cpp_names_fall_in_their_families() {

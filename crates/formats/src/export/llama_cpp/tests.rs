@@ -263,3 +263,37 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
     );
     assert!(!all.contains("out-of-memory"), "{all}");
 }
+
+/// Every tensor of every planned architecture is moved by the rule of the
+/// family the GGUF reader counts it in, and by no other: sizes and rules
+/// agree on what a component is.
+#[test]
+fn each_architectures_tensors_match_the_rule_of_their_family() {
+    use crate::gguf::arch_tensors::ARCH_TENSORS;
+    use crate::gguf::tensors::{classify, Family};
+    let layers = BTreeSet::from([1]);
+    let families = [
+        (Family::RoutedExperts, Tensors::RoutedExperts),
+        (Family::Attention, Tensors::Attention),
+        (Family::DenseFfn, Tensors::DenseFfn),
+        (Family::SharedExperts, Tensors::SharedExperts),
+        (Family::ChunkExperts, Tensors::ChunkExperts),
+        (Family::Head, Tensors::Output),
+    ];
+    for (arch, names) in ARCH_TENSORS {
+        for name in names.iter() {
+            let (_, family) = classify(name).unwrap();
+            let hits: Vec<Family> = families
+                .iter()
+                .filter(|(_, t)| matches(&t.pattern(&layers), name))
+                .map(|(f, _)| *f)
+                .collect();
+            let want: Vec<Family> = match family {
+                // llama.cpp keeps the embeddings in host memory: no rule.
+                Family::Embeddings => vec![],
+                f => vec![f],
+            };
+            assert_eq!(hits, want, "{arch}: {name}");
+        }
+    }
+}
