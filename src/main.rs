@@ -20,6 +20,7 @@ use residency_core::model::Model;
 use residency_core::plan::{Plan, PlanInputs};
 use residency_core::profile::HardwareProfile;
 use residency_formats::export::{self, Engine};
+use residency_formats::gguf;
 use residency_formats::heat::{self, HeatContext, HeatFormat};
 use residency_formats::inputs::InputPaths;
 use residency_solver::{self as solve, SolveOptions};
@@ -392,6 +393,12 @@ fn plan(
         plan.write(out)?;
     }
     print::plan_summary(&plan, &inst, out);
+    let for_llama_cpp = exports.contains(&Engine::LlamaCpp)
+        || args.model.path.as_deref().is_some_and(gguf::is_gguf);
+    if for_llama_cpp {
+        let strategies = solve::strategies::llama_cpp_strategies(&inst)?;
+        print::llama_cpp_baselines(&inst, plan.objective.token_seconds, &strategies);
+    }
     if let Some(current) = current {
         print::plan_diff(&residency_core::diff::diff(
             &inst,

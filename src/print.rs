@@ -6,6 +6,7 @@ use residency_core::plan::Plan;
 use residency_core::units::{Bytes, Seconds};
 use residency_formats::heat::{concentration, Heat};
 use residency_solver::explain::{Explanation, FrontierExpert};
+use residency_solver::strategies::Strategy;
 use std::path::Path;
 
 pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
@@ -234,4 +235,25 @@ pub fn plan_diff(d: &PlanDiff) {
             _ => "never".into(),
         }
     );
+}
+
+/// What the user would type into llama.cpp instead, priced by the same
+/// cost model on the same cards, beside the plan's token time.
+pub fn llama_cpp_baselines(inst: &Instance, plan_token_seconds: f64, strategies: &[Strategy]) {
+    if strategies.is_empty() {
+        return;
+    }
+    println!(
+        "llama.cpp at the same VRAM, by the cost model (the plan: {:.2} tok/s):",
+        1.0 / plan_token_seconds
+    );
+    for s in strategies {
+        let seconds = inst.evaluate(&s.placement).token_seconds;
+        println!(
+            "  {:<52} {:>10.2} tok/s   plan {:+.1} %",
+            s.flags,
+            1.0 / seconds,
+            (seconds / plan_token_seconds - 1.0) * 100.0
+        );
+    }
 }

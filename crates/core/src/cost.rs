@@ -607,6 +607,26 @@ impl Instance {
         })
     }
 
+    /// Transformer layer of each MoE ordinal, from the stage names
+    /// `L<layer>.experts` that `Instance::new` gives them.
+    pub fn moe_layers(&self) -> Result<Vec<usize>> {
+        self.expert_ids
+            .iter()
+            .map(|ids| {
+                let stage = ids
+                    .first()
+                    .map(|&o| &self.stages[self.objects[o].stage].name);
+                stage
+                    .and_then(|s| s.strip_prefix('L')?.strip_suffix(".experts")?.parse().ok())
+                    .ok_or_else(|| {
+                        PlannerError::Solver(format!(
+                            "experts stage {stage:?} is not named `L<layer>.experts`"
+                        ))
+                    })
+            })
+            .collect()
+    }
+
     /// Index of a place in `places`.
     pub fn place_index(&self, place: Place) -> usize {
         self.places

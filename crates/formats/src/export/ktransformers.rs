@@ -10,7 +10,7 @@ mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
 use super::llama_cpp::LLAMA_TRUNK_NAMES;
-use super::{create_dir, join, moe_layers, placement, trunk_groups, unexpressed_tiers, Export};
+use super::{create_dir, join, placement, trunk_groups, unexpressed_tiers, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -76,7 +76,7 @@ fn kt_trunk_pattern(name: &str, layers: &BTreeSet<usize>) -> Option<String> {
 pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let placement = placement(plan, inst)?;
     let place = |o: usize| inst.places[placement[o]];
-    let layers_of = moe_layers(inst)?;
+    let layers_of = inst.moe_layers()?;
     let mut warnings = Vec::new();
 
     // Trunk: (component, buffer) -> layers, in model order of components.

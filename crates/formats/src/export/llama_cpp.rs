@@ -18,7 +18,7 @@
 mod tests;
 
 use super::layer_buffers::{layer_buffers, Buffer};
-use super::{create_dir, join, moe_layers, placement, unexpressed_tiers, Export};
+use super::{create_dir, join, placement, unexpressed_tiers, Export};
 use crate::gguf::tensors::WITH_ATTENTION;
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
@@ -140,7 +140,7 @@ pub fn llama_cpp(
     model_file: Option<&Path>,
 ) -> Result<Export> {
     let placement = placement(plan, inst)?;
-    let layers_of = moe_layers(inst)?;
+    let layers_of = inst.moe_layers()?;
     let mut warnings = Vec::new();
     let mut memory = MemoryPlan {
         buffers: BTreeMap::new(),

@@ -88,25 +88,6 @@ fn placement(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
     plan.placement(inst, Path::new("plan"))
 }
 
-/// Transformer layer of each MoE ordinal, from the stage names `L<layer>.experts`.
-fn moe_layers(inst: &Instance) -> Result<Vec<usize>> {
-    inst.expert_ids
-        .iter()
-        .map(|ids| {
-            let stage = ids
-                .first()
-                .map(|&o| &inst.stages[inst.objects[o].stage].name);
-            stage
-                .and_then(|s| s.strip_prefix('L')?.strip_suffix(".experts")?.parse().ok())
-                .ok_or_else(|| {
-                    PlannerError::Solver(format!(
-                        "experts stage {stage:?} is not named `L<layer>.experts`"
-                    ))
-                })
-        })
-        .collect()
-}
-
 /// A trunk component's name and its (layer, object) members.
 type TrunkGroup = (String, Vec<(Option<usize>, usize)>);
 

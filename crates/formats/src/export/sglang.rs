@@ -6,7 +6,7 @@
 mod tests;
 
 use super::expert_parallel::{ep_layout, ep_warnings};
-use super::{create_dir, moe_layers, placement, Export};
+use super::{create_dir, placement, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -30,7 +30,7 @@ pub struct SglangExpertLocation {
 /// `init_by_mapping`, so a `logical_count` beside it would be an error.
 pub fn sglang(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let placement = placement(plan, inst)?;
-    let layers_of = moe_layers(inst)?;
+    let layers_of = inst.moe_layers()?;
     let layout = ep_layout(inst, &placement)?;
     let warnings = ep_warnings("SGLang", plan, inst, &placement, &layout);
     let layers = model_layers(inst).max(layers_of.iter().max().map_or(0, |&l| l + 1));

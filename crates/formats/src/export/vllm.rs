@@ -6,7 +6,7 @@
 mod tests;
 
 use super::expert_parallel::{ep_layout, ep_warnings};
-use super::{create_dir, join, moe_layers, placement, Export};
+use super::{create_dir, join, placement, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -43,7 +43,7 @@ pub struct VllmPlacement {
 /// the data-parallel sizes per host and EPLB's redundant experts.
 pub fn vllm(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let placement = placement(plan, inst)?;
-    let moe = moe_layers(inst)?;
+    let moe = inst.moe_layers()?;
     let layout = ep_layout(inst, &placement)?;
     let mut warnings = ep_warnings("vLLM", plan, inst, &placement, &layout);
     warnings.push(
