@@ -123,59 +123,52 @@ impl HardwareProfile {
 
     /// Checks the rules of docs/design.md §3.1.
     pub fn validate(&self, path: &Path) -> Result<()> {
-        let err = |place: String, problem: String, fix: &str| {
-            Err(PlannerError::input(path, place, problem, fix))
-        };
+        self.check_ids(path)?;
+        self.check_numa(path)?;
+        self.check_gpus(path)?;
+        self.check_drives(path)?;
+        self.check_felt_fraction(path)?;
+        self.check_hosts(path)
+    }
+
+    /// At least one NUMA node, and every list's ids dense from 0.
+    fn check_ids(&self, path: &Path) -> Result<()> {
         if self.numa.is_empty() {
-            return err(
+            return invalid(
+                path,
                 "numa".into(),
                 "lists no node".into(),
                 "describe at least one NUMA node (a desktop has one)",
             );
         }
-        let dense = |ids: Vec<usize>, what: &str| -> Result<()> {
-            for (i, id) in ids.into_iter().enumerate() {
-                if id != i {
-                    return err(
-                        format!("{what}[{i}].id"),
-                        format!("is {id}, expected {i}"),
-                        "ids are unique and dense from 0, in list order",
-                    );
-                }
-            }
-            Ok(())
-        };
-        dense(self.numa.iter().map(|n| n.id).collect(), "numa")?;
-        dense(self.gpus.iter().map(|g| g.id).collect(), "gpus")?;
-        dense(self.drives.iter().map(|d| d.id).collect(), "drives")?;
-        let positive_rate = |place: String, rate: BytesPerSecond| -> Result<()> {
-            if rate.0.is_finite() && rate.0 > 0.0 {
-                Ok(())
-            } else {
-                err(
-                    place,
-                    "must be a positive rate".into(),
-                    "give a rate such as `25 GB/s`",
-                )
-            }
-        };
+        dense_ids(path, self.numa.iter().map(|n| n.id).collect(), "numa")?;
+        dense_ids(path, self.gpus.iter().map(|g| g.id).collect(), "gpus")?;
+        dense_ids(path, self.drives.iter().map(|d| d.id).collect(), "drives")
+    }
+
+    /// Every node has memory and cores, some of its memory left for objects,
+    /// and a positive GEMV rate.
+    fn check_numa(&self, path: &Path) -> Result<()> {
         for (i, n) in self.numa.iter().enumerate() {
             if n.ram.0 == 0 {
-                return err(
+                return invalid(
+                    path,
                     format!("numa[{i}].ram"),
                     "is zero".into(),
                     "give the node's memory, e.g. `256 GiB`",
                 );
             }
             if n.cores == 0 {
-                return err(
+                return invalid(
+                    path,
                     format!("numa[{i}].cores"),
                     "is zero".into(),
                     "give the node's core count",
                 );
             }
             if n.reserved.0 + n.staging.0 >= n.ram.0 {
-                return err(
+                return invalid(
+                    path,
                     format!("numa[{i}]"),
                     format!(
                         "reserved {} + staging {} leave nothing of ram {}",
@@ -184,68 +177,94 @@ impl HardwareProfile {
                     "reserved + staging must be below ram",
                 );
             }
-            positive_rate(format!("numa[{i}].gemv_bandwidth"), n.gemv_bandwidth)?;
+            positive_rate(path, format!("numa[{i}].gemv_bandwidth"), n.gemv_bandwidth)?;
         }
+        Ok(())
+    }
+
+    /// Every GPU has memory left after its reservation, a listed node,
+    /// positive rates and a finite sync overhead.
+    fn check_gpus(&self, path: &Path) -> Result<()> {
         for (i, g) in self.gpus.iter().enumerate() {
             if g.vram.0 == 0 {
-                return err(
+                return invalid(
+                    path,
                     format!("gpus[{i}].vram"),
                     "is zero".into(),
                     "give the card's memory, e.g. `8 GiB`",
                 );
             }
             if g.reserved.0 >= g.vram.0 {
-                return err(
+                return invalid(
+                    path,
                     format!("gpus[{i}].reserved"),
                     format!("{} leaves nothing of vram {}", g.reserved, g.vram),
                     "reserved must be below vram",
                 );
             }
-            if g.numa >= self.numa.len() {
-                return err(
-                    format!("gpus[{i}].numa"),
-                    format!(
-                        "names node {}, but the profile lists {} node(s)",
-                        g.numa,
-                        self.numa.len()
-                    ),
-                    "name a listed NUMA node id",
-                );
-            }
-            positive_rate(format!("gpus[{i}].gemv_bandwidth"), g.gemv_bandwidth)?;
-            positive_rate(format!("gpus[{i}].upload_bandwidth"), g.upload_bandwidth)?;
+            self.check_node(path, format!("gpus[{i}].numa"), g.numa)?;
+            positive_rate(path, format!("gpus[{i}].gemv_bandwidth"), g.gemv_bandwidth)?;
+            positive_rate(
+                path,
+                format!("gpus[{i}].upload_bandwidth"),
+                g.upload_bandwidth,
+            )?;
             if !g.sync_overhead.0.is_finite() {
-                return err(
+                return invalid(
+                    path,
                     format!("gpus[{i}].sync_overhead"),
                     "is not finite".into(),
                     "give a time such as `120 us`",
                 );
             }
         }
+        Ok(())
+    }
+
+    /// Every drive names a listed node and reads at a positive rate.
+    fn check_drives(&self, path: &Path) -> Result<()> {
         for (i, d) in self.drives.iter().enumerate() {
-            if d.numa >= self.numa.len() {
-                return err(
-                    format!("drives[{i}].numa"),
-                    format!(
-                        "names node {}, but the profile lists {} node(s)",
-                        d.numa,
-                        self.numa.len()
-                    ),
-                    "name a listed NUMA node id",
-                );
-            }
-            positive_rate(format!("drives[{i}].read_bandwidth"), d.read_bandwidth)?;
+            self.check_node(path, format!("drives[{i}].numa"), d.numa)?;
+            positive_rate(
+                path,
+                format!("drives[{i}].read_bandwidth"),
+                d.read_bandwidth,
+            )?;
         }
+        Ok(())
+    }
+
+    /// That `node`, given at `place`, is a listed NUMA node.
+    fn check_node(&self, path: &Path, place: String, node: usize) -> Result<()> {
+        if node >= self.numa.len() {
+            return invalid(
+                path,
+                place,
+                format!(
+                    "names node {}, but the profile lists {} node(s)",
+                    node,
+                    self.numa.len()
+                ),
+                "name a listed NUMA node id",
+            );
+        }
+        Ok(())
+    }
+
+    /// The felt fraction is a share, and 1 when I/O does not overlap compute.
+    fn check_felt_fraction(&self, path: &Path) -> Result<()> {
         match self.felt_fraction {
             Some(f) if !(0.0..=1.0).contains(&f) || f.is_nan() => {
-                return err(
+                return invalid(
+                    path,
                     "felt_fraction".into(),
                     format!("is {f}"),
                     "give a share between 0 and 1",
                 );
             }
             Some(f) if !self.io_overlaps_compute && f != 1.0 => {
-                return err(
+                return invalid(
+                    path,
                     "felt_fraction".into(),
                     format!("is {f} but io_overlaps_compute is false, so every read is felt"),
                     "drop felt_fraction or set it to 1",
@@ -253,6 +272,11 @@ impl HardwareProfile {
             }
             _ => {}
         }
+        Ok(())
+    }
+
+    /// Every host a node or GPU names is listed in `hosts`.
+    fn check_hosts(&self, path: &Path) -> Result<()> {
         let host_names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
         let hosts = self
             .numa
@@ -268,7 +292,8 @@ impl HardwareProfile {
         for (place, host) in hosts {
             if let Some(h) = host {
                 if !host_names.contains(&h.as_str()) {
-                    return err(
+                    return invalid(
+                        path,
                         place,
                         format!("names host `{h}`, which `hosts` does not list"),
                         "add it to `hosts`",
@@ -277,6 +302,40 @@ impl HardwareProfile {
             }
         }
         Ok(())
+    }
+}
+
+/// The error for an invalid profile `path`, at `place`.
+fn invalid(path: &Path, place: String, problem: String, fix: &str) -> Result<()> {
+    Err(PlannerError::input(path, place, problem, fix))
+}
+
+/// That the ids of list `what` are unique and dense from 0, in list order.
+fn dense_ids(path: &Path, ids: Vec<usize>, what: &str) -> Result<()> {
+    for (i, id) in ids.into_iter().enumerate() {
+        if id != i {
+            return invalid(
+                path,
+                format!("{what}[{i}].id"),
+                format!("is {id}, expected {i}"),
+                "ids are unique and dense from 0, in list order",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// That `rate`, given at `place`, is positive and finite.
+fn positive_rate(path: &Path, place: String, rate: BytesPerSecond) -> Result<()> {
+    if rate.0.is_finite() && rate.0 > 0.0 {
+        Ok(())
+    } else {
+        invalid(
+            path,
+            place,
+            "must be a positive rate".into(),
+            "give a rate such as `25 GB/s`",
+        )
     }
 }
 

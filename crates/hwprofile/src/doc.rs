@@ -127,8 +127,9 @@ impl ProfileDoc {
             notes: &self.notes,
         };
         w.comments(0, &self.header);
-        // Destructured whole, so that a field added to the profile types
-        // fails to compile here instead of being dropped from the file.
+        // Destructured whole (each list item too, in its `*_fields`), so that
+        // a field added to the profile types fails to compile here instead
+        // of being dropped from the file.
         let HardwareProfile {
             name,
             source,
@@ -144,68 +145,9 @@ impl ProfileDoc {
         if let Some(source) = source {
             w.line(0, "", "source", "source", &quoted(source));
         }
-        w.list("numa", numa, |n| {
-            let NumaNode {
-                id,
-                ram,
-                reserved,
-                staging,
-                cores,
-                gemv_bandwidth,
-                host,
-            } = n;
-            let mut f = vec![
-                ("id", id.to_string()),
-                ("ram", size_text(*ram)),
-                ("reserved", size_text(*reserved)),
-                ("staging", size_text(*staging)),
-                ("cores", cores.to_string()),
-                ("gemv_bandwidth", rate_text(*gemv_bandwidth)),
-            ];
-            f.extend(host.as_ref().map(|h| ("host", quoted(h))));
-            f
-        });
-        w.list("gpus", gpus, |g| {
-            let Gpu {
-                id,
-                name,
-                vram,
-                reserved,
-                numa,
-                gemv_bandwidth,
-                upload_bandwidth,
-                sync_overhead,
-                host,
-            } = g;
-            let mut f = vec![
-                ("id", id.to_string()),
-                ("name", quoted(name)),
-                ("vram", size_text(*vram)),
-                ("reserved", size_text(*reserved)),
-                ("numa", numa.to_string()),
-                ("gemv_bandwidth", rate_text(*gemv_bandwidth)),
-                ("upload_bandwidth", rate_text(*upload_bandwidth)),
-                ("sync_overhead", time_text(*sync_overhead)),
-            ];
-            f.extend(host.as_ref().map(|h| ("host", quoted(h))));
-            f
-        });
-        w.list("drives", drives, |d| {
-            let Drive {
-                id,
-                name,
-                numa,
-                read_bandwidth,
-                read_latency,
-            } = d;
-            vec![
-                ("id", id.to_string()),
-                ("name", quoted(name)),
-                ("numa", numa.to_string()),
-                ("read_bandwidth", rate_text(*read_bandwidth)),
-                ("read_latency", time_text(*read_latency)),
-            ]
-        });
+        w.list("numa", numa, numa_fields);
+        w.list("gpus", gpus, gpu_fields);
+        w.list("drives", drives, drive_fields);
         w.line(
             0,
             "",
@@ -224,18 +166,7 @@ impl ProfileDoc {
             &time_text(*fixed_token_seconds),
         );
         if !hosts.is_empty() {
-            w.list("hosts", hosts, |h| {
-                let Host {
-                    name,
-                    network_bandwidth,
-                    network_latency,
-                } = h;
-                vec![
-                    ("name", quoted(name)),
-                    ("network_bandwidth", rate_text(*network_bandwidth)),
-                    ("network_latency", time_text(*network_latency)),
-                ]
-            });
+            w.list("hosts", hosts, host_fields);
         }
         w.out
     }
@@ -261,6 +192,87 @@ impl ProfileDoc {
         write_atomic(path, text.as_bytes())?;
         Ok(())
     }
+}
+/// A NUMA node's fields as written, in order.
+fn numa_fields(n: &NumaNode) -> Vec<(&'static str, String)> {
+    let NumaNode {
+        id,
+        ram,
+        reserved,
+        staging,
+        cores,
+        gemv_bandwidth,
+        host,
+    } = n;
+    let mut f = vec![
+        ("id", id.to_string()),
+        ("ram", size_text(*ram)),
+        ("reserved", size_text(*reserved)),
+        ("staging", size_text(*staging)),
+        ("cores", cores.to_string()),
+        ("gemv_bandwidth", rate_text(*gemv_bandwidth)),
+    ];
+    f.extend(host.as_ref().map(|h| ("host", quoted(h))));
+    f
+}
+
+/// A GPU's fields as written, in order.
+fn gpu_fields(g: &Gpu) -> Vec<(&'static str, String)> {
+    let Gpu {
+        id,
+        name,
+        vram,
+        reserved,
+        numa,
+        gemv_bandwidth,
+        upload_bandwidth,
+        sync_overhead,
+        host,
+    } = g;
+    let mut f = vec![
+        ("id", id.to_string()),
+        ("name", quoted(name)),
+        ("vram", size_text(*vram)),
+        ("reserved", size_text(*reserved)),
+        ("numa", numa.to_string()),
+        ("gemv_bandwidth", rate_text(*gemv_bandwidth)),
+        ("upload_bandwidth", rate_text(*upload_bandwidth)),
+        ("sync_overhead", time_text(*sync_overhead)),
+    ];
+    f.extend(host.as_ref().map(|h| ("host", quoted(h))));
+    f
+}
+
+/// A drive's fields as written, in order.
+fn drive_fields(d: &Drive) -> Vec<(&'static str, String)> {
+    let Drive {
+        id,
+        name,
+        numa,
+        read_bandwidth,
+        read_latency,
+    } = d;
+    vec![
+        ("id", id.to_string()),
+        ("name", quoted(name)),
+        ("numa", numa.to_string()),
+        ("read_bandwidth", rate_text(*read_bandwidth)),
+        ("read_latency", time_text(*read_latency)),
+    ]
+}
+
+/// A host's fields as written, in order.
+fn host_fields(h: &Host) -> Vec<(&'static str, String)> {
+    let Host {
+        name,
+        network_bandwidth,
+        network_latency,
+    } = h;
+    vec![
+        ("name", quoted(name)),
+        ("network_bandwidth", rate_text(*network_bandwidth)),
+        ("network_latency", time_text(*network_latency)),
+    ]
 }
 
 struct Writer<'a> {

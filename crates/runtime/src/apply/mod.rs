@@ -115,79 +115,9 @@ pub fn apply(
     backend: Box<dyn ReadBackend>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<Applied, ApplyError> {
-    let mismatch = |place: String, problem: String| ApplyError::Mismatch {
-        plan: plan_path.to_path_buf(),
-        place,
-        problem,
-        fix: "apply the plan to the checkpoint it was made for (plan --model DIR)".into(),
-    };
     let mut notes = Vec::new();
-    // Places objects can live in (not disks), with their capacities.
-    let places: Vec<PlaceConfig> = plan
-        .usage
-        .iter()
-        .filter(|u| !u.place.starts_with("disk"))
-        .map(|u| PlaceConfig {
-            name: u.place.clone(),
-            capacity_bytes: u.capacity_bytes,
-            tier: u.place.split(':').next().unwrap_or("ram").to_string(),
-            policy: options.policy,
-            pin_share_bytes: None,
-        })
-        .collect();
-    let place_of = |name: &str| places.iter().position(|p| p.name == name);
-    let Some(cache_home) = places.iter().position(|p| p.tier == "ram") else {
-        return Err(mismatch("usage".into(), "the plan has no RAM place".into()));
-    };
-    // Every planned object, with its home and whether it is pinned there.
-    let moe_layers = checkpoint.config.moe_layers();
-    if plan.experts.len() != moe_layers.len() {
-        return Err(mismatch(
-            "experts".into(),
-            format!(
-                "the plan places {} MoE layers, the checkpoint has {}",
-                plan.experts.len(),
-                moe_layers.len()
-            ),
-        ));
-    }
-    let mut keys = Vec::new();
-    let mut home = Vec::new();
-    let mut pinned = Vec::new();
-    let mut put = |key: ObjectKey, place: &str| {
-        let at = place_of(place);
-        keys.push(key);
-        home.push(at.unwrap_or(cache_home));
-        pinned.push(at.is_some());
-    };
-    for (l, row) in plan.experts.iter().enumerate() {
-        for (e, &p) in row.iter().enumerate() {
-            let key = ObjectKey::Expert {
-                layer: moe_layers[l] as u32,
-                expert: e as u32,
-            };
-            if checkpoint.extents(&key).is_empty() {
-                return Err(mismatch(
-                    format!("experts[{l}][{e}]"),
-                    format!("the checkpoint has no {key}"),
-                ));
-            }
-            put(key, &plan.places[p]);
-        }
-    }
-    for t in &plan.trunk {
-        let key = ObjectKey::Trunk {
-            name: t.name.clone(),
-            layer: t.layer.map(|l| l as u32),
-        };
-        if checkpoint.extents(&key).is_empty() {
-            return Err(mismatch(
-                format!("trunk {key}"),
-                "the checkpoint has no such component".into(),
-            ));
-        }
-        put(key, &t.place);
-    }
+    let places = object_places(plan, options.policy);
+    let (keys, homes) = planned_objects(plan, plan_path, checkpoint, &places)?;
     let left_out = checkpoint.objects.len() - keys.len();
     if left_out > 0 {
         notes.push(format!(
@@ -195,65 +125,28 @@ pub fn apply(
         ));
     }
     let holds: Vec<bool> = (0..places.len())
-        .map(|p| (0..keys.len()).any(|o| pinned[o] && home[o] == p))
+        .map(|p| (0..keys.len()).any(|o| homes.pinned[o] && homes.place[o] == p))
         .collect();
     let place_devices = place_devices(&places, &holds, options.gpus.as_ref(), &mut notes);
-    // RAM places read into their node's pool; GPU places read into node 0's
-    // (until the card's NUMA affinity is known), page-locked for the card's
-    // DMA where its driver can, so uploads need no staging copy.
-    let nodes = numa_nodes();
-    let pools = places
-        .iter()
-        .zip(&place_devices)
-        .map(|(p, device)| {
-            let node = p
-                .name
-                .strip_prefix("ram:")
-                .and_then(|n| n.parse().ok())
-                .filter(|n| nodes.contains(n));
-            let pinner = device.as_ref().and_then(|d| d.pinner());
-            HostPool::pinned_by(node.or(nodes.first().copied()), RETAINED_BYTES, pinner)
-        })
-        .collect();
+    let pools = host_pools(&places, &place_devices);
     let loader = Arc::new(
         CheckpointLoader::new(checkpoint, keys.clone(), backend, &options.mirrors)?
-            .with_pools(pools, home.iter().map(|&p| p as u32).collect()),
+            .with_pools(pools, homes.place.iter().map(|&p| p as u32).collect()),
     );
-    let config = StoreConfig {
-        places: places.clone(),
-        tier_capacity_bytes: Vec::new(),
-        staging_bytes: options.staging_bytes,
-        wait: Duration::from_secs(30),
-        params: PolicyParams::default(),
-        knowledge: Default::default(),
-    };
-    let homes = Homes {
-        place: home.clone(),
-        pinned: pinned.clone(),
-    };
+    let config = store_config(&places, options);
     let gpu = Arc::new(GpuLoader::new(
         loader.clone(),
-        home.iter().map(|&p| place_devices[p].clone()).collect(),
+        homes
+            .place
+            .iter()
+            .map(|&p| place_devices[p].clone())
+            .collect(),
     ));
-    let store = Store::new(gpu.clone(), homes, &config)?;
-    let mut tiers = Vec::new();
-    for (p, place) in places.iter().enumerate() {
-        let objects: Vec<ObjectIndex> = (0..keys.len())
-            .filter(|&o| pinned[o] && home[o] == p)
-            .map(|o| o as ObjectIndex)
-            .collect();
-        let started = Instant::now();
-        store.load_all(&objects, options.threads, progress)?;
-        tiers.push(TierLoad {
-            place: place.name.clone(),
-            objects: objects.len(),
-            bytes: objects.iter().map(|&o| loader.size_bytes(o)).sum(),
-            seconds: started.elapsed().as_secs_f64(),
-        });
-    }
+    let store = Store::new(gpu.clone(), homes.clone(), &config)?;
+    let tiers = load_places(&store, &loader, &places, &homes, options, progress)?;
     let verified = if options.verify {
         let resident: Vec<ObjectIndex> = (0..keys.len())
-            .filter(|&o| pinned[o])
+            .filter(|&o| homes.pinned[o])
             .map(|o| o as ObjectIndex)
             .collect();
         Some(verify(&store, &loader, &gpu, &resident)?)
@@ -272,6 +165,181 @@ pub fn apply(
         verified,
         notes,
     })
+}
+
+/// The error for a plan that does not fit the checkpoint, at `place` of the plan.
+fn mismatch(plan_path: &Path, place: String, problem: String) -> ApplyError {
+    ApplyError::Mismatch {
+        plan: plan_path.to_path_buf(),
+        place,
+        problem,
+        fix: "apply the plan to the checkpoint it was made for (plan --model DIR)".into(),
+    }
+}
+
+/// Places objects can live in (not disks), with their capacities, each
+/// caching under `policy`.
+fn object_places(plan: &Plan, policy: PolicyKind) -> Vec<PlaceConfig> {
+    plan.usage
+        .iter()
+        .filter(|u| !u.place.starts_with("disk"))
+        .map(|u| PlaceConfig {
+            name: u.place.clone(),
+            capacity_bytes: u.capacity_bytes,
+            tier: u.place.split(':').next().unwrap_or("ram").to_string(),
+            policy,
+            pin_share_bytes: None,
+        })
+        .collect()
+}
+
+/// Every planned object, with its home and whether it is pinned there:
+/// pinned in its planned place, or unpinned in the first RAM place when the
+/// plan leaves it on a disk.
+fn planned_objects(
+    plan: &Plan,
+    plan_path: &Path,
+    checkpoint: &Checkpoint,
+    places: &[PlaceConfig],
+) -> Result<(Vec<ObjectKey>, Homes), ApplyError> {
+    let place_of = |name: &str| places.iter().position(|p| p.name == name);
+    let Some(cache_home) = places.iter().position(|p| p.tier == "ram") else {
+        return Err(mismatch(
+            plan_path,
+            "usage".into(),
+            "the plan has no RAM place".into(),
+        ));
+    };
+    let mut keys = Vec::new();
+    let mut home = Vec::new();
+    let mut pinned = Vec::new();
+    for (key, place) in planned_places(plan, plan_path, checkpoint)? {
+        let at = place_of(place);
+        keys.push(key);
+        home.push(at.unwrap_or(cache_home));
+        pinned.push(at.is_some());
+    }
+    let homes = Homes {
+        place: home,
+        pinned,
+    };
+    Ok((keys, homes))
+}
+
+/// Every object the plan places (experts, then trunk), with the place the
+/// plan gives it; an error when the checkpoint lacks one.
+fn planned_places<'p>(
+    plan: &'p Plan,
+    plan_path: &Path,
+    checkpoint: &Checkpoint,
+) -> Result<Vec<(ObjectKey, &'p str)>, ApplyError> {
+    let moe_layers = checkpoint.config.moe_layers();
+    if plan.experts.len() != moe_layers.len() {
+        return Err(mismatch(
+            plan_path,
+            "experts".into(),
+            format!(
+                "the plan places {} MoE layers, the checkpoint has {}",
+                plan.experts.len(),
+                moe_layers.len()
+            ),
+        ));
+    }
+    let mut planned = Vec::new();
+    for (l, row) in plan.experts.iter().enumerate() {
+        for (e, &p) in row.iter().enumerate() {
+            let key = ObjectKey::Expert {
+                layer: moe_layers[l] as u32,
+                expert: e as u32,
+            };
+            if checkpoint.extents(&key).is_empty() {
+                return Err(mismatch(
+                    plan_path,
+                    format!("experts[{l}][{e}]"),
+                    format!("the checkpoint has no {key}"),
+                ));
+            }
+            planned.push((key, plan.places[p].as_str()));
+        }
+    }
+    for t in &plan.trunk {
+        let key = ObjectKey::Trunk {
+            name: t.name.clone(),
+            layer: t.layer.map(|l| l as u32),
+        };
+        if checkpoint.extents(&key).is_empty() {
+            return Err(mismatch(
+                plan_path,
+                format!("trunk {key}"),
+                "the checkpoint has no such component".into(),
+            ));
+        }
+        planned.push((key, t.place.as_str()));
+    }
+    Ok(planned)
+}
+
+/// The host pool each place reads into. RAM places read into their node's
+/// pool; GPU places read into node 0's (until the card's NUMA affinity is
+/// known), page-locked for the card's DMA where its driver can, so uploads
+/// need no staging copy.
+fn host_pools(
+    places: &[PlaceConfig],
+    place_devices: &[Option<Arc<dyn Device>>],
+) -> Vec<Arc<HostPool>> {
+    let nodes = numa_nodes();
+    places
+        .iter()
+        .zip(place_devices)
+        .map(|(p, device)| {
+            let node = p
+                .name
+                .strip_prefix("ram:")
+                .and_then(|n| n.parse().ok())
+                .filter(|n| nodes.contains(n));
+            let pinner = device.as_ref().and_then(|d| d.pinner());
+            HostPool::pinned_by(node.or(nodes.first().copied()), RETAINED_BYTES, pinner)
+        })
+        .collect()
+}
+
+/// The store's configuration: one budget per place, staging as `options` say.
+fn store_config(places: &[PlaceConfig], options: &ApplyOptions) -> StoreConfig {
+    StoreConfig {
+        places: places.to_vec(),
+        tier_capacity_bytes: Vec::new(),
+        staging_bytes: options.staging_bytes,
+        wait: Duration::from_secs(30),
+        params: PolicyParams::default(),
+        knowledge: Default::default(),
+    }
+}
+
+/// Loads each place's pinned objects, place by place, timing each.
+fn load_places(
+    store: &Store,
+    loader: &CheckpointLoader,
+    places: &[PlaceConfig],
+    homes: &Homes,
+    options: &ApplyOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<Vec<TierLoad>, ApplyError> {
+    let mut tiers = Vec::new();
+    for (p, place) in places.iter().enumerate() {
+        let objects: Vec<ObjectIndex> = (0..homes.place.len())
+            .filter(|&o| homes.pinned[o] && homes.place[o] == p)
+            .map(|o| o as ObjectIndex)
+            .collect();
+        let started = Instant::now();
+        store.load_all(&objects, options.threads, progress)?;
+        tiers.push(TierLoad {
+            place: place.name.clone(),
+            objects: objects.len(),
+            bytes: objects.iter().map(|&o| loader.size_bytes(o)).sum(),
+            seconds: started.elapsed().as_secs_f64(),
+        });
+    }
+    Ok(tiers)
 }
 
 /// The device each place's objects go to: `gpu:N`'s is the tier's device

@@ -126,6 +126,35 @@ impl ArchConfig {
         );
         m.insert("hidden_act".into(), json!("silu"));
         m.insert("rms_norm_eps".into(), json!(spec.rms_norm_eps));
+        self.insert_attention(spec, &mut m);
+        m.insert(spec.experts_key.into(), json!(self.experts));
+        m.insert("num_experts_per_tok".into(), json!(self.top_k));
+        m.insert(
+            spec.expert_intermediate_key.into(),
+            json!(self.expert_intermediate),
+        );
+        self.insert_dense_layers(spec, &mut m);
+        self.insert_shared_experts(spec, &mut m);
+        let mut m = self.nest_text_config(spec, m);
+        m.insert("architectures".into(), json!([spec.architecture]));
+        m.insert("model_type".into(), json!(spec.model_type));
+        if let ExpertFormat::Packed { bits, group } = self.format {
+            m.insert(
+                "quantization_config".into(),
+                json!({
+                    "quant_method": "residency",
+                    "bits": bits,
+                    "group_size": group,
+                    "packing_version": PACKING_VERSION,
+                    "modules": "routed experts",
+                }),
+            );
+        }
+        Value::Object(m)
+    }
+
+    /// The attention keys of `config.json`: heads, and GQA's head size or MLA's ranks.
+    fn insert_attention(&self, spec: &ArchSpec, m: &mut Map<String, Value>) {
         match self.attention {
             Attention::Gqa {
                 heads,
@@ -154,12 +183,11 @@ impl ArchConfig {
                 m.insert("v_head_dim".into(), json!(mla.v_head_dim));
             }
         }
-        m.insert(spec.experts_key.into(), json!(self.experts));
-        m.insert("num_experts_per_tok".into(), json!(self.top_k));
-        m.insert(
-            spec.expert_intermediate_key.into(),
-            json!(self.expert_intermediate),
-        );
+    }
+
+    /// The keys saying which layers are dense, the architecture's way, and
+    /// the dense MLP's width.
+    fn insert_dense_layers(&self, spec: &ArchSpec, m: &mut Map<String, Value>) {
         match spec.dense {
             DenseLayers::None => {}
             DenseLayers::FirstK => {
@@ -190,6 +218,10 @@ impl ArchConfig {
                 json!(self.dense_intermediate),
             );
         }
+    }
+
+    /// The shared experts' key, the architecture's way.
+    fn insert_shared_experts(&self, spec: &ArchSpec, m: &mut Map<String, Value>) {
         match spec.shared {
             SharedExpert::None => {}
             SharedExpert::Deepseek => {
@@ -208,7 +240,12 @@ impl ArchConfig {
             // As wide as a routed expert: `intermediate_size`.
             SharedExpert::Llama4 => {}
         }
-        let mut m = match spec.text_config {
+    }
+
+    /// The language model's keys `m`, nested under `text_config` for a
+    /// multimodal architecture, else as they are.
+    fn nest_text_config(&self, spec: &ArchSpec, mut m: Map<String, Value>) -> Map<String, Value> {
+        match spec.text_config {
             None => m,
             Some(text_type) => {
                 m.insert("model_type".into(), json!(text_type));
@@ -222,22 +259,7 @@ impl ArchConfig {
                 top.insert("text_config".into(), Value::Object(m));
                 top
             }
-        };
-        m.insert("architectures".into(), json!([spec.architecture]));
-        m.insert("model_type".into(), json!(spec.model_type));
-        if let ExpertFormat::Packed { bits, group } = self.format {
-            m.insert(
-                "quantization_config".into(),
-                json!({
-                    "quant_method": "residency",
-                    "bits": bits,
-                    "group_size": group,
-                    "packing_version": PACKING_VERSION,
-                    "modules": "routed experts",
-                }),
-            );
         }
-        Value::Object(m)
     }
 
     /// Reads a `config.json`; every problem names `path` and the key.

@@ -336,110 +336,33 @@ pub fn arch_config(
     opts: &GenOptions,
 ) -> Result<(ArchConfig, Vec<String>)> {
     let d = &model.description;
-    let err =
-        |place: &str, problem: String, fix: &str| CheckpointError::input(path, place, problem, fix);
-    let family = opts
-        .family
-        .or_else(|| infer_family(d, path))
-        .ok_or_else(|| {
-            let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
-            err(
-                "name",
-                format!("cannot tell the tensor-naming family of `{}`", d.name),
-                &format!("pass --family {}", names.join("|")),
-            )
-        })?;
+    let family = family_of(d, path, opts.family)?;
     if !d.per_layer.is_empty() {
-        return Err(err(
+        return Err(CheckpointError::input(
+            path,
             "per_layer",
             format!("a {family} config.json gives every MoE layer the same experts"),
             "drop per_layer to generate a checkpoint",
         ));
     }
     let all_moe = model.moe_layer_numbers();
-    let layers = match opts.moe_layers {
-        None => d.layers,
-        Some(n) if (1..=all_moe.len()).contains(&n) => all_moe[n - 1] + 1,
-        Some(n) => {
-            return Err(err(
-                "--layers",
-                format!("{n} MoE layers asked, the model has {}", all_moe.len()),
-                &format!("give 1..={}", all_moe.len()),
-            ))
-        }
-    };
+    let layers = layer_count(d, &all_moe, path, opts.moe_layers)?;
     let dense_layers: Vec<usize> = (0..layers).filter(|l| !all_moe.contains(l)).collect();
     let has_shared = d.trunk.iter().any(|t| t.name == family::SHARED_EXPERT);
-    let arch = match family {
-        Family::Mixtral => Arch::Mixtral,
-        Family::DeepseekV2 => Arch::DeepseekV2,
-        Family::DeepseekV3 => Arch::DeepseekV3,
-        // Qwen2-MoE has a shared expert, Qwen3-MoE has none.
-        Family::QwenMoe if has_shared => Arch::Qwen2Moe,
-        Family::QwenMoe => Arch::Qwen3Moe,
-        Family::Olmoe => Arch::Olmoe,
-        Family::Llama4 => Arch::Llama4,
-    };
+    let arch = arch_of(family, has_shared);
     let spec = arch.spec();
-    let dense_ok = match spec.dense {
-        DenseLayers::None => dense_layers.is_empty(),
-        DenseLayers::FirstK => dense_layers.iter().enumerate().all(|(i, &l)| i == l),
-        DenseLayers::MlpOnly | DenseLayers::Interleave => true,
-    };
-    if !dense_ok {
-        return Err(err(
-            "moe_layers",
-            format!("dense layers {dense_layers:?} cannot be expressed in a {family} config.json"),
-            "describe the model with the layers its family has, or pass another --family",
-        ));
-    }
+    check_dense_layers(spec.dense, &dense_layers, family, path)?;
     let hidden = d.hidden as usize;
     let intermediate = d.expert_intermediate as usize;
     // BF16 bytes of a [n, hidden] matrix per row, and of an MLP per unit of width.
     let (row_bytes, mlp_bytes) = (2 * d.hidden, 6 * d.hidden);
     let first_moe = all_moe[0];
-    let bytes_of = |name: &str, layer: usize| trunk_entry(d, name, layer).map(|t| t.bytes.0);
     let mut notes = Vec::new();
-    let dense_intermediate = match dense_layers.first() {
-        None => 0,
-        Some(&l) => match bytes_of(family::DENSE_FFN, l) {
-            Some(bytes) => nearest(bytes, mlp_bytes),
-            None => {
-                return Err(err(
-                    "trunk",
-                    format!("layer {l} is dense but no `dense_ffn` entry gives its size"),
-                    "add a dense_ffn trunk entry for the dense layers",
-                ))
-            }
-        },
-    };
-    let shared_intermediate = match (spec.shared, bytes_of(family::SHARED_EXPERT, first_moe)) {
-        (SharedExpert::Deepseek, Some(bytes)) => {
-            nearest(bytes, mlp_bytes * d.expert_intermediate) * intermediate
-        }
-        (SharedExpert::Qwen, Some(bytes)) => nearest(bytes, mlp_bytes),
-        (SharedExpert::Llama4, _) => intermediate,
-        _ => 0,
-    };
-    let vocab = match bytes_of(family::LM_HEAD, 0) {
-        Some(bytes) => nearest(bytes, row_bytes),
-        None => {
-            notes.push(format!(
-                "no lm_head entry: vocabulary {DEFAULT_VOCAB} assumed"
-            ));
-            DEFAULT_VOCAB
-        }
-    };
+    let dense_intermediate = dense_intermediate(d, &dense_layers, mlp_bytes, path)?;
+    let shared_intermediate = shared_intermediate(d, spec.shared, first_moe, mlp_bytes);
+    let vocab = vocab(d, row_bytes, &mut notes);
     let format = expert_format(d, opts.dtype);
-    for cols in [hidden, intermediate] {
-        if let Some(problem) = format.unfit_for(cols) {
-            return Err(err(
-                &format!("formats.{}", format.name()),
-                problem,
-                "choose a group size that divides hidden and expert_intermediate",
-            ));
-        }
-    }
+    check_format(format, [hidden, intermediate], path)?;
     let mut config = ArchConfig {
         arch,
         layers,
@@ -459,16 +382,182 @@ pub fn arch_config(
         },
         format,
     };
-    let target = bytes_of(family::ATTN, first_moe);
-    config.attention = fit_attention(&config, first_moe, target);
-    let got = family::attention_bytes(&config, first_moe);
-    notes.push(match target {
+    notes.push(fit_described_attention(&mut config, d, first_moe));
+    notes.extend(unwritten_trunk(d, &config));
+    Ok((config, notes))
+}
+
+/// The tensor-naming family: `--family`, else inferred from the model's
+/// name or file name.
+fn family_of(d: &ModelDescription, path: &Path, family: Option<Family>) -> Result<Family> {
+    family.or_else(|| infer_family(d, path)).ok_or_else(|| {
+        let names: Vec<&str> = Family::ALL.iter().map(|f| f.name()).collect();
+        CheckpointError::input(
+            path,
+            "name",
+            format!("cannot tell the tensor-naming family of `{}`", d.name),
+            format!("pass --family {}", names.join("|")),
+        )
+    })
+}
+
+/// Transformer layers to write: all of the model's, or those up to its
+/// `moe_layers`-th MoE layer.
+fn layer_count(
+    d: &ModelDescription,
+    all_moe: &[usize],
+    path: &Path,
+    moe_layers: Option<usize>,
+) -> Result<usize> {
+    Ok(match moe_layers {
+        None => d.layers,
+        Some(n) if (1..=all_moe.len()).contains(&n) => all_moe[n - 1] + 1,
+        Some(n) => {
+            return Err(CheckpointError::input(
+                path,
+                "--layers",
+                format!("{n} MoE layers asked, the model has {}", all_moe.len()),
+                format!("give 1..={}", all_moe.len()),
+            ))
+        }
+    })
+}
+
+/// The architecture written for `family`.
+fn arch_of(family: Family, has_shared: bool) -> Arch {
+    match family {
+        Family::Mixtral => Arch::Mixtral,
+        Family::DeepseekV2 => Arch::DeepseekV2,
+        Family::DeepseekV3 => Arch::DeepseekV3,
+        // Qwen2-MoE has a shared expert, Qwen3-MoE has none.
+        Family::QwenMoe if has_shared => Arch::Qwen2Moe,
+        Family::QwenMoe => Arch::Qwen3Moe,
+        Family::Olmoe => Arch::Olmoe,
+        Family::Llama4 => Arch::Llama4,
+    }
+}
+
+/// That the architecture's config.json can say which layers are dense.
+fn check_dense_layers(
+    dense: DenseLayers,
+    dense_layers: &[usize],
+    family: Family,
+    path: &Path,
+) -> Result<()> {
+    let dense_ok = match dense {
+        DenseLayers::None => dense_layers.is_empty(),
+        DenseLayers::FirstK => dense_layers.iter().enumerate().all(|(i, &l)| i == l),
+        DenseLayers::MlpOnly | DenseLayers::Interleave => true,
+    };
+    if !dense_ok {
+        return Err(CheckpointError::input(
+            path,
+            "moe_layers",
+            format!("dense layers {dense_layers:?} cannot be expressed in a {family} config.json"),
+            "describe the model with the layers its family has, or pass another --family",
+        ));
+    }
+    Ok(())
+}
+
+/// Bytes of the trunk component `name` in `layer` (`trunk_entry`).
+fn trunk_bytes(d: &ModelDescription, name: &str, layer: usize) -> Option<u64> {
+    trunk_entry(d, name, layer).map(|t| t.bytes.0)
+}
+
+/// Width of the dense MLP, from the first dense layer's `dense_ffn` size
+/// (0 without dense layers).
+fn dense_intermediate(
+    d: &ModelDescription,
+    dense_layers: &[usize],
+    mlp_bytes: u64,
+    path: &Path,
+) -> Result<usize> {
+    Ok(match dense_layers.first() {
+        None => 0,
+        Some(&l) => match trunk_bytes(d, family::DENSE_FFN, l) {
+            Some(bytes) => nearest(bytes, mlp_bytes),
+            None => {
+                return Err(CheckpointError::input(
+                    path,
+                    "trunk",
+                    format!("layer {l} is dense but no `dense_ffn` entry gives its size"),
+                    "add a dense_ffn trunk entry for the dense layers",
+                ))
+            }
+        },
+    })
+}
+
+/// Width of the shared experts together, from the first MoE layer's
+/// `shared_expert` size (0 without).
+fn shared_intermediate(
+    d: &ModelDescription,
+    shared: SharedExpert,
+    first_moe: usize,
+    mlp_bytes: u64,
+) -> usize {
+    let intermediate = d.expert_intermediate as usize;
+    match (shared, trunk_bytes(d, family::SHARED_EXPERT, first_moe)) {
+        (SharedExpert::Deepseek, Some(bytes)) => {
+            nearest(bytes, mlp_bytes * d.expert_intermediate) * intermediate
+        }
+        (SharedExpert::Qwen, Some(bytes)) => nearest(bytes, mlp_bytes),
+        (SharedExpert::Llama4, _) => intermediate,
+        _ => 0,
+    }
+}
+
+/// The vocabulary, from the `lm_head` size, else the default (said in `notes`).
+fn vocab(d: &ModelDescription, row_bytes: u64, notes: &mut Vec<String>) -> usize {
+    match trunk_bytes(d, family::LM_HEAD, 0) {
+        Some(bytes) => nearest(bytes, row_bytes),
+        None => {
+            notes.push(format!(
+                "no lm_head entry: vocabulary {DEFAULT_VOCAB} assumed"
+            ));
+            DEFAULT_VOCAB
+        }
+    }
+}
+
+/// That the experts' format can pack matrices of each width in `cols`.
+fn check_format(format: ExpertFormat, cols: [usize; 2], path: &Path) -> Result<()> {
+    for cols in cols {
+        if let Some(problem) = format.unfit_for(cols) {
+            return Err(CheckpointError::input(
+                path,
+                format!("formats.{}", format.name()),
+                problem,
+                "choose a group size that divides hidden and expert_intermediate",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fits `config`'s attention to the description's `attn` size in
+/// `first_moe`; the note saying what it became.
+fn fit_described_attention(
+    config: &mut ArchConfig,
+    d: &ModelDescription,
+    first_moe: usize,
+) -> String {
+    let target = trunk_bytes(d, family::ATTN, first_moe);
+    config.attention = fit_attention(config, first_moe, target);
+    let got = family::attention_bytes(config, first_moe);
+    match target {
         Some(t) => format!(
             "attention fitted to the description's attn size: {}; attn {got} bytes per MoE layer (description: {t})",
             config.attention
         ),
         None => format!("no attn entry: attention {} assumed", config.attention),
-    });
+    }
+}
+
+/// A note for each trunk component the checkpoint has no tensors for.
+fn unwritten_trunk(d: &ModelDescription, config: &ArchConfig) -> Vec<String> {
+    let mut notes = Vec::new();
     let mut left_out = BTreeSet::new();
     for t in &d.trunk {
         let written = match t.name.as_str() {
@@ -480,11 +569,12 @@ pub fn arch_config(
         if !written && left_out.insert(t.name.as_str()) {
             notes.push(format!(
                 "trunk `{}` has no tensors in a {} checkpoint of these layers; not written",
-                t.name, spec.model_type
+                t.name,
+                config.spec().model_type
             ));
         }
     }
-    Ok((config, notes))
+    notes
 }
 
 /// The experts' format for `--dtype`, with the description's group size when

@@ -62,137 +62,23 @@ struct Found {
 }
 
 impl Checkpoint {
+    /// Opens `dir`'s checkpoint, every tensor checked (see the module).
     pub fn open(dir: &Path) -> Result<Checkpoint> {
-        if !dir.is_dir() {
-            return Err(CheckpointError::input(
-                dir,
-                "directory",
-                "is not a checkpoint directory",
-                "give the directory holding config.json and the safetensors shards",
-            ));
-        }
-        let config_path = dir.join(CONFIG_FILE);
-        let config_text = std::fs::read_to_string(&config_path).map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                CheckpointError::input(
-                    &config_path,
-                    "file",
-                    "is missing",
-                    "a checkpoint directory holds config.json beside its safetensors shards",
-                )
-            } else {
-                CheckpointError::io(&config_path, e)
-            }
-        })?;
-        let config = ArchConfig::from_json(&config_text, &config_path)?;
+        let (config, config_text) = read_config(dir)?;
         let mut content = Sha256::new();
         content.update(config_text.as_bytes());
         let (shard_names, index) = shard_files(dir, &mut content)?;
         let shards: Vec<PathBuf> = shard_names.iter().map(|n| dir.join(n)).collect();
-
-        let mut found: BTreeMap<String, Found> = BTreeMap::new();
-        for (i, path) in shards.iter().enumerate() {
-            let (data_start, tensors) = read_header(path, &mut content)?;
-            for (name, info) in tensors {
-                if let Some(index) = &index {
-                    if index.get(&name) != Some(&shard_names[i]) {
-                        return Err(tensor_error(
-                            path,
-                            &name,
-                            "is in this shard but the index does not map it here",
-                            "regenerate model.safetensors.index.json",
-                        ));
-                    }
-                }
-                let offset = data_start + info.data_offsets.0 as u64;
-                let previous = found.insert(
-                    name.clone(),
-                    Found {
-                        shard: i,
-                        offset,
-                        info,
-                    },
-                );
-                if previous.is_some() {
-                    return Err(tensor_error(
-                        path,
-                        &name,
-                        "is also in an earlier shard",
-                        "keep each tensor in one shard",
-                    ));
-                }
-            }
-        }
+        let mut found = read_headers(&shards, &shard_names, index.as_ref(), &mut content)?;
         if let Some(index) = &index {
-            if let Some(name) = index.keys().find(|n| !found.contains_key(*n)) {
-                return Err(tensor_error(
-                    &dir.join(INDEX_FILE),
-                    name,
-                    format!("is mapped to {} but that shard lacks it", index[name]),
-                    "regenerate the index or restore the shard",
-                ));
-            }
+            check_index_complete(dir, index, &found)?;
         }
-
-        let expected = family::tensors(&config);
-        let mut objects: BTreeMap<ObjectKey, Vec<Extent>> = BTreeMap::new();
-        for spec in &expected {
-            let Some(f) = found.remove(&spec.name) else {
-                return Err(tensor_error(
-                    dir,
-                    &spec.name,
-                    "is in no shard",
-                    &format!(
-                        "a {} checkpoint with this config.json needs it; restore the missing shard",
-                        model_type(&config)
-                    ),
-                ));
-            };
-            check_against(spec, &f.info, &shards[f.shard], &config)?;
-            for (key, range) in spec.parts() {
-                objects.entry(key).or_default().push(Extent {
-                    shard: shards[f.shard].clone(),
-                    offset: f.offset + range.start,
-                    len: range.end - range.start,
-                    tensor: spec.name.clone(),
-                });
-            }
-        }
-        // Tensors outside the language model (Llama-4's vision tower and its
-        // projector) are no objects the planner places: they are left alone,
-        // though their headers count in the content id like every header.
-        let ignored = config.spec().ignored_prefixes;
-        found.retain(|name, _| !ignored.iter().any(|p| name.starts_with(p)));
-        if let Some((name, f)) = found.iter().next() {
-            return Err(tensor_error(
-                &shards[f.shard],
-                name,
-                format!(
-                    "is not a tensor of a {} checkpoint with this config.json",
-                    model_type(&config)
-                ),
-                "check config.json (layers, experts, model_type) against the shards",
-            ));
-        }
+        let mut objects = object_extents(dir, &config, &shards, &mut found)?;
+        check_no_strays(&config, &shards, found)?;
         for extents in objects.values_mut() {
             extents.sort_by(|a, b| (&a.shard, a.offset).cmp(&(&b.shard, b.offset)));
         }
-        // The content id covers everything that decides what the bytes mean:
-        // config.json, the index, and each shard's name and header.
-        let identity = ModelIdentity {
-            content_id: content
-                .finalize()
-                .iter()
-                .map(|b| format!("{b:02x}"))
-                .collect(),
-            family: config.family(),
-            format: config.format.name().to_string(),
-            group_size: config.format.group_size() as u32,
-            hidden: config.hidden as u64,
-            expert_intermediate: config.expert_intermediate as u64,
-            packing_version: PACKING_VERSION,
-            layout_version: LAYOUT_VERSION,
-        };
+        let identity = identity(&config, content);
         Ok(Checkpoint {
             dir: dir.to_path_buf(),
             config,
@@ -287,6 +173,175 @@ impl Checkpoint {
             kv_bytes_per_token: Some(Bytes(c.kv_bytes_per_token())),
             per_layer: Vec::new(),
         }
+    }
+}
+/// Reads and parses `dir`'s `config.json`; the config and the file's text.
+fn read_config(dir: &Path) -> Result<(ArchConfig, String)> {
+    if !dir.is_dir() {
+        return Err(CheckpointError::input(
+            dir,
+            "directory",
+            "is not a checkpoint directory",
+            "give the directory holding config.json and the safetensors shards",
+        ));
+    }
+    let config_path = dir.join(CONFIG_FILE);
+    let config_text = std::fs::read_to_string(&config_path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            CheckpointError::input(
+                &config_path,
+                "file",
+                "is missing",
+                "a checkpoint directory holds config.json beside its safetensors shards",
+            )
+        } else {
+            CheckpointError::io(&config_path, e)
+        }
+    })?;
+    let config = ArchConfig::from_json(&config_text, &config_path)?;
+    Ok((config, config_text))
+}
+
+/// Every tensor of every shard's header, by name, each in one shard and,
+/// with an `index`, in the shard the index maps it to.
+fn read_headers(
+    shards: &[PathBuf],
+    shard_names: &[String],
+    index: Option<&BTreeMap<String, String>>,
+    content: &mut Sha256,
+) -> Result<BTreeMap<String, Found>> {
+    let mut found: BTreeMap<String, Found> = BTreeMap::new();
+    for (i, path) in shards.iter().enumerate() {
+        let (data_start, tensors) = read_header(path, content)?;
+        for (name, info) in tensors {
+            if let Some(index) = index {
+                if index.get(&name) != Some(&shard_names[i]) {
+                    return Err(tensor_error(
+                        path,
+                        &name,
+                        "is in this shard but the index does not map it here",
+                        "regenerate model.safetensors.index.json",
+                    ));
+                }
+            }
+            let offset = data_start + info.data_offsets.0 as u64;
+            let previous = found.insert(
+                name.clone(),
+                Found {
+                    shard: i,
+                    offset,
+                    info,
+                },
+            );
+            if previous.is_some() {
+                return Err(tensor_error(
+                    path,
+                    &name,
+                    "is also in an earlier shard",
+                    "keep each tensor in one shard",
+                ));
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// That every tensor the index maps is in a shard.
+fn check_index_complete(
+    dir: &Path,
+    index: &BTreeMap<String, String>,
+    found: &BTreeMap<String, Found>,
+) -> Result<()> {
+    if let Some(name) = index.keys().find(|n| !found.contains_key(*n)) {
+        return Err(tensor_error(
+            &dir.join(INDEX_FILE),
+            name,
+            format!("is mapped to {} but that shard lacks it", index[name]),
+            "regenerate the index or restore the shard",
+        ));
+    }
+    Ok(())
+}
+
+/// Each object's extents, from the tensors `config` expects, each taken out
+/// of `found` once checked against its header.
+fn object_extents(
+    dir: &Path,
+    config: &ArchConfig,
+    shards: &[PathBuf],
+    found: &mut BTreeMap<String, Found>,
+) -> Result<BTreeMap<ObjectKey, Vec<Extent>>> {
+    let expected = family::tensors(config);
+    let mut objects: BTreeMap<ObjectKey, Vec<Extent>> = BTreeMap::new();
+    for spec in &expected {
+        let Some(f) = found.remove(&spec.name) else {
+            return Err(tensor_error(
+                dir,
+                &spec.name,
+                "is in no shard",
+                &format!(
+                    "a {} checkpoint with this config.json needs it; restore the missing shard",
+                    model_type(config)
+                ),
+            ));
+        };
+        check_against(spec, &f.info, &shards[f.shard], config)?;
+        for (key, range) in spec.parts() {
+            objects.entry(key).or_default().push(Extent {
+                shard: shards[f.shard].clone(),
+                offset: f.offset + range.start,
+                len: range.end - range.start,
+                tensor: spec.name.clone(),
+            });
+        }
+    }
+    Ok(objects)
+}
+
+/// That no tensor is left over once the expected ones are taken out of
+/// `found`.
+fn check_no_strays(
+    config: &ArchConfig,
+    shards: &[PathBuf],
+    mut found: BTreeMap<String, Found>,
+) -> Result<()> {
+    // Tensors outside the language model (Llama-4's vision tower and its
+    // projector) are no objects the planner places: they are left alone,
+    // though their headers count in the content id like every header.
+    let ignored = config.spec().ignored_prefixes;
+    found.retain(|name, _| !ignored.iter().any(|p| name.starts_with(p)));
+    if let Some((name, f)) = found.iter().next() {
+        return Err(tensor_error(
+            &shards[f.shard],
+            name,
+            format!(
+                "is not a tensor of a {} checkpoint with this config.json",
+                model_type(config)
+            ),
+            "check config.json (layers, experts, model_type) against the shards",
+        ));
+    }
+    Ok(())
+}
+
+/// The model identity of a checkpoint of `config` whose files hashed to
+/// `content`.
+fn identity(config: &ArchConfig, content: Sha256) -> ModelIdentity {
+    // The content id covers everything that decides what the bytes mean:
+    // config.json, the index, and each shard's name and header.
+    ModelIdentity {
+        content_id: content
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect(),
+        family: config.family(),
+        format: config.format.name().to_string(),
+        group_size: config.format.group_size() as u32,
+        hidden: config.hidden as u64,
+        expert_intermediate: config.expert_intermediate as u64,
+        packing_version: PACKING_VERSION,
+        layout_version: LAYOUT_VERSION,
     }
 }
 

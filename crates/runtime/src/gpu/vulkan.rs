@@ -119,6 +119,8 @@ pub fn open_all(options: &GpuOptions) -> Opened {
 }
 
 impl VulkanDevice {
+    /// Opens `physical` as device `ordinal`: checks what the tier needs,
+    /// creates the device on a transfer queue and sets up its staging.
     fn open(
         instance: &Arc<Instance>,
         physical: vk::PhysicalDevice,
@@ -126,24 +128,20 @@ impl VulkanDevice {
         ordinal: u32,
         options: &GpuOptions,
     ) -> Result<VulkanDevice, GpuError> {
-        let label = device_label(Backend::Vulkan, ordinal);
-        let unusable = |problem: String| GpuError::Failed {
-            device: label.clone(),
-            action: "opening".into(),
-            problem,
-            fix: "update the GPU's Vulkan driver, or use CUDA".into(),
-        };
         let opening = failed(ordinal, "opening");
         let name = props
             .device_name_as_c_str()
             .map(|n| n.to_string_lossy().into_owned())
             .unwrap_or_default();
         if props.api_version < vk::API_VERSION_1_2 {
-            return Err(unusable(format!(
-                "it offers Vulkan {}.{}; buffer device addresses need 1.2",
-                vk::api_version_major(props.api_version),
-                vk::api_version_minor(props.api_version)
-            )));
+            return Err(unusable(
+                ordinal,
+                format!(
+                    "it offers Vulkan {}.{}; buffer device addresses need 1.2",
+                    vk::api_version_major(props.api_version),
+                    vk::api_version_minor(props.api_version)
+                ),
+            ));
         }
         let vk_instance = &instance.instance;
         let mut v12 = vk::PhysicalDeviceVulkan12Features::default();
@@ -158,20 +156,10 @@ impl VulkanDevice {
             )
         };
         if v12.buffer_device_address == vk::FALSE {
-            return Err(unusable("it lacks bufferDeviceAddress".into()));
+            return Err(unusable(ordinal, "it lacks bufferDeviceAddress".into()));
         }
-        // Graphics and compute families can copy too; a family that can do
-        // nothing else is the DMA engine, free of other work.
-        let copies = vk::QueueFlags::TRANSFER | vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
-        let family = families
-            .iter()
-            .position(|f| f.queue_flags & copies == vk::QueueFlags::TRANSFER)
-            .or_else(|| {
-                families
-                    .iter()
-                    .position(|f| f.queue_flags.intersects(copies))
-            })
-            .ok_or_else(|| unusable("it has no queue that copies".into()))?
+        let family = transfer_family(&families)
+            .ok_or_else(|| unusable(ordinal, "it has no queue that copies".into()))?
             as u32;
         let priorities = [1.0f32];
         let queues = [vk::DeviceQueueCreateInfo::default()
@@ -185,9 +173,44 @@ impl VulkanDevice {
         // it enables was checked above.
         let device =
             unsafe { vk_instance.create_device(physical, &info, None) }.map_err(&opening)?;
+        let mut shared = Shared::new(device, family, memory, options, instance);
+        shared.set_up_transfer(family, &opening)?;
+        Ok(VulkanDevice {
+            ordinal,
+            name,
+            shared: Arc::new(shared),
+        })
+    }
+}
+
+/// The queue family copies go to, if the device has one.
+fn transfer_family(families: &[vk::QueueFamilyProperties]) -> Option<usize> {
+    // Graphics and compute families can copy too; a family that can do
+    // nothing else is the DMA engine, free of other work.
+    let copies = vk::QueueFlags::TRANSFER | vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE;
+    families
+        .iter()
+        .position(|f| f.queue_flags & copies == vk::QueueFlags::TRANSFER)
+        .or_else(|| {
+            families
+                .iter()
+                .position(|f| f.queue_flags.intersects(copies))
+        })
+}
+
+impl Shared {
+    /// The shared state of `device`, created with one queue of `family`,
+    /// its transfer handles not created yet.
+    fn new(
+        device: ash::Device,
+        family: u32,
+        memory: vk::PhysicalDeviceMemoryProperties,
+        options: &GpuOptions,
+        instance: &Arc<Instance>,
+    ) -> Shared {
         // Every handle starts null, so that `Shared`'s drop frees exactly
-        // what was created when a step below fails.
-        let mut shared = Shared {
+        // what was created when a step of `set_up_transfer` fails.
+        Shared {
             // SAFETY: family `family` was created with one queue.
             transfer: Mutex::new(Transfer {
                 queue: unsafe { device.get_device_queue(family, 0) },
@@ -202,15 +225,25 @@ impl VulkanDevice {
             memory,
             chunk_bytes: options.staging_chunk_bytes.max(1),
             _instance: Arc::clone(instance),
-        };
-        let staging_bytes = 2 * shared.chunk_bytes as u64;
-        let (staging, staging_memory) = shared.allocate(
+        }
+    }
+
+    /// Creates the staging buffer (mapped, in two halves), the command pool
+    /// on `family` (the queue's), and a command buffer and a fence per half;
+    /// on an error, what was created is freed when `self` drops.
+    fn set_up_transfer(
+        &mut self,
+        family: u32,
+        opening: &impl Fn(vk::Result) -> GpuError,
+    ) -> Result<(), GpuError> {
+        let staging_bytes = 2 * self.chunk_bytes as u64;
+        let (staging, staging_memory) = self.allocate(
             staging_bytes,
             vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
             vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
         );
-        let device = &shared.device;
-        let transfer = shared.transfer.get_mut().unwrap();
+        let device = &self.device;
+        let transfer = self.transfer.get_mut().unwrap();
         transfer.staging = staging.map_err(&opening)?;
         transfer.staging_memory = staging_memory.map_err(&opening)?;
         // SAFETY: the handles passed are live and belong to `device`; the
@@ -251,15 +284,9 @@ impl VulkanDevice {
                     .map_err(&opening)?;
             }
         }
-        Ok(VulkanDevice {
-            ordinal,
-            name,
-            shared: Arc::new(shared),
-        })
+        Ok(())
     }
-}
 
-impl Shared {
     /// A buffer of `size_bytes` bound to new memory of the first type with
     /// `properties` (the spec orders types so that the first match has the
     /// fewest extra properties: plain DEVICE_LOCAL before DEVICE_LOCAL |
@@ -521,6 +548,16 @@ impl Drop for VulkanMemory {
             self.shared.device.destroy_buffer(self.buffer, None);
             self.shared.device.free_memory(self.memory, None);
         }
+    }
+}
+
+/// Why device `ordinal` cannot serve as a GPU tier.
+fn unusable(ordinal: u32, problem: String) -> GpuError {
+    GpuError::Failed {
+        device: device_label(Backend::Vulkan, ordinal),
+        action: "opening".into(),
+        problem,
+        fix: "update the GPU's Vulkan driver, or use CUDA".into(),
     }
 }
 

@@ -177,21 +177,8 @@ impl Telemetry {
     /// Prometheus text exposition format, metric names `residency_*`.
     pub fn to_prometheus(&self) -> String {
         let mut out = String::new();
-        let mut metric = |name: &str, kind: &str, help: &str, samples: Vec<(String, String)>| {
-            let _ = writeln!(out, "# HELP residency_{name} {help}");
-            let _ = writeln!(out, "# TYPE residency_{name} {kind}");
-            for (labels, value) in samples {
-                let _ = writeln!(out, "residency_{name}{labels} {value}");
-            }
-        };
-        let plain = |v: String| vec![(String::new(), v)];
-        let by_place = |pairs: Vec<(&str, u64)>| {
-            pairs
-                .into_iter()
-                .map(|(p, v)| (format!("{{place=\"{p}\"}}"), v.to_string()))
-                .collect::<Vec<_>>()
-        };
         metric(
+            &mut out,
             "tier_hits",
             "counter",
             "Requests that found the object published, per place.",
@@ -202,7 +189,43 @@ impl Telemetry {
                     .collect(),
             ),
         );
-        for (name, help, value) in [
+        write_counters(&mut out, self.counts());
+        write_counters(&mut out, self.seconds());
+        metric(
+            &mut out,
+            "reuse_distance",
+            "histogram",
+            "Requests between two requests of one object.",
+            self.reuse_buckets(),
+        );
+        let budgets = |f: fn(&BudgetUse) -> u64| {
+            by_place(
+                self.budgets
+                    .iter()
+                    .map(|b| (b.place.as_str(), f(b)))
+                    .collect(),
+            )
+        };
+        metric(
+            &mut out,
+            "budget_bytes",
+            "gauge",
+            "Capacity of each budget.",
+            budgets(|b| b.budget_bytes),
+        );
+        metric(
+            &mut out,
+            "used_bytes",
+            "gauge",
+            "Bytes reserved in each budget.",
+            budgets(|b| b.used_bytes),
+        );
+        out
+    }
+
+    /// The counters counting events or bytes, as (name, help, value).
+    fn counts(&self) -> [(&'static str, &'static str, u64); 10] {
+        [
             (
                 "physical_misses",
                 "Loads started by a miss.",
@@ -249,10 +272,12 @@ impl Telemetry {
                 "Loads that waited for budget held by leases.",
                 self.lease_waits,
             ),
-        ] {
-            metric(name, "counter", help, plain(value.to_string()));
-        }
-        for (name, help, value) in [
+        ]
+    }
+
+    /// The counters summing seconds, as (name, help, value).
+    fn seconds(&self) -> [(&'static str, &'static str, f64); 2] {
+        [
             (
                 "felt_wait_seconds",
                 "Seconds requests waited for loads.",
@@ -263,9 +288,12 @@ impl Telemetry {
                 "Seconds spent reading and preparing objects.",
                 self.read_service_seconds,
             ),
-        ] {
-            metric(name, "counter", help, plain(value.to_string()));
-        }
+        ]
+    }
+
+    /// The reuse-distance histogram's samples: cumulative buckets by upper
+    /// bound, then `+Inf` and the count.
+    fn reuse_buckets(&self) -> Vec<(String, String)> {
         let mut cumulative = 0;
         let mut buckets: Vec<(String, String)> = self
             .reuse_distance
@@ -279,32 +307,39 @@ impl Telemetry {
             .collect();
         buckets.push(("_bucket{le=\"+Inf\"}".into(), cumulative.to_string()));
         buckets.push(("_count".into(), cumulative.to_string()));
-        metric(
-            "reuse_distance",
-            "histogram",
-            "Requests between two requests of one object.",
-            buckets,
-        );
-        let budgets = |f: fn(&BudgetUse) -> u64| {
-            by_place(
-                self.budgets
-                    .iter()
-                    .map(|b| (b.place.as_str(), f(b)))
-                    .collect(),
-            )
-        };
-        metric(
-            "budget_bytes",
-            "gauge",
-            "Capacity of each budget.",
-            budgets(|b| b.budget_bytes),
-        );
-        metric(
-            "used_bytes",
-            "gauge",
-            "Bytes reserved in each budget.",
-            budgets(|b| b.used_bytes),
-        );
-        out
+        buckets
     }
+}
+
+/// Writes metric `residency_{name}` to `out`: its help and type lines, then
+/// each sample as (labels, value).
+fn metric(out: &mut String, name: &str, kind: &str, help: &str, samples: Vec<(String, String)>) {
+    let _ = writeln!(out, "# HELP residency_{name} {help}");
+    let _ = writeln!(out, "# TYPE residency_{name} {kind}");
+    for (labels, value) in samples {
+        let _ = writeln!(out, "residency_{name}{labels} {value}");
+    }
+}
+
+/// Writes each (name, help, value) as a counter of one sample.
+fn write_counters<T: ToString>(
+    out: &mut String,
+    counters: impl IntoIterator<Item = (&'static str, &'static str, T)>,
+) {
+    for (name, help, value) in counters {
+        metric(out, name, "counter", help, plain(value.to_string()));
+    }
+}
+
+/// One sample without labels.
+fn plain(v: String) -> Vec<(String, String)> {
+    vec![(String::new(), v)]
+}
+
+/// One sample per place, labelled `place`.
+fn by_place(pairs: Vec<(&str, u64)>) -> Vec<(String, String)> {
+    pairs
+        .into_iter()
+        .map(|(p, v)| (format!("{{place=\"{p}\"}}"), v.to_string()))
+        .collect::<Vec<_>>()
 }
