@@ -27,7 +27,12 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
     let out = stdout(&o);
     assert!(out.contains("tiny-qwen3moe"), "{out}");
     // What the user would type instead, priced beside the plan.
-    for baseline in ["llama.cpp at the same VRAM", "--n-cpu-moe", "-ot exps=CPU", "--fit"] {
+    for baseline in [
+        "llama.cpp at the same VRAM",
+        "--n-cpu-moe",
+        "-ot exps=CPU",
+        "--fit",
+    ] {
         assert!(out.contains(baseline), "`{baseline}` missing:\n{out}");
     }
     // The notes say what the file's layout implies.
