@@ -551,11 +551,18 @@ fn format_from_extension(path: &Path) -> Result<HeatFormat> {
     })
 }
 
-/// What kind of input a file is, from its extension and first bytes.
+/// What kind of input a file is, from its extension and first bytes (a
+/// checkpoint directory and a GGUF file are models).
 fn detect_kind(file: &Path) -> &'static str {
-    let head = std::fs::read(file)
-        .map(|b| String::from_utf8_lossy(&b[..b.len().min(4096)]).into_owned())
-        .unwrap_or_default();
+    if file.is_dir() || gguf::is_gguf(file) {
+        return "model";
+    }
+    let mut head = Vec::new();
+    if let Ok(f) = std::fs::File::open(file) {
+        use std::io::Read;
+        let _ = f.take(4096).read_to_end(&mut head);
+    }
+    let head = String::from_utf8_lossy(&head);
     let yaml = matches!(
         file.extension().and_then(|e| e.to_str()),
         Some("yaml" | "yml")
@@ -588,7 +595,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
             );
         }
         "model" => {
-            let m = Model::from_yaml_file(file)?;
+            let m = checkpoint_cmd::model_from_path(file)?;
             println!(
                 "ok: {} is a valid model description `{}`: {} MoE layers, {} experts, {} trunk components",
                 file.display(),
