@@ -175,3 +175,65 @@ fn the_llama_cpp_rules_match_the_files_tensors_and_nothing_else() {
     let args = std::fs::read_to_string(dir.path().join("llama_cpp_args.txt")).unwrap();
     assert_eq!(args, "-ngl 0\n");
 }
+
+/// Heat in any format the planner reads applies to a GGUF model by its MoE
+/// layers: with one expert of each layer routed far more than the others,
+/// those four are the ones the plan keeps on the card.
+#[test]
+fn heat_maps_onto_a_gguf_model_by_layer() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    // 8 experts of 2,654,208 bytes a layer (see above); the 48 MiB card
+    // holds the trunk and about eleven experts.
+    residency_testkit::gguf::qwen3moe_sized(4, 2048, 768, 8).write(&model);
+    let hot = [5usize, 0, 7, 2];
+    let layers: Vec<Vec<u64>> = hot
+        .iter()
+        .map(|&h| (0..8).map(|e| if e == h { 1000 } else { 10 }).collect())
+        .collect();
+    let heat = dir.path().join("heat.json");
+    std::fs::write(
+        &heat,
+        serde_json::json!({ "tokens": 1000, "layers": layers }).to_string(),
+    )
+    .unwrap();
+    let profile = std::fs::read_to_string(profile("desktop-1gpu-8gb"))
+        .unwrap()
+        .replace("vram: 8 GiB", "vram: 48 MiB")
+        .replace("reserved: 2.59 GB", "reserved: 0 B");
+    let profile_path = dir.path().join("card.yaml");
+    std::fs::write(&profile_path, profile).unwrap();
+    let plan_path = dir.path().join("plan.json");
+    let o = run_ok(&[
+        "plan",
+        "--model",
+        s(&model),
+        "--heat",
+        s(&heat),
+        "--profile",
+        s(&profile_path),
+        "--time-limit",
+        "2",
+        "--out",
+        s(&plan_path),
+    ]);
+    assert!(
+        stdout(&o).contains("heat.json (1000 tokens)"),
+        "{}",
+        stdout(&o)
+    );
+    let plan = read_json(&plan_path);
+    let gpu = plan["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|p| p == "gpu:0")
+        .unwrap();
+    for (l, &h) in hot.iter().enumerate() {
+        assert_eq!(
+            plan["experts"][l][h], gpu,
+            "layer {l}: {}",
+            plan["experts"][l]
+        );
+    }
+}
