@@ -17,6 +17,9 @@ use residency_core::plan::Plan;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// Why the engine cannot hold per-expert decisions.
+const LAYOUT: &str =
+    "ktransformers replaces the routed experts of a layer as one module (model.layers.N.mlp.experts)";
 pub const KT_RULES_FILE: &str = "ktransformers_optimize_rules.yaml";
 
 /// One rule of a ktransformers optimize-rule file: modules whose name
@@ -112,15 +115,7 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
         ));
     }
 
-    let (chosen, buffer_warnings) = layer_buffers(
-        plan,
-        inst,
-        &placement,
-        &layers_of,
-        &trunk_gpu,
-        "ktransformers replaces the routed experts of a layer as one module (model.layers.N.mlp.experts)",
-    );
-    warnings.extend(buffer_warnings);
+    let chosen = layer_buffers(plan, inst, &placement, &trunk_gpu, LAYOUT, &mut warnings)?;
     let first_gpu = (inst.resources.gpus() > 0).then_some(Buffer::Cuda(0));
     let mut expert_rules: BTreeMap<(Buffer, Buffer), BTreeSet<usize>> = BTreeMap::new();
     for (&layer, &buffer) in layers_of.iter().zip(&chosen) {

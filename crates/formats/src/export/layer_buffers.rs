@@ -6,6 +6,7 @@
 
 use super::join;
 use residency_core::cost::{Instance, Place};
+use residency_core::error::Result;
 use residency_core::plan::Plan;
 use residency_core::units::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
@@ -64,20 +65,20 @@ fn llama_placement(inst: &Instance, placement: &[usize], chosen: &[Buffer]) -> V
 /// experts, then the lower buffer). Where whole layers then overflow a card
 /// beside `trunk_gpu`, the layers with the least of the plan's mass on that
 /// card go to their next buffer by mass with room, else the CPU. Returns the
-/// buffers and the warnings, the lost per-expert decisions priced with the
-/// cost model; `layers_of` gives each MoE ordinal's transformer layer and
-/// `layout` says why the engine cannot hold per-expert decisions.
+/// buffers, and adds to `warnings` the lost per-expert decisions priced
+/// with the cost model; `layout` says why the engine cannot hold
+/// per-expert decisions.
 pub(super) fn layer_buffers(
     plan: &Plan,
     inst: &Instance,
     placement: &[usize],
-    layers_of: &[usize],
     trunk_gpu: &[u64],
     layout: &str,
-) -> (Vec<Buffer>, Vec<String>) {
+    warnings: &mut Vec<String>,
+) -> Result<Vec<Buffer>> {
     let place = |o: usize| inst.places[placement[o]];
     let gpus = inst.resources.gpus();
-    let mut warnings = Vec::new();
+    let layers_of = inst.moe_layers()?;
     let shares: Vec<BTreeMap<Buffer, (f64, usize)>> = inst
         .expert_ids
         .iter()
@@ -215,5 +216,5 @@ pub(super) fn layer_buffers(
             )
         ));
     }
-    (chosen, warnings)
+    Ok(chosen)
 }

@@ -27,6 +27,9 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// Why the engine cannot hold per-expert decisions.
+const LAYOUT: &str =
+    "llama.cpp holds all routed experts of a layer in one tensor per projection (blk.N.ffn_*_exps)";
 pub const LLAMA_OT_FILE: &str = "llama_cpp_override_tensor.txt";
 pub const LLAMA_ARGS_FILE: &str = "llama_cpp_args.txt";
 pub const LLAMA_COMMAND_FILE: &str = "llama_cpp_command.txt";
@@ -146,15 +149,7 @@ pub fn llama_cpp(
         buffers: BTreeMap::new(),
     };
     let (mut rules, trunk_gpu) = trunk_rules(inst, &placement, &mut memory, &mut warnings);
-    let (chosen, buffer_warnings) = layer_buffers(
-        plan,
-        inst,
-        &placement,
-        &layers_of,
-        &trunk_gpu,
-        "llama.cpp holds all routed experts of a layer in one tensor per projection (blk.N.ffn_*_exps)",
-    );
-    warnings.extend(buffer_warnings);
+    let chosen = layer_buffers(plan, inst, &placement, &trunk_gpu, LAYOUT, &mut warnings)?;
     for (l, &b) in chosen.iter().enumerate() {
         rules
             .entry((Tensors::RoutedExperts, b))
