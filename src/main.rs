@@ -128,6 +128,11 @@ enum Command {
         /// else the current directory).
         #[arg(long)]
         export_dir: Option<PathBuf>,
+        /// Also draw where everything went (.svg or .png): per MoE layer the
+        /// experts of each place and the heat they carry, each place's bytes
+        /// against its capacity.
+        #[arg(long)]
+        plot: Option<PathBuf>,
         #[command(flatten)]
         replan: ReplanArgs,
     },
@@ -239,6 +244,7 @@ fn run(command: Command) -> Result<()> {
             gap,
             export,
             export_dir,
+            plot,
             replan,
         } => plan(
             &inputs,
@@ -250,6 +256,7 @@ fn run(command: Command) -> Result<()> {
             },
             &export,
             export_dir.as_deref(),
+            plot.as_deref(),
         ),
         Command::Heat {
             input,
@@ -345,8 +352,12 @@ fn plan(
     options: SolveOptions,
     exports: &[Engine],
     export_dir: Option<&Path>,
+    plot_file: Option<&Path>,
 ) -> Result<()> {
     let started = Instant::now();
+    if let Some(file) = plot_file {
+        plot::PlotFormat::from_path(file)?;
+    }
     let time_limit = options.time_limit_seconds;
     if !(time_limit.is_finite() && time_limit > 0.0) {
         bail!("--time-limit {time_limit}: give a positive number of seconds");
@@ -393,6 +404,14 @@ fn plan(
         plan.write(out)?;
     }
     print::plan_summary(&plan, &inst, out);
+    if let Some(file) = plot_file {
+        let title = format!(
+            "Plan: {} on {}",
+            plan.inputs.model.name, plan.inputs.profile.name
+        );
+        plot::plan_plot(file, &title, &plan, &inst)?;
+        println!("wrote {}", file.display());
+    }
     let for_llama_cpp = exports.contains(&Engine::LlamaCpp)
         || args.model.path.as_deref().is_some_and(gguf::is_gguf);
     if for_llama_cpp {

@@ -1,8 +1,10 @@
-//! Line charts for the CLI, SVG or PNG by the file's extension: the
+//! Charts for the CLI, SVG or PNG by the file's extension: the
 //! per-layer routing concentration of `residency heat IN --plot FILE`
 //! ([`concentration_plot`]), the miss-ratio curves of `residency simulate
 //! --plot FILE` ([`simulation_plot`]) and the prefix hit ratios of
-//! `residency kv-replay --plot FILE` ([`kv_replay_plot`]). All are built as
+//! `residency kv-replay --plot FILE` ([`kv_replay_plot`]), and where a plan
+//! put everything, `residency plan --plot FILE` ([`plan_plot`], stacked
+//! bars). All are built as
 //! [`Panel`]s of [`Line`]s and drawn by the one [`write_chart`], which owns
 //! the layout, the font and the file writing. Plotting lives here, in the CLI crate, so
 //! the planner and executor crates stay free of it; the numbers come from
@@ -20,7 +22,9 @@
 use anyhow::{anyhow, bail, Result};
 use plotters::coord::Shift;
 use plotters::prelude::*;
+use residency_core::cost::Instance;
 use residency_core::error::PlannerError;
+use residency_core::plan::Plan;
 use residency_formats::heat::LayerConcentration;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
@@ -91,8 +95,11 @@ pub struct Panel {
     pub x_desc: String,
     pub y_desc: String,
     pub lines: Vec<Line>,
-    /// `None`: from 0 to 5 % above the highest point.
+    /// `None`: from 0 to 5 % above the highest point (of the stacks).
     pub y_range: Option<Range<f64>>,
+    /// Bars, each line's values stacked on the lines before it at the same
+    /// x, instead of lines.
+    pub stacked: bool,
 }
 
 /// Draws the concentration of `rows` into `path` (format from its
@@ -135,6 +142,7 @@ pub fn concentration_plot(path: &Path, title: &str, rows: &[LayerConcentration])
             }),
         ],
         y_range: Some(0.0..1.0),
+        stacked: false,
     };
     write_chart(path, title, &[panel])
 }
@@ -155,6 +163,7 @@ pub fn simulation_plot(
         y_desc: "miss ratio (0 to 1)".into(),
         lines: miss_ratio,
         y_range: Some(0.0..1.0),
+        stacked: false,
     }];
     if !capacities.is_empty() {
         panels.push(Panel {
@@ -163,6 +172,7 @@ pub fn simulation_plot(
             y_desc: "cache (MiB)".into(),
             lines: capacities,
             y_range: None,
+            stacked: false,
         });
     }
     write_chart(path, title, &panels)
@@ -184,8 +194,109 @@ pub fn kv_replay_plot(
         y_desc: "hit tokens / input tokens".into(),
         lines: hit_ratio,
         y_range: None,
+        stacked: false,
     };
     write_chart(path, title, &[panel])
+}
+
+/// Draws where a plan put everything into `path` (format from its
+/// extension): per MoE layer the routed experts of each place and the
+/// use-rate mass they carry, as stacked bars coloured by place, and each
+/// place's bytes (experts, trunk, KV groups) against its capacity.
+pub fn plan_plot(path: &Path, title: &str, plan: &Plan, inst: &Instance) -> Result<()> {
+    PlotFormat::from_path(path)?;
+    let placement = plan.placement(inst, path)?;
+    let per_layer = |value: &dyn Fn(usize) -> f64| -> Vec<Line> {
+        plan.places
+            .iter()
+            .enumerate()
+            .map(|(q, name)| Line {
+                label: name.clone(),
+                points: inst
+                    .expert_ids
+                    .iter()
+                    .enumerate()
+                    .map(|(l, ids)| {
+                        let here = ids.iter().filter(|&&o| placement[o] == q);
+                        (l as f64, here.map(|&o| value(o)).sum())
+                    })
+                    .collect(),
+            })
+            .filter(|line| line.points.iter().any(|&(_, y)| y > 0.0))
+            .collect()
+    };
+    let gib = |bytes: u64| bytes as f64 / (1u64 << 30) as f64;
+    let bytes_of = |keep: &dyn Fn(&residency_core::cost::Object) -> bool| -> Vec<(f64, f64)> {
+        (0..plan.places.len())
+            .map(|q| {
+                let place = inst.places[q];
+                let bytes = (0..inst.objects.len())
+                    .filter(|&o| placement[o] == q && keep(&inst.objects[o]))
+                    .map(|o| inst.objects[o].bytes_at(place))
+                    .sum();
+                (q as f64, gib(bytes))
+            })
+            .collect()
+    };
+    let free: Vec<(f64, f64)> = plan
+        .usage
+        .iter()
+        .enumerate()
+        .map(|(q, u)| (q as f64, gib(u.capacity_bytes.saturating_sub(u.used_bytes))))
+        .collect();
+    let mut bytes = vec![
+        Line {
+            label: "routed experts".into(),
+            points: bytes_of(&|o| o.is_expert()),
+        },
+        Line {
+            label: "trunk".into(),
+            points: bytes_of(&|o| o.is_trunk()),
+        },
+    ];
+    if !inst.kv_ids.is_empty() {
+        bytes.push(Line {
+            label: "KV prefix groups".into(),
+            points: bytes_of(&|o| o.is_kv()),
+        });
+    }
+    bytes.push(Line {
+        label: "free (to the capacity)".into(),
+        points: free,
+    });
+    let names: Vec<String> = plan
+        .places
+        .iter()
+        .enumerate()
+        .map(|(q, p)| format!("{q} = {p}"))
+        .collect();
+    let panels = [
+        Panel {
+            title: "routed experts per MoE layer, by place".into(),
+            x_desc: "MoE layer (ordinal, 0 = first MoE layer)".into(),
+            y_desc: "experts".into(),
+            lines: per_layer(&|_| 1.0),
+            y_range: None,
+            stacked: true,
+        },
+        Panel {
+            title: "use-rate mass per MoE layer, by place (uses per token)".into(),
+            x_desc: "MoE layer (ordinal, 0 = first MoE layer)".into(),
+            y_desc: "mass (uses per token)".into(),
+            lines: per_layer(&|o| inst.objects[o].use_rate),
+            y_range: None,
+            stacked: true,
+        },
+        Panel {
+            title: format!("bytes per place: {}", names.join(", ")),
+            x_desc: "place".into(),
+            y_desc: "GiB".into(),
+            lines: bytes,
+            y_range: None,
+            stacked: true,
+        },
+    ];
+    write_chart(path, title, &panels)
 }
 
 fn fraction(part: usize, whole: usize) -> f64 {
@@ -267,16 +378,34 @@ fn ranges(panel: &Panel) -> Option<(Range<f64>, Range<f64>)> {
     let points = || panel.lines.iter().flat_map(|l| finite(&l.points));
     let first = points().map(|p| p.0).reduce(f64::min)?;
     let last = points().map(|p| p.0).reduce(f64::max)?;
-    let x = first..last.max(first + 1.0);
+    // Bars are a unit wide, centred on their x.
+    let x = match panel.stacked {
+        true => first - 0.5..last + 0.5,
+        false => first..last.max(first + 1.0),
+    };
     let y = match &panel.y_range {
         Some(r) if r.start < r.end => r.clone(),
         Some(_) => return None,
         None => {
-            let top = points().map(|p| p.1).fold(0.0, f64::max) * 1.05;
+            let highest = match panel.stacked {
+                true => stack_tops(panel).into_values().fold(0.0, f64::max),
+                false => points().map(|p| p.1).fold(0.0, f64::max),
+            };
+            let top = highest * 1.05;
             0.0..if top > 0.0 { top } else { 1.0 }
         }
     };
     Some((x, y))
+}
+
+/// The height of each stack of a stacked panel, by its x (as bits, so the
+/// map can key on it).
+fn stack_tops(panel: &Panel) -> std::collections::BTreeMap<u64, f64> {
+    let mut tops = std::collections::BTreeMap::new();
+    for (x, y) in panel.lines.iter().flat_map(|l| finite(&l.points)) {
+        *tops.entry(x.to_bits()).or_insert(0.0) += y.max(0.0);
+    }
+    tops
 }
 
 /// The points with both coordinates finite: a NaN or infinity has no place
@@ -403,8 +532,22 @@ fn draw_panel<DB: DrawingBackend>(
     }
     mesh.draw()?;
 
+    // Each stack grows from 0 as its lines are drawn, in line order.
+    let mut bases = std::collections::BTreeMap::<u64, f64>::new();
     for (i, line) in panel.lines.iter().enumerate() {
         let color = PALETTE[i % PALETTE.len()];
+        if panel.stacked {
+            let bars: Vec<_> = finite(&line.points)
+                .map(|(x, y)| {
+                    let base = bases.entry(x.to_bits()).or_insert(0.0);
+                    let bar = [(x - 0.4, *base), (x + 0.4, *base + y.max(0.0))];
+                    *base += y.max(0.0);
+                    Rectangle::new(bar, color.filled())
+                })
+                .collect();
+            chart.draw_series(bars)?;
+            continue;
+        }
         // Clamped so that a value just outside a fixed range (rounding)
         // stays on the chart's edge instead of leaving it.
         let points: Vec<(f64, f64)> = finite(&line.points)

@@ -1,6 +1,7 @@
-//! `residency heat IN --plot FILE`, end to end: an SVG with one line per
-//! series, a PNG of the chosen size, and bad targets that fail on one line
-//! and leave no file behind.
+//! `residency heat IN --plot FILE` and `residency plan --plot FILE`, end to
+//! end: an SVG with one line per series, a plan's stacked bars, a PNG of
+//! the chosen size, and bad targets that fail on one line and leave no file
+//! behind.
 
 use residency_testkit::listing;
 use std::path::{Path, PathBuf};
@@ -162,4 +163,53 @@ fn unwritable_target_fails_on_one_line_and_leaves_nothing() {
         assert!(!plot.exists());
     }
     assert_eq!(listing(dir.path()), ["heat.csv"]);
+}
+
+/// `residency plan --plot`: three stacked-bar panels, one bar a MoE layer
+/// in the first two, one bar segment per place that holds experts there.
+#[test]
+fn plan_plot_draws_a_bar_per_layer_and_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg_path = dir.path().join("plan.svg");
+    let out = residency(&[
+        "plan".as_ref(),
+        "--time-limit".as_ref(),
+        "2".as_ref(),
+        "--plot".as_ref(),
+        svg_path.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let svg = std::fs::read_to_string(&svg_path).unwrap();
+    // Legend headings, as wrapped at 32 characters.
+    for text in [
+        "routed experts per MoE layer, by",
+        "use-rate mass per MoE layer, by",
+        "bytes per place: 0 = gpu:0, 1 =",
+        "gpu:1, 2 = ram:0, 3 = disk:0",
+    ] {
+        assert!(svg.contains(text), "the SVG lacks `{text}`");
+    }
+    // One rectangle a bar segment: the background; in each of the first
+    // two panels a segment per MoE layer (26) for each of the three places
+    // holding experts in the default plan (gpu:0, gpu:1, ram:0; README);
+    // in the third one per place (4) for experts and for trunk, and one
+    // per place with a capacity (3) for the free bytes.
+    let rects = svg.matches("<rect").count();
+    assert_eq!(rects, 1 + 2 * 3 * 26 + 4 + 4 + 3, "{rects}");
+    let png_path = dir.path().join("plan.png");
+    let out = residency(&[
+        "plan".as_ref(),
+        "--time-limit".as_ref(),
+        "2".as_ref(),
+        "--plot".as_ref(),
+        png_path.as_os_str(),
+    ]);
+    assert!(out.status.success());
+    let png = std::fs::read(&png_path).unwrap();
+    let height = u32::from_be_bytes(png[20..24].try_into().unwrap());
+    assert_eq!(height, 3 * HEIGHT, "three panels");
 }

@@ -53,6 +53,7 @@ fn ranges_span_the_points() {
         y_desc: "y".into(),
         lines,
         y_range,
+        stacked: false,
     };
     // Default y: 0 to 5 % above the top; x from the lowest to highest.
     let (x, y) = ranges(&panel(capacities(), None)).unwrap();
@@ -155,4 +156,28 @@ fn nothing_to_plot_fails_and_writes_nothing() {
     assert_eq!(message.lines().count(), 1, "{message}");
     assert!(message.contains("miss ratio by budget"), "{message}");
     assert!(listing(dir.path()).is_empty());
+}
+
+#[test]
+fn stacked_ranges_reach_the_highest_stack() {
+    // Two series at x = 0 and 1: stacks of 1 + 2 = 3 and 4 + 1 = 5, so y
+    // runs to 5 x 1.05; bars are a unit wide around their x.
+    let line = |points: Vec<(f64, f64)>| Line {
+        label: "l".into(),
+        points,
+    };
+    let panel = Panel {
+        title: "t".into(),
+        x_desc: "x".into(),
+        y_desc: "y".into(),
+        lines: vec![
+            line(vec![(0.0, 1.0), (1.0, 4.0)]),
+            line(vec![(0.0, 2.0), (1.0, 1.0)]),
+        ],
+        y_range: None,
+        stacked: true,
+    };
+    let (x, y) = ranges(&panel).unwrap();
+    assert_eq!(x, -0.5..1.5);
+    assert!((y.end - 5.25).abs() < 1e-12, "{y:?}");
 }
