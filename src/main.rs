@@ -415,8 +415,9 @@ fn plan(
     let for_llama_cpp = exports.contains(&Engine::LlamaCpp)
         || args.model.path.as_deref().is_some_and(gguf::is_gguf);
     if for_llama_cpp {
-        let strategies = solve::strategies::llama_cpp_strategies(&inst)?;
-        print::llama_cpp_baselines(&inst, plan.objective.token_seconds, &strategies);
+        let strategies = export::baselines::llama_cpp_strategies(&inst)?;
+        let exported = export::llama_cpp_as_exported(&plan, &inst)?;
+        print::llama_cpp_baselines(&inst, &exported, &strategies);
     }
     if let Some(current) = current {
         print::plan_diff(&residency_core::diff::diff(

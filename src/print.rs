@@ -4,9 +4,9 @@ use residency_core::cost::Instance;
 use residency_core::diff::PlanDiff;
 use residency_core::plan::Plan;
 use residency_core::units::{Bytes, Seconds};
+use residency_formats::export::baselines::Strategy;
 use residency_formats::heat::{concentration, Heat};
 use residency_solver::explain::{Explanation, FrontierExpert};
-use residency_solver::strategies::Strategy;
 use std::path::Path;
 
 pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
@@ -238,22 +238,26 @@ pub fn plan_diff(d: &PlanDiff) {
 }
 
 /// What the user would type into llama.cpp instead, priced by the same
-/// cost model on the same cards, beside the plan's token time.
-pub fn llama_cpp_baselines(inst: &Instance, plan_token_seconds: f64, strategies: &[Strategy]) {
+/// cost model on the same cards, beside the plan as llama.cpp runs it
+/// (`exported`: one buffer per MoE layer).
+pub fn llama_cpp_baselines(inst: &Instance, exported: &[usize], strategies: &[Strategy]) {
     if strategies.is_empty() {
         return;
     }
+    let export_seconds = inst.evaluate(exported).token_seconds;
+    println!("llama.cpp at the same VRAM, by the cost model:");
     println!(
-        "llama.cpp at the same VRAM, by the cost model (the plan: {:.2} tok/s):",
-        1.0 / plan_token_seconds
+        "  {:<52} {:>10.2} tok/s",
+        "the plan as exported (one buffer per MoE layer)",
+        1.0 / export_seconds
     );
     for s in strategies {
         let seconds = inst.evaluate(&s.placement).token_seconds;
         println!(
-            "  {:<52} {:>10.2} tok/s   plan {:+.1} %",
+            "  {:<52} {:>10.2} tok/s   export {:+.1} %",
             s.flags,
             1.0 / seconds,
-            (seconds / plan_token_seconds - 1.0) * 100.0
+            (seconds / export_seconds - 1.0) * 100.0
         );
     }
 }

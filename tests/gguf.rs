@@ -237,3 +237,43 @@ fn heat_maps_onto_a_gguf_model_by_layer() {
         );
     }
 }
+
+/// The llama.cpp export never writes a layer choice slower than what the
+/// user would type instead: on the default two-card box the plan projected
+/// onto whole layers loses to `--n-cpu-moe 0`, so the rules write that, and
+/// the summary prices the export at or above every baseline.
+#[test]
+fn the_llama_cpp_export_is_never_slower_than_its_baselines() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = run_ok(&[
+        "plan",
+        "--time-limit",
+        "2",
+        "--export",
+        "llama-cpp",
+        "--export-dir",
+        s(dir.path()),
+    ]);
+    let out = stdout(&o);
+    let tok_s = |line: &str| -> f64 {
+        let before = line.split(" tok/s").next().unwrap();
+        before.split_whitespace().last().unwrap().parse().unwrap()
+    };
+    let lines: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("llama.cpp at the same VRAM"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    assert!(lines[0].contains("the plan as exported"), "{out}");
+    let exported = tok_s(lines[0]);
+    assert!(lines.len() >= 3, "{out}");
+    for line in &lines[1..] {
+        assert!(exported >= tok_s(line), "{line} beats the export:\n{out}");
+    }
+    assert!(
+        stderr(&o).contains("so the rules write the faster, `-ngl 999 --n-cpu-moe 0`'s placement"),
+        "{}",
+        stderr(&o)
+    );
+}

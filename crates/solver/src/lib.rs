@@ -10,7 +10,6 @@ pub mod greedy;
 pub mod lagrange;
 pub mod rounding;
 pub mod search;
-pub mod strategies;
 
 use residency_core::cost::Instance;
 pub use residency_core::solution::{describe, Solution};

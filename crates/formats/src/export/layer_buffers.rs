@@ -43,7 +43,11 @@ impl Buffer {
 /// routed experts on their layer's buffer (an expert the plan keeps in RAM
 /// or on disk stays there when its layer is on the CPU; one the plan puts on
 /// a GPU goes to the first RAM node), trunk as planned.
-fn llama_placement(inst: &Instance, placement: &[usize], chosen: &[Buffer]) -> Vec<usize> {
+pub(super) fn llama_placement(
+    inst: &Instance,
+    placement: &[usize],
+    chosen: &[Buffer],
+) -> Vec<usize> {
     let mut out = placement.to_vec();
     let first_ram = inst.places.iter().position(|p| matches!(p, Place::Ram(_)));
     for (ids, &buffer) in inst.expert_ids.iter().zip(chosen) {

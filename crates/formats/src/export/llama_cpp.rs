@@ -17,7 +17,8 @@
 #[cfg(test)]
 mod tests;
 
-use super::layer_buffers::{layer_buffers, Buffer};
+use super::baselines::llama_cpp_strategies;
+use super::layer_buffers::{layer_buffers, llama_placement, Buffer};
 use super::{create_dir, join, placement, unexpressed_tiers, Export};
 use crate::gguf::tensors::WITH_ATTENTION;
 use residency_core::cost::Instance;
@@ -142,9 +143,9 @@ pub fn llama_cpp(
     dir: &Path,
     model_file: Option<&Path>,
 ) -> Result<Export> {
-    let placement = placement(plan, inst)?;
+    let (placement, switched) = rules_source(plan, inst)?;
     let layers_of = inst.moe_layers()?;
-    let mut warnings = Vec::new();
+    let mut warnings: Vec<String> = switched.into_iter().collect();
     let mut memory = MemoryPlan {
         buffers: BTreeMap::new(),
     };
@@ -227,6 +228,57 @@ pub fn llama_cpp(
         files: vec![ot_path, args_path, command_path, memory_path],
         warnings,
     })
+}
+
+/// The placement llama.cpp runs with the export's rules (one buffer per
+/// MoE layer), for pricing it beside the plan and the baselines.
+pub fn as_exported(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
+    let (source, _) = rules_source(plan, inst)?;
+    projection(plan, inst, &source)
+}
+
+/// What the rules are written from: the plan, unless a baseline's whole
+/// layers run faster in llama.cpp than the plan's projection onto whole
+/// layers (by the cost model); then that baseline, with the note saying so.
+/// The plan file keeps the per-expert plan either way.
+fn rules_source(plan: &Plan, inst: &Instance) -> Result<(Vec<usize>, Option<String>)> {
+    let planned = placement(plan, inst)?;
+    let projected = inst
+        .evaluate(&projection(plan, inst, &planned)?)
+        .token_seconds;
+    let fastest = llama_cpp_strategies(inst)?
+        .into_iter()
+        .map(|s| (inst.evaluate(&s.placement).token_seconds, s))
+        .min_by(|a, b| a.0.total_cmp(&b.0));
+    Ok(match fastest {
+        Some((seconds, s)) if seconds < projected => {
+            let note = format!(
+                "llama.cpp runs a layer's experts from one buffer: the plan projected onto whole layers gives {} ms per token, `{}` {} ms by the cost model, so the rules write the faster, `{}`'s placement (the plan file keeps the per-expert plan)",
+                ms(projected),
+                s.flags,
+                ms(seconds),
+                s.flags
+            );
+            (s.placement, Some(note))
+        }
+        _ => (planned, None),
+    })
+}
+
+/// `placement` as llama.cpp runs it: each MoE layer's experts on the layer
+/// buffers' choice, the trunk as placed.
+fn projection(plan: &Plan, inst: &Instance, placement: &[usize]) -> Result<Vec<usize>> {
+    let mut memory = MemoryPlan {
+        buffers: BTreeMap::new(),
+    };
+    let mut warnings = Vec::new();
+    let (_, trunk_gpu) = trunk_rules(inst, placement, &mut memory, &mut warnings);
+    let chosen = layer_buffers(plan, inst, placement, &trunk_gpu, LAYOUT, &mut warnings)?;
+    Ok(llama_placement(inst, placement, &chosen))
+}
+
+fn ms(seconds: f64) -> String {
+    format!("{:.3}", seconds * 1e3)
 }
 
 /// The trunk's rules, and each card's trunk bytes (for the layer buffers).

@@ -13,6 +13,7 @@
 //! GPU `g` of the profile is CUDA ordinal `g` in every engine (reorder
 //! `CUDA_VISIBLE_DEVICES` if the machine numbers its cards otherwise).
 
+pub mod baselines;
 mod colibri;
 mod expert_parallel;
 mod ktransformers;
@@ -33,8 +34,8 @@ pub use ktransformers::{
 };
 pub use layer_buffers::Buffer;
 pub use llama_cpp::{
-    llama_cpp, LLAMA_ARGS_FILE, LLAMA_COMMAND_FILE, LLAMA_MEMORY_FILE, LLAMA_OT_FILE,
-    LLAMA_TRUNK_NAMES,
+    as_exported as llama_cpp_as_exported, llama_cpp, LLAMA_ARGS_FILE, LLAMA_COMMAND_FILE,
+    LLAMA_MEMORY_FILE, LLAMA_OT_FILE, LLAMA_TRUNK_NAMES,
 };
 pub use sglang::{sglang, SglangExpertLocation, SGLANG_ARGS_FILE, SGLANG_FILE};
 pub use vllm::{vllm, VllmPlacement, VllmRank, VLLM_ARGS_FILE, VLLM_FILE};

@@ -7,7 +7,7 @@ use residency_core::cost::{Instance, Place};
 use residency_core::heat::HeatTable;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
-use residency_solver::strategies::llama_cpp_strategies;
+use residency_formats::export::baselines::llama_cpp_strategies;
 use std::path::Path;
 
 const MODEL: &str = r#"

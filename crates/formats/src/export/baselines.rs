@@ -1,6 +1,7 @@
 //! What a llama.cpp user would type instead of a plan, as placements of the
 //! same instance, so that the one cost model prices the plan against them
-//! at the same VRAM:
+//! at the same VRAM, and the llama.cpp export never writes a layer choice
+//! slower than one of them:
 //! - `--n-cpu-moe N`: the routed experts of the first N transformer layers
 //!   on the CPU, everything else on the cards; N the fewest that fit;
 //! - `-ot exps=CPU`: every routed expert on the CPU, the trunk on the cards;
