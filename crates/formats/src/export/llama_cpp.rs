@@ -28,6 +28,10 @@ use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
+/// How much faster a baseline must be than the plan's projection for the
+/// export to write it instead.
+const SWITCH_MARGIN: f64 = 1e-3;
+
 /// Why the engine cannot hold per-expert decisions.
 const LAYOUT: &str =
     "llama.cpp holds all routed experts of a layer in one tensor per projection (blk.N.ffn_*_exps)";
@@ -239,8 +243,9 @@ pub fn as_exported(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
 
 /// What the rules are written from: the plan, unless a baseline's whole
 /// layers run faster in llama.cpp than the plan's projection onto whole
-/// layers (by the cost model); then that baseline, with the note saying so.
-/// The plan file keeps the per-expert plan either way.
+/// layers (by the cost model, by more than `SWITCH_MARGIN`: equal layers
+/// tie to rounding); then that baseline, with the note saying so. The plan
+/// file keeps the per-expert plan either way.
 fn rules_source(plan: &Plan, inst: &Instance) -> Result<(Vec<usize>, Option<String>)> {
     let planned = placement(plan, inst)?;
     let projected = inst
@@ -251,7 +256,7 @@ fn rules_source(plan: &Plan, inst: &Instance) -> Result<(Vec<usize>, Option<Stri
         .map(|s| (inst.evaluate(&s.placement).token_seconds, s))
         .min_by(|a, b| a.0.total_cmp(&b.0));
     Ok(match fastest {
-        Some((seconds, s)) if seconds < projected => {
+        Some((seconds, s)) if seconds < projected * (1.0 - SWITCH_MARGIN) => {
             let note = format!(
                 "llama.cpp runs a layer's experts from one buffer: the plan projected onto whole layers gives {} ms per token, `{}` {} ms by the cost model, so the rules write the faster, `{}`'s placement (the plan file keeps the per-expert plan)",
                 ms(projected),
