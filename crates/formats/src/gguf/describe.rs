@@ -26,6 +26,13 @@ struct LayerExperts {
     intermediate: Option<u64>,
 }
 
+impl LayerExperts {
+    /// One expert's bytes: the layer's expert tensors over their count.
+    fn expert_bytes(&self) -> u64 {
+        self.bytes / self.experts
+    }
+}
+
 /// The description and the notes to show with it.
 pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), PlannerError> {
     let path = gguf.path();
@@ -45,69 +52,14 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
     let block_count = meta.whole(&key("block_count"))? as usize;
     let nextn = meta.optional(&key("nextn_predict_layers")).unwrap_or(0) as usize;
     let layers = block_count.saturating_sub(nextn);
+    let Scan {
+        experts,
+        mut trunk,
+        skipped,
+        skipped_bytes,
+        has_output,
+    } = scan(gguf, &key("block_count"), block_count, layers)?;
     let mut notes = Vec::new();
-
-    let mut experts: BTreeMap<usize, LayerExperts> = BTreeMap::new();
-    let mut trunk: BTreeMap<(Family, Option<usize>), u64> = BTreeMap::new();
-    let mut unknown = Vec::new();
-    let (mut skipped_bytes, mut skipped) = (0u64, 0usize);
-    let mut has_output = false;
-    for t in gguf.tensors() {
-        let Some((layer, family)) = classify(&t.name) else {
-            // MTP blocks have tensor names of their own (`nextn.*`).
-            match block_of(&t.name) {
-                Some(l) if l >= layers && l < block_count => {
-                    skipped_bytes += t.bytes;
-                    skipped += 1;
-                }
-                _ => unknown.push(t.name.as_str()),
-            }
-            continue;
-        };
-        match layer {
-            Some(l) if l >= block_count => {
-                return Err(tensor_error(
-                    path,
-                    t,
-                    format!(
-                        "is in layer {l}, but {} says {block_count}",
-                        key("block_count")
-                    ),
-                ))
-            }
-            Some(l) if l >= layers => {
-                skipped_bytes += t.bytes;
-                skipped += 1;
-                continue;
-            }
-            _ => {}
-        }
-        has_output |= t.name == "output.weight";
-        match (family, layer) {
-            (Family::RoutedExperts, Some(l)) => {
-                add_experts(path, experts.entry(l).or_default(), t)?
-            }
-            _ => *trunk.entry((family, layer)).or_default() += t.bytes,
-        }
-    }
-    if !unknown.is_empty() {
-        let shown: Vec<&str> = unknown.iter().take(5).copied().collect();
-        return Err(PlannerError::input(
-            path,
-            format!("tensor {}", shown[0]),
-            format!(
-                "is not a tensor residency knows the place of ({} such: {}{})",
-                unknown.len(),
-                shown.join(", "),
-                if unknown.len() > shown.len() {
-                    ", ..."
-                } else {
-                    ""
-                }
-            ),
-            "report the architecture and these names; residency does not guess their cost",
-        ));
-    }
     if skipped > 0 {
         notes.push(format!(
             "{skipped} tensors ({}) of the last {nextn} layer(s), the multi-token-prediction blocks, are left out: decode does not run them",
@@ -127,32 +79,7 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
         Some(i) => i,
         None => meta.whole(&key("expert_feed_forward_length"))?,
     };
-    let expert_bytes = |e: &LayerExperts| e.bytes / e.experts;
-    let per_layer = experts
-        .iter()
-        .filter(|(_, e)| e.experts != first.experts || expert_bytes(e) != expert_bytes(first))
-        .map(|(&layer, e)| LayerOverride {
-            layer,
-            experts: (e.experts != first.experts).then_some(e.experts as usize),
-            expert_intermediate: None,
-            expert_bytes: Some(Bytes(expert_bytes(e))),
-        })
-        .collect();
-    if !has_output {
-        if let Some(&embd) = trunk.get(&(Family::Embeddings, None)) {
-            notes.push(format!(
-                "no output.weight: the head uses the tied embeddings ({})",
-                Bytes(embd)
-            ));
-            *trunk.entry((Family::Head, None)).or_default() += embd;
-        }
-    }
-    if let Some(&embd) = trunk.get(&(Family::Embeddings, None)) {
-        notes.push(format!(
-            "token_embd ({}) is left out of the placement: llama.cpp keeps the embeddings in host memory",
-            Bytes(embd)
-        ));
-    }
+    head_and_embeddings(&mut trunk, has_output, &mut notes);
     let first_tier = FORMAT.to_string();
     let description = ModelDescription {
         name: meta
@@ -175,7 +102,7 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
         expert_intermediate: intermediate,
         formats: BTreeMap::from([(
             first_tier.clone(),
-            FormatSize::Bytes(Bytes(expert_bytes(first))),
+            FormatSize::Bytes(Bytes(first.expert_bytes())),
         )]),
         tiers: TierFormats {
             gpu: first_tier.clone(),
@@ -184,9 +111,130 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
         },
         trunk: trunk_entries(&trunk),
         kv_bytes_per_token: kv_bytes_per_token(&meta, arch, layers).map(Bytes),
-        per_layer,
+        per_layer: per_layer_overrides(&experts, first),
     };
     Ok((description, notes))
+}
+
+/// What the scan of the tensors found.
+struct Scan {
+    experts: BTreeMap<usize, LayerExperts>,
+    trunk: BTreeMap<(Family, Option<usize>), u64>,
+    /// Tensors of the multi-token-prediction blocks, left out.
+    skipped: usize,
+    skipped_bytes: u64,
+    has_output: bool,
+}
+
+/// Every tensor into its layer's experts or its trunk component; layers
+/// from `layers` to `block_count` (named by `block_key`) are skipped, a
+/// name of no family refused.
+fn scan(
+    gguf: &GgufModel,
+    block_key: &str,
+    block_count: usize,
+    layers: usize,
+) -> Result<Scan, PlannerError> {
+    let path = gguf.path();
+    let mut found = Scan {
+        experts: BTreeMap::new(),
+        trunk: BTreeMap::new(),
+        skipped: 0,
+        skipped_bytes: 0,
+        has_output: false,
+    };
+    let mut unknown = Vec::new();
+    for t in gguf.tensors() {
+        let classified = classify(&t.name);
+        // MTP blocks have tensor names of their own (`nextn.*`).
+        let layer = classified.map_or_else(|| block_of(&t.name), |(l, _)| l);
+        match layer {
+            Some(l) if l >= block_count => {
+                return Err(tensor_error(
+                    path,
+                    t,
+                    format!("is in layer {l}, but {block_key} says {block_count}"),
+                ))
+            }
+            Some(l) if l >= layers => {
+                found.skipped_bytes += t.bytes;
+                found.skipped += 1;
+                continue;
+            }
+            _ => {}
+        }
+        let Some((layer, family)) = classified else {
+            unknown.push(t.name.as_str());
+            continue;
+        };
+        found.has_output |= t.name == "output.weight";
+        match (family, layer) {
+            (Family::RoutedExperts, Some(l)) => {
+                add_experts(path, found.experts.entry(l).or_default(), t)?
+            }
+            _ => *found.trunk.entry((family, layer)).or_default() += t.bytes,
+        }
+    }
+    if let Some(first) = unknown.first() {
+        let shown: Vec<&str> = unknown.iter().take(5).copied().collect();
+        let more = if unknown.len() > shown.len() {
+            ", ..."
+        } else {
+            ""
+        };
+        return Err(PlannerError::input(
+            path,
+            format!("tensor {first}"),
+            format!(
+                "is not a tensor residency knows the place of ({} such: {}{more})",
+                unknown.len(),
+                shown.join(", ")
+            ),
+            "report the architecture and these names; residency does not guess their cost",
+        ));
+    }
+    Ok(found)
+}
+
+/// The layers whose experts differ from the first MoE layer's in count or
+/// bytes, with their own.
+fn per_layer_overrides(
+    experts: &BTreeMap<usize, LayerExperts>,
+    first: &LayerExperts,
+) -> Vec<LayerOverride> {
+    experts
+        .iter()
+        .filter(|(_, e)| e.experts != first.experts || e.expert_bytes() != first.expert_bytes())
+        .map(|(&layer, e)| LayerOverride {
+            layer,
+            experts: (e.experts != first.experts).then_some(e.experts as usize),
+            expert_intermediate: None,
+            expert_bytes: Some(Bytes(e.expert_bytes())),
+        })
+        .collect()
+}
+
+/// The head takes the tied embeddings when the file has no `output`; the
+/// embeddings themselves stay out of the placement. Both said in notes.
+fn head_and_embeddings(
+    trunk: &mut BTreeMap<(Family, Option<usize>), u64>,
+    has_output: bool,
+    notes: &mut Vec<String>,
+) {
+    let Some(&embd) = trunk.get(&(Family::Embeddings, None)) else {
+        return;
+    };
+    if !has_output {
+        notes.push(format!(
+            "no output.weight: the head uses the tied embeddings ({})",
+            Bytes(embd)
+        ));
+        *trunk.entry((Family::Head, None)).or_default() += embd;
+    }
+    notes.push(format!(
+        "token_embd ({}) is left out of the placement: llama.cpp keeps the embeddings in host memory",
+        Bytes(embd)
+    ));
 }
 
 /// Adds one routed-expert tensor to its layer, checking that every tensor

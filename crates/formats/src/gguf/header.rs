@@ -153,6 +153,37 @@ impl Reader<'_> {
     }
 
     fn header(&mut self) -> Result<Header, PlannerError> {
+        let version = self.version()?;
+        let tensor_count = self.u64("tensor count")?;
+        let kv_count = self.u64("metadata count")?;
+        let mut metadata = BTreeMap::new();
+        for _ in 0..kv_count {
+            let key = self.string("metadata key")?;
+            let kind = self.u32("metadata type")?;
+            let value = self.value(kind, &key)?;
+            metadata.insert(key, value);
+        }
+        let alignment = self.alignment(&metadata)?;
+        let mut infos = Vec::new();
+        for _ in 0..tensor_count {
+            infos.push(self.tensor_info()?);
+        }
+        let data_start = self.at.div_ceil(alignment) * alignment;
+        let tensors = infos
+            .into_iter()
+            .map(|info| self.locate(info, data_start, alignment))
+            .collect::<Result<_, _>>()?;
+        Ok(Header {
+            path: self.path.to_path_buf(),
+            version,
+            metadata,
+            tensors,
+            sha256: sha256_hex(&self.read),
+        })
+    }
+
+    /// The magic and a version this reader knows (2 or 3).
+    fn version(&mut self) -> Result<u32, PlannerError> {
         let magic = self.array::<4>("magic")?;
         if &magic != MAGIC {
             return Err(PlannerError::input(
@@ -165,98 +196,73 @@ impl Reader<'_> {
                 "give a GGUF file (llama.cpp's model format)",
             ));
         }
-        let version = self.u32("version")?;
-        match version {
-            2 | 3 => {}
-            1 => {
-                return Err(self.bad(
-                    "is GGUF version 1, whose 32-bit counts no current llama.cpp reads",
-                    "convert the model again with a current llama.cpp",
-                ))
-            }
-            v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => {
-                return Err(self.bad(
-                    "is a big-endian GGUF file",
-                    "use the little-endian file llama.cpp's converter writes by default",
-                ))
-            }
-            v => {
-                return Err(self.bad(
-                    format!("has GGUF version {v}; versions 2 and 3 are read"),
-                    "convert the model again with llama.cpp",
-                ))
-            }
+        match self.u32("version")? {
+            v @ (2 | 3) => Ok(v),
+            1 => Err(self.bad(
+                "is GGUF version 1, whose 32-bit counts no current llama.cpp reads",
+                "convert the model again with a current llama.cpp",
+            )),
+            v if v.swap_bytes() == 2 || v.swap_bytes() == 3 => Err(self.bad(
+                "is a big-endian GGUF file",
+                "use the little-endian file llama.cpp's converter writes by default",
+            )),
+            v => Err(self.bad(
+                format!("has GGUF version {v}; versions 2 and 3 are read"),
+                "convert the model again with llama.cpp",
+            )),
         }
-        let tensor_count = self.u64("tensor count")?;
-        let kv_count = self.u64("metadata count")?;
-        let mut metadata = BTreeMap::new();
-        for _ in 0..kv_count {
-            let key = self.string("metadata key")?;
-            let kind = self.u32("metadata type")?;
-            let value = self.value(kind, &key)?;
-            metadata.insert(key, value);
-        }
-        let alignment = match metadata.get("general.alignment") {
-            None => DEFAULT_ALIGNMENT,
+    }
+
+    /// `general.alignment`, else GGUF's default of 32 bytes.
+    fn alignment(&self, metadata: &BTreeMap<String, Value>) -> Result<u64, PlannerError> {
+        match metadata.get("general.alignment") {
+            None => Ok(DEFAULT_ALIGNMENT),
             Some(v) => match v.as_u64() {
-                Some(a) if a > 0 && a.is_power_of_two() => a,
-                _ => {
-                    return Err(self.bad(
-                        format!("general.alignment is {v:?}, not a power of two"),
-                        "convert the model again with llama.cpp",
-                    ))
-                }
-            },
-        };
-        let mut infos = Vec::new();
-        for _ in 0..tensor_count {
-            infos.push(self.tensor_info()?);
-        }
-        let data_start = self.at.div_ceil(alignment) * alignment;
-        let mut tensors = Vec::with_capacity(infos.len());
-        for (name, dims, ggml_type, offset) in infos {
-            let place = |problem: String, fix: &str| {
-                PlannerError::input(self.path, format!("tensor {name}"), problem, fix)
-            };
-            if offset % alignment != 0 {
-                return Err(place(
-                    format!(
-                        "has data offset {offset}, not a multiple of the alignment {alignment}"
-                    ),
+                Some(a) if a > 0 && a.is_power_of_two() => Ok(a),
+                _ => Err(self.bad(
+                    format!("general.alignment is {v:?}, not a power of two"),
                     "convert the model again with llama.cpp",
-                ));
-            }
-            let bytes = ggml_type
-                .tensor_bytes(&dims)
-                .map_err(|p| place(p, "convert the model again with llama.cpp"))?;
-            let file_offset = data_start.checked_add(offset);
-            let end = file_offset.and_then(|o| o.checked_add(bytes));
-            match (file_offset, end) {
-                (Some(file_offset), Some(end)) if end <= self.len => tensors.push(TensorInfo {
-                    name,
-                    dims,
-                    ggml_type,
-                    file_offset,
-                    bytes,
-                }),
-                _ => {
-                    return Err(place(
-                        format!(
-                            "has its {bytes} bytes at offset {offset} of the data, past the end of the {}-byte file",
-                            self.len
-                        ),
-                        "the file is truncated: download or convert it again",
-                    ))
-                }
-            }
+                )),
+            },
         }
-        Ok(Header {
-            path: self.path.to_path_buf(),
-            version,
-            metadata,
-            tensors,
-            sha256: sha256_hex(&self.read),
-        })
+    }
+
+    /// A tensor's bytes and where they lie, which must be inside the file.
+    fn locate(
+        &self,
+        (name, dims, ggml_type, offset): (String, Vec<u64>, GgmlType, u64),
+        data_start: u64,
+        alignment: u64,
+    ) -> Result<TensorInfo, PlannerError> {
+        let place = |problem: String, fix: &str| {
+            PlannerError::input(self.path, format!("tensor {name}"), problem, fix)
+        };
+        if offset % alignment != 0 {
+            return Err(place(
+                format!("has data offset {offset}, not a multiple of the alignment {alignment}"),
+                "convert the model again with llama.cpp",
+            ));
+        }
+        let bytes = ggml_type
+            .tensor_bytes(&dims)
+            .map_err(|p| place(p, "convert the model again with llama.cpp"))?;
+        let file_offset = data_start.checked_add(offset);
+        match (file_offset, file_offset.and_then(|o| o.checked_add(bytes))) {
+            (Some(file_offset), Some(end)) if end <= self.len => Ok(TensorInfo {
+                name,
+                dims,
+                ggml_type,
+                file_offset,
+                bytes,
+            }),
+            _ => Err(place(
+                format!(
+                    "has its {bytes} bytes at offset {offset} of the data, past the end of the {}-byte file",
+                    self.len
+                ),
+                "the file is truncated: download or convert it again",
+            )),
+        }
     }
 
     fn tensor_info(&mut self) -> Result<(String, Vec<u64>, GgmlType, u64), PlannerError> {
