@@ -79,6 +79,30 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
     assert!(v.status.success(), "{}", stderr(&v));
 }
 
+/// The one-card desktop profile with `vram` of VRAM, none reserved, in `dir`.
+fn one_card(dir: &std::path::Path, vram: &str) -> std::path::PathBuf {
+    let profile = std::fs::read_to_string(profile("desktop-1gpu-8gb"))
+        .unwrap()
+        .replace("vram: 8 GiB", &format!("vram: {vram}"))
+        .replace("reserved: 2.59 GB", "reserved: 0 B");
+    let path = dir.join("card.yaml");
+    std::fs::write(&path, profile).unwrap();
+    path
+}
+
+/// `residency plan ARGS --export llama-cpp`, the export in `dir`.
+fn plan_for_llama_cpp(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    let export = [
+        "--time-limit",
+        "2",
+        "--export",
+        "llama-cpp",
+        "--export-dir",
+        s(dir),
+    ];
+    run_ok(&[&["plan"], args, &export].concat())
+}
+
 /// The rules of a plan of `file` on a one-card profile with `vram`, by
 /// regex and buffer, and the directory with the export.
 fn llama_rules_on_one_card(
@@ -88,25 +112,8 @@ fn llama_rules_on_one_card(
     let dir = tempfile::tempdir().unwrap();
     let model = dir.path().join("m.gguf");
     file.write(&model);
-    let profile = std::fs::read_to_string(profile("desktop-1gpu-8gb"))
-        .unwrap()
-        .replace("vram: 8 GiB", &format!("vram: {vram}"))
-        .replace("reserved: 2.59 GB", "reserved: 0 B");
-    let profile_path = dir.path().join("card.yaml");
-    std::fs::write(&profile_path, profile).unwrap();
-    run_ok(&[
-        "plan",
-        "--model",
-        s(&model),
-        "--profile",
-        s(&profile_path),
-        "--time-limit",
-        "2",
-        "--export",
-        "llama-cpp",
-        "--export-dir",
-        s(dir.path()),
-    ]);
+    let card = one_card(dir.path(), vram);
+    plan_for_llama_cpp(dir.path(), &["--model", s(&model), "--profile", s(&card)]);
     let text = std::fs::read_to_string(dir.path().join("llama_cpp_override_tensor.txt")).unwrap();
     let rules = text
         .lines()
@@ -197,12 +204,7 @@ fn heat_maps_onto_a_gguf_model_by_layer() {
         serde_json::json!({ "tokens": 1000, "layers": layers }).to_string(),
     )
     .unwrap();
-    let profile = std::fs::read_to_string(profile("desktop-1gpu-8gb"))
-        .unwrap()
-        .replace("vram: 8 GiB", "vram: 48 MiB")
-        .replace("reserved: 2.59 GB", "reserved: 0 B");
-    let profile_path = dir.path().join("card.yaml");
-    std::fs::write(&profile_path, profile).unwrap();
+    let profile_path = one_card(dir.path(), "48 MiB");
     let plan_path = dir.path().join("plan.json");
     let o = run_ok(&[
         "plan",
@@ -245,15 +247,7 @@ fn heat_maps_onto_a_gguf_model_by_layer() {
 #[test]
 fn the_llama_cpp_export_is_never_slower_than_its_baselines() {
     let dir = tempfile::tempdir().unwrap();
-    let o = run_ok(&[
-        "plan",
-        "--time-limit",
-        "2",
-        "--export",
-        "llama-cpp",
-        "--export-dir",
-        s(dir.path()),
-    ]);
+    let o = plan_for_llama_cpp(dir.path(), &[]);
     let out = stdout(&o);
     let tok_s = |line: &str| -> f64 {
         let before = line.split(" tok/s").next().unwrap();

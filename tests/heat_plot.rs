@@ -170,14 +170,17 @@ fn unwritable_target_fails_on_one_line_and_leaves_nothing() {
 #[test]
 fn plan_plot_draws_a_bar_per_layer_and_place() {
     let dir = tempfile::tempdir().unwrap();
+    let plan_plot = |plot: &Path| {
+        residency(&[
+            "plan".as_ref(),
+            "--time-limit".as_ref(),
+            "2".as_ref(),
+            "--plot".as_ref(),
+            plot.as_os_str(),
+        ])
+    };
     let svg_path = dir.path().join("plan.svg");
-    let out = residency(&[
-        "plan".as_ref(),
-        "--time-limit".as_ref(),
-        "2".as_ref(),
-        "--plot".as_ref(),
-        svg_path.as_os_str(),
-    ]);
+    let out = plan_plot(&svg_path);
     assert!(
         out.status.success(),
         "{}",
@@ -201,13 +204,7 @@ fn plan_plot_draws_a_bar_per_layer_and_place() {
     let rects = svg.matches("<rect").count();
     assert_eq!(rects, 1 + 2 * 3 * 26 + 4 + 4 + 3, "{rects}");
     let png_path = dir.path().join("plan.png");
-    let out = residency(&[
-        "plan".as_ref(),
-        "--time-limit".as_ref(),
-        "2".as_ref(),
-        "--plot".as_ref(),
-        png_path.as_os_str(),
-    ]);
+    let out = plan_plot(&png_path);
     assert!(out.status.success());
     let png = std::fs::read(&png_path).unwrap();
     let height = u32::from_be_bytes(png[20..24].try_into().unwrap());

@@ -10,20 +10,12 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::export::baselines::llama_cpp_strategies;
 use std::path::Path;
 
-const MODEL: &str = r#"
-name: four-layers
-layers: 4
-moe_layers: "0..=3"
-experts: 2
-top_k: 1
-hidden: 8
-expert_intermediate: 8
-formats: { q: 10 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: "0..=3", bytes: 5 MB, stage: dense }
-  - { name: lm_head, bytes: 4 MB, stage: head }
-"#;
+// The box's model in YAML's flow style: four MoE layers of two 10 MB
+// experts, attention of 5 MB a layer, a 4 MB head.
+const MODEL: &str = r#"{ name: four-layers, layers: 4, moe_layers: "0..=3", experts: 2, top_k: 1,
+  hidden: 8, expert_intermediate: 8, formats: { q: 10 MB }, tiers: { gpu: q, ram: q, disk: q },
+  trunk: [ { name: attn, layers: "0..=3", bytes: 5 MB, stage: dense },
+           { name: lm_head, bytes: 4 MB, stage: head } ] }"#;
 
 const CARD: &str = r#"
 name: one-card
