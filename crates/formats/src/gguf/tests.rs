@@ -226,3 +226,113 @@ fn bad_files_are_one_line_naming_the_file_and_the_place() {
     dense.tensors.retain(|t| !t.name.contains("_exps"));
     assert!(error_of(&dense, none).contains("no routed expert"));
 }
+
+#[test]
+fn deepseek2_mla_files_give_the_latent_kv_cache_and_a_leading_dense_layer() {
+    // A DeepSeek-V2-Lite-shaped file: layer 0 dense, layers 1 and 2 MoE of
+    // 4 Q4_0 experts with shared experts and a router bias; MLA attention.
+    let mut g = Gguf::new("deepseek2")
+        .kv("deepseek2.block_count", Kv::U32(3))
+        .kv("deepseek2.leading_dense_block_count", Kv::U32(1))
+        .kv("deepseek2.embedding_length", Kv::U32(H as u32))
+        .kv("deepseek2.expert_used_count", Kv::U32(2))
+        .kv("deepseek2.attention.head_count", Kv::U32(4))
+        .kv("deepseek2.attention.kv_lora_rank", Kv::U32(32))
+        .kv("deepseek2.rope.dimension_count", Kv::U32(16))
+        .tensor("token_embd.weight", &[H, 10], F32)
+        .tensor("output.weight", &[H, 10], F32)
+        .tensor("blk.0.attn_kv_a_mqa.weight", &[H, 48], F32)
+        .tensor("blk.0.ffn_gate.weight", &[H, 96], F32)
+        .tensor("blk.0.ffn_up.weight", &[H, 96], F32)
+        .tensor("blk.0.ffn_down.weight", &[96, H], F32);
+    for l in 1..3 {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        g = g
+            .tensor(&n("attn_kv_a_mqa.weight"), &[H, 48], F32)
+            .tensor(&n("attn_kv_a_norm.weight"), &[32], F32)
+            .tensor(&n("exp_probs_b.bias"), &[E], F32)
+            .tensor(&n("ffn_gate_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_up_exps.weight"), &[H, FF, E], Q4_0)
+            .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], Q4_0)
+            .tensor(&n("ffn_gate_shexp.weight"), &[H, FF], F32);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, _) = read_model(&write(dir.path(), "ds.gguf", &g)).unwrap();
+    assert_eq!(model.moe_layer_numbers(), vec![1, 2]);
+    // One Q4_0 expert as in the Qwen3 file: 3456 bytes.
+    assert_eq!(model.moe[0].ram_bytes, 3456);
+    // MLA caches the latent (32) and the rope key (16) per layer, F16, for
+    // 3 layers: (32 + 16) x 3 x 2 = 288 bytes a token.
+    assert_eq!(model.description.kv_bytes_per_token.map(|b| b.0), Some(288));
+    // The dense FFN of layer 0: 3 x 64 x 96 F32; attention of a MoE layer:
+    // kv_a 64 x 48 F32 (12288) + its norm (128) + the router bias (16).
+    assert_eq!(trunk_bytes(&model, "dense_ffn", Some(0)), Some(73728));
+    assert_eq!(trunk_bytes(&model, "attn", Some(1)), Some(12432));
+    assert_eq!(trunk_bytes(&model, "shared_expert", Some(2)), Some(8192));
+}
+
+#[test]
+fn gpt_oss_expert_biases_count_with_their_experts() {
+    // gpt-oss: MXFP4 experts with F32 biases, attention sinks.
+    let g = Gguf::new("gpt-oss")
+        .kv("gpt-oss.block_count", Kv::U32(1))
+        .kv("gpt-oss.embedding_length", Kv::U32(H as u32))
+        .kv("gpt-oss.expert_used_count", Kv::U32(2))
+        .tensor("token_embd.weight", &[H, 10], F32)
+        .tensor("output.weight", &[H, 10], F32)
+        .tensor("blk.0.attn_q.weight", &[H, H], F32)
+        .tensor("blk.0.attn_sinks.weight", &[4], F32)
+        .tensor("blk.0.post_attention_norm.weight", &[H], F32)
+        .tensor("blk.0.ffn_gate_inp.weight", &[H, E], F32)
+        .tensor("blk.0.ffn_gate_inp.bias", &[E], F32)
+        .tensor("blk.0.ffn_gate_exps.weight", &[H, FF, E], MXFP4)
+        .tensor("blk.0.ffn_gate_exps.bias", &[FF, E], F32)
+        .tensor("blk.0.ffn_up_exps.weight", &[H, FF, E], MXFP4)
+        .tensor("blk.0.ffn_up_exps.bias", &[FF, E], F32)
+        .tensor("blk.0.ffn_down_exps.weight", &[FF, H, E], MXFP4)
+        .tensor("blk.0.ffn_down_exps.bias", &[H, E], F32);
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, _) = read_model(&write(dir.path(), "oss.gguf", &g)).unwrap();
+    // One expert: gate and up 32 rows of 2 MXFP4 blocks (34 bytes), down
+    // 64 rows of one block (17): 1088 + 1088 + 1088; its biases 32 + 32 +
+    // 64 F32 values: 512 bytes. 3776 in all.
+    assert_eq!(model.moe[0].ram_bytes, 3776);
+    // Attention: q 16384, sinks 16, the post-attention norm 256, the router
+    // 1024 and its bias 16.
+    assert_eq!(trunk_bytes(&model, "attn", Some(0)), Some(17696));
+}
+
+#[test]
+fn llama4_interleaved_dense_and_moe_layers() {
+    // Llama-4 interleaves: layers 0 and 2 dense, 1 and 3 MoE with a shared
+    // expert.
+    let mut g = Gguf::new("llama4")
+        .kv("llama4.block_count", Kv::U32(4))
+        .kv("llama4.embedding_length", Kv::U32(H as u32))
+        .kv("llama4.expert_used_count", Kv::U32(1))
+        .tensor("token_embd.weight", &[H, 10], F32)
+        .tensor("output.weight", &[H, 10], F32)
+        .tensor("rope_freqs.weight", &[8], F32);
+    for l in 0..4 {
+        let n = |s: &str| format!("blk.{l}.{s}");
+        g = g.tensor(&n("attn_q.weight"), &[H, H], F32);
+        g = if l % 2 == 0 {
+            g.tensor(&n("ffn_up.weight"), &[H, 96], F32)
+        } else {
+            g.tensor(&n("ffn_gate_exps.weight"), &[H, FF, E], Q8_0)
+                .tensor(&n("ffn_up_exps.weight"), &[H, FF, E], Q8_0)
+                .tensor(&n("ffn_down_exps.weight"), &[FF, H, E], Q8_0)
+                .tensor(&n("ffn_up_shexp.weight"), &[H, FF], F32)
+        };
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (model, _, _) = read_model(&write(dir.path(), "l4.gguf", &g)).unwrap();
+    assert_eq!(model.moe_layer_numbers(), vec![1, 3]);
+    // Q8_0: gate and up 32 rows of 2 blocks of 34 = 68, down 64 rows of 34:
+    // 2176 + 2176 + 2176 = 6528 bytes an expert.
+    assert_eq!(model.moe[1].ram_bytes, 6528);
+    assert_eq!(trunk_bytes(&model, "dense_ffn", Some(2)), Some(64 * 96 * 4));
+    assert!(trunk_bytes(&model, "dense_ffn", Some(1)).is_none());
+    // The head: output 2560 and the rope frequencies 32.
+    assert_eq!(trunk_bytes(&model, "lm_head", None), Some(2592));
+}
