@@ -336,3 +336,52 @@ fn llama4_interleaved_dense_and_moe_layers() {
     // The head: output 2560 and the rope frequencies 32.
     assert_eq!(trunk_bytes(&model, "lm_head", None), Some(2592));
 }
+
+#[test]
+fn mixtral_qwen2moe_and_olmoe_files() {
+    // Mixtral is llama.cpp's `llama` architecture with routed experts;
+    // Qwen2-MoE adds a shared expert with its own gate; OLMoE has none.
+    // Each: one MoE layer of 4 Q4_0 experts of 3456 bytes (as above).
+    let file = |arch: &'static str, extra: &[(&str, &[u64])]| {
+        let key = |k: &str| format!("{arch}.{k}");
+        let mut g = Gguf::new(arch)
+            .kv(&key("block_count"), Kv::U32(1))
+            .kv(&key("embedding_length"), Kv::U32(H as u32))
+            .kv(&key("expert_used_count"), Kv::U32(2))
+            .tensor("token_embd.weight", &[H, 10], F32)
+            .tensor("output.weight", &[H, 10], F32)
+            .tensor("blk.0.attn_q.weight", &[H, H], F32)
+            .tensor("blk.0.ffn_gate_inp.weight", &[H, E], F32)
+            .tensor("blk.0.ffn_gate_exps.weight", &[H, FF, E], Q4_0)
+            .tensor("blk.0.ffn_up_exps.weight", &[H, FF, E], Q4_0)
+            .tensor("blk.0.ffn_down_exps.weight", &[FF, H, E], Q4_0);
+        for (name, dims) in extra {
+            g = g.tensor(&format!("blk.0.{name}"), dims, F32);
+        }
+        g
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let qwen2_shared: &[(&str, &[u64])] = &[
+        ("ffn_gate_inp_shexp.weight", &[H]),
+        ("ffn_gate_shexp.weight", &[H, FF]),
+        ("ffn_up_shexp.weight", &[H, FF]),
+        ("ffn_down_shexp.weight", &[FF, H]),
+    ];
+    let olmoe_norms: &[(&str, &[u64])] =
+        &[("attn_q_norm.weight", &[H]), ("attn_k_norm.weight", &[H])];
+    for (arch, extra, shared) in [
+        ("llama", &[][..], None),
+        // 3 x 64 x 32 F32 = 24576, and the shared gate's 64 F32 = 256.
+        ("qwen2moe", qwen2_shared, Some(24832)),
+        ("olmoe", olmoe_norms, None),
+    ] {
+        let path = write(dir.path(), &format!("{arch}.gguf"), &file(arch, extra));
+        let (model, _, _) = read_model(&path).unwrap();
+        assert_eq!(model.moe[0].ram_bytes, 3456, "{arch}");
+        assert_eq!(
+            trunk_bytes(&model, "shared_expert", Some(0)),
+            shared,
+            "{arch}"
+        );
+    }
+}
