@@ -6,6 +6,7 @@ use residency_core::plan::Plan;
 use residency_core::units::{Bytes, Seconds};
 use residency_formats::export::baselines::Strategy;
 use residency_formats::heat::{concentration, Heat};
+use residency_formats::llama_bench::llama_cpp_seconds;
 use residency_solver::explain::{Explanation, FrontierExpert};
 use std::path::Path;
 
@@ -237,22 +238,27 @@ pub fn plan_diff(d: &PlanDiff) {
     );
 }
 
-/// What the user would type into llama.cpp instead, priced by the same
-/// cost model on the same cards, beside the plan as llama.cpp runs it
-/// (`exported`: one buffer per MoE layer).
+/// What the user would type into llama.cpp instead, priced on the same
+/// cards beside the plan as llama.cpp runs it (`exported`: one buffer per
+/// MoE layer): by the profile's llama.cpp timing where it has one, else by
+/// the cost model.
 pub fn llama_cpp_baselines(inst: &Instance, exported: &[usize], strategies: &[Strategy]) {
     if strategies.is_empty() {
         return;
     }
-    let export_seconds = inst.evaluate(exported).token_seconds;
-    println!("llama.cpp at the same VRAM, by the cost model:");
+    let export_seconds = llama_cpp_seconds(inst, exported);
+    let by = match &inst.resources.llama_cpp {
+        Some(_) => "the profile's llama.cpp timing (llama_cpp:)",
+        None => "the cost model",
+    };
+    println!("llama.cpp at the same VRAM, by {by}:");
     println!(
         "  {:<52} {:>10.2} tok/s",
         "the plan as exported (one buffer per MoE layer)",
         1.0 / export_seconds
     );
     for s in strategies {
-        let seconds = inst.evaluate(&s.placement).token_seconds;
+        let seconds = llama_cpp_seconds(inst, &s.placement);
         println!(
             "  {:<52} {:>10.2} tok/s   export {:+.1} %",
             s.flags,

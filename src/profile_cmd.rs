@@ -1,15 +1,22 @@
 //! `residency profile`: `detect` writes this machine's hardware profile,
 //! `calibrate` measures its rates (or takes them from an engine log with
-//! `--from-log`); the work is the executor's `profile` module, this file
-//! its arguments, progress bar and summary. The profile goes to `--out`
+//! `--from-log`, or fits llama.cpp's timing to llama-bench runs with
+//! `--from-llama-bench`); the work is the executor's `profile` module and
+//! `residency_formats::llama_bench`, this file its arguments, progress bar
+//! and summary. The profile goes to `--out`
 //! (written atomically, after the planner's reader has read it back), else
 //! to standard output.
 
 use crate::flags::{more_help, ModelArg};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
+use residency_formats::gguf::{self, GgufModel};
+use residency_formats::llama_bench::calibrate::calibrate;
+use residency_formats::llama_bench::fit::Term;
+use residency_formats::llama_bench::runs::{read_runs, BenchRun};
+use residency_hwprofile::doc::{round_rate, round_time};
 use residency_hwprofile::{
-    self as profile, calibrate_from_log, CalibrateOptions, DetectOptions, ProfileDoc,
+    self as profile, calibrate_from_log, CalibrateOptions, DetectOptions, Origin, ProfileDoc,
 };
 use std::fmt::Display;
 use std::path::{Path, PathBuf};
@@ -58,8 +65,20 @@ enum ProfileCommand {
         model: ModelArg,
         /// Take the values from this Colibri log (`[PROF] expert I/O:`,
         /// `PROFILE: expert-disk`, `[timers]`) instead of measuring.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "from_llama_bench")]
         from_log: Option<PathBuf>,
+        /// Fit the profile's `llama_cpp` timing to these llama-bench
+        /// `-o json` runs of --model (the GGUF file they ran) instead of
+        /// measuring: a few placements, e.g. `-ngl 99`, `-ngl 99 -ot
+        /// exps=CPU`, `-ngl 99 -ot ffn_down_exps=CPU` and `-ngl 0`.
+        #[arg(long, num_args = 1.., value_name = "JSON")]
+        from_llama_bench: Vec<PathBuf>,
+        /// llama-bench runs of --model to predict, not fit to: with
+        /// --from-llama-bench, by the fitted timing (how well it predicts
+        /// placements it has not seen); alone, by the profile's own
+        /// `llama_cpp` timing, writing no profile.
+        #[arg(long, num_args = 1.., value_name = "JSON", conflicts_with = "from_log")]
+        check: Vec<PathBuf>,
         /// Write the calibrated profile here (it may be the input);
         /// default: standard output.
         #[arg(long)]
@@ -91,9 +110,19 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             model_dir,
             model,
             from_log,
+            from_llama_bench,
+            check,
             out,
         } => {
             let doc = ProfileDoc::read(&profile)?;
+            if !from_llama_bench.is_empty() || !check.is_empty() {
+                let (doc, lines) = from_llama_bench_runs(doc, &model, &from_llama_bench, &check)?;
+                if from_llama_bench.is_empty() {
+                    lines.iter().for_each(|l| println!("{l}"));
+                    return Ok(());
+                }
+                return emit(&doc, out.as_deref(), &lines, &[]);
+            }
             let model = model.load()?;
             if let Some(log) = from_log {
                 let c = calibrate_from_log(doc, &log, model.as_ref())?;
@@ -119,6 +148,111 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             emit(&c.doc, out.as_deref(), &c.measured, &c.notes)
         }
     }
+}
+
+/// The profile with its `llama_cpp` timing fitted to the `fit` runs of the
+/// GGUF `model`, and the lines saying what was fitted and how each run
+/// (the `check` runs too) is predicted.
+fn from_llama_bench_runs(
+    mut doc: ProfileDoc,
+    model: &ModelArg,
+    fit: &[PathBuf],
+    check: &[PathBuf],
+) -> Result<(ProfileDoc, Vec<String>)> {
+    let Some(path) = model.path.as_deref().filter(|p| gguf::is_gguf(p)) else {
+        anyhow::bail!(
+            "--from-llama-bench needs --model FILE.gguf, the model file the runs used: the runs name its tensors"
+        );
+    };
+    let gguf = GgufModel::open(path)?;
+    let read = |files: &[PathBuf]| -> Result<Vec<(String, BenchRun)>> {
+        let mut runs = Vec::new();
+        for file in files {
+            let tests = read_runs(file)?;
+            let n = tests.len();
+            runs.extend(tests.into_iter().map(|t| (t.label(n), t)));
+        }
+        Ok(runs)
+    };
+    let c = calibrate(&gguf, &doc.profile, &read(fit)?, &read(check)?)?;
+    let mut timing = c.fit.timing.clone();
+    timing.cpu_bandwidth = round_rate(timing.cpu_bandwidth.0);
+    for t in [
+        &mut timing.gpu_layer_overhead,
+        &mut timing.cpu_layer_overhead,
+        &mut timing.crossing_overhead,
+    ] {
+        if t.0 > 0.0 {
+            *t = round_time(t.0);
+        }
+    }
+    let fitted_runs: usize = c
+        .rows
+        .iter()
+        .filter(|r| r.in_fit)
+        .map(|r| r.measured_seconds.len())
+        .sum();
+    for term in &c.fit.fitted {
+        doc.set(
+            &format!("llama_cpp.{}", term.key()),
+            Origin::Measured(format!("fitted to {fitted_runs} llama-bench run(s)")),
+        );
+    }
+    for term in &c.fit.kept {
+        doc.set(
+            &format!("llama_cpp.{}", term.key()),
+            Origin::Default(
+                "not told apart by these runs (or fitted below zero): the prior, from the profile"
+                    .into(),
+            ),
+        );
+    }
+    let kept = match c.fit.kept.as_slice() {
+        [] => "none".to_string(),
+        kept => join_keys(kept),
+    };
+    let mut lines = vec![
+        if fit.is_empty() {
+            "llama.cpp timing of the profile, checked against llama-bench runs:".to_string()
+        } else {
+            format!(
+                "llama.cpp timing fitted to {fitted_runs} run(s): {}; kept from the profile: {kept}",
+                join_keys(&c.fit.fitted)
+            )
+        },
+        format!(
+            "{:<44} {:>4} {:>24} {:>10} {:>9}",
+            "placement", "runs", "measured tok/s, median", "predicted", "meas/pred"
+        ),
+    ];
+    for r in &c.rows {
+        let flags = if r.flags.len() > 44 {
+            format!("{}...", &r.flags[..41])
+        } else {
+            r.flags.clone()
+        };
+        let tok_s = |s: f64| 1.0 / s;
+        let (fastest, slowest) = r
+            .measured_seconds
+            .iter()
+            .fold((f64::MAX, 0.0f64), |(lo, hi), &s| (lo.min(s), hi.max(s)));
+        lines.push(format!(
+            "{flags:<44} {:>4} {:>8.2} [{:.2}..{:.2}] {:>10.2} {:>+8.1} %{}",
+            r.measured_seconds.len(),
+            tok_s(r.median_seconds()),
+            tok_s(slowest),
+            tok_s(fastest),
+            tok_s(r.predicted_seconds),
+            (r.predicted_seconds / r.median_seconds() - 1.0) * 100.0,
+            if r.in_fit { "  (fit)" } else { "" }
+        ));
+    }
+    doc.profile.llama_cpp = Some(timing);
+    Ok((doc, lines))
+}
+
+fn join_keys(terms: &[Term]) -> String {
+    terms.iter().map(|t| t.key()).collect::<Vec<_>>().join(", ")
 }
 
 /// ` (NVIDIA H200, NVIDIA H200)`, or nothing.

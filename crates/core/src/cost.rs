@@ -14,7 +14,7 @@
 use crate::heat::HeatTable;
 use crate::kv::KvGroup;
 use crate::model::{Model, StageKind};
-use crate::profile::HardwareProfile;
+use crate::profile::{HardwareProfile, LlamaCppTiming};
 use crate::units::{Bytes, Seconds};
 use crate::{PlannerError, Result};
 use std::fmt;
@@ -131,6 +131,8 @@ pub struct Resources {
     /// Host of each GPU (`None`: the profile names no hosts); exports to
     /// multi-node engines number ranks host by host.
     pub gpu_hosts: Vec<Option<String>>,
+    /// llama.cpp's timing on this machine, where the profile has it.
+    pub llama_cpp: Option<LlamaCppTiming>,
 }
 
 impl Resources {
@@ -152,6 +154,7 @@ impl Resources {
             felt_fraction: profile.felt_fraction(),
             gpu_hosts: profile.gpus.iter().map(|g| g.host.clone()).collect(),
             fixed_token_seconds: profile.fixed_token_seconds.0,
+            llama_cpp: profile.llama_cpp.clone(),
         }
     }
     pub fn gpus(&self) -> usize {

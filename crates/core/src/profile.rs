@@ -56,6 +56,34 @@ pub struct Host {
     pub network_latency: Seconds,
 }
 
+/// llama.cpp's decode time per token at batch 1 on this machine (docs/gguf.md,
+/// "Predicting llama.cpp"), fitted by `profile calibrate --from-llama-bench`
+/// from llama-bench runs of a few placements. llama.cpp runs a token's graph
+/// one device at a time, so its time is a sum, not the cost model's max per
+/// stage: these terms, plus the weights each GPU reads at its
+/// `gemv_bandwidth`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LlamaCppTiming {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+    /// Weights llama.cpp's CPU kernels read per second (with the thread
+    /// count of the runs).
+    pub cpu_bandwidth: BytesPerSecond,
+    /// Per transformer layer whose attention runs on a GPU (its kernel
+    /// launches).
+    pub gpu_layer_overhead: Seconds,
+    /// Per transformer layer whose attention runs on the CPU (its
+    /// operators' thread barriers).
+    pub cpu_layer_overhead: Seconds,
+    /// Per change of device along a token's graph: the activations copied
+    /// and one synchronisation.
+    pub crossing_overhead: Seconds,
+    /// Per token, whatever the placement.
+    #[serde(default)]
+    pub token_overhead: Seconds,
+}
+
 fn default_true() -> bool {
     true
 }
@@ -80,6 +108,8 @@ pub struct HardwareProfile {
     pub fixed_token_seconds: Seconds,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hosts: Vec<Host>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub llama_cpp: Option<LlamaCppTiming>,
 }
 
 impl HardwareProfile {
@@ -128,7 +158,33 @@ impl HardwareProfile {
         self.check_gpus(path)?;
         self.check_drives(path)?;
         self.check_felt_fraction(path)?;
-        self.check_hosts(path)
+        self.check_hosts(path)?;
+        self.check_llama_cpp(path)
+    }
+
+    /// llama.cpp's CPU rate is positive and its overheads are times.
+    fn check_llama_cpp(&self, path: &Path) -> Result<()> {
+        let Some(t) = &self.llama_cpp else {
+            return Ok(());
+        };
+        positive_rate(path, "llama_cpp.cpu_bandwidth".into(), t.cpu_bandwidth)?;
+        let overheads = [
+            ("gpu_layer_overhead", t.gpu_layer_overhead),
+            ("cpu_layer_overhead", t.cpu_layer_overhead),
+            ("crossing_overhead", t.crossing_overhead),
+            ("token_overhead", t.token_overhead),
+        ];
+        for (key, time) in overheads {
+            if !(time.0.is_finite() && time.0 >= 0.0) {
+                return invalid(
+                    path,
+                    format!("llama_cpp.{key}"),
+                    format!("is {time}"),
+                    "give a time of zero or more, such as `40 us`",
+                );
+            }
+        }
+        Ok(())
     }
 
     /// At least one NUMA node, and every list's ids dense from 0.

@@ -9,3 +9,4 @@ pub mod export;
 pub mod gguf;
 pub mod heat;
 pub mod inputs;
+pub mod llama_bench;

@@ -145,6 +145,7 @@ pub fn profile_of(facts: &Facts) -> ProfileDoc {
         felt_fraction: Some(0.0),
         fixed_token_seconds: Seconds(0.0),
         hosts: Vec::new(),
+        llama_cpp: None,
     });
     doc.header = vec![
         format!(

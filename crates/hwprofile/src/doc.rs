@@ -14,7 +14,7 @@
 
 use super::ProfileError;
 use residency_core::error::write_atomic;
-use residency_core::profile::{Drive, Gpu, HardwareProfile, Host, NumaNode};
+use residency_core::profile::{Drive, Gpu, HardwareProfile, Host, LlamaCppTiming, NumaNode};
 use residency_core::units::{parse_rate, parse_size, parse_time, Bytes, BytesPerSecond, Seconds};
 use std::collections::BTreeMap;
 use std::fmt::{self, Write as _};
@@ -140,6 +140,7 @@ impl ProfileDoc {
             felt_fraction,
             fixed_token_seconds,
             hosts,
+            llama_cpp,
         } = &self.profile;
         w.line(0, "", "name", "name", &quoted(name));
         if let Some(source) = source {
@@ -167,6 +168,12 @@ impl ProfileDoc {
         );
         if !hosts.is_empty() {
             w.list("hosts", hosts, host_fields);
+        }
+        if let Some(timing) = llama_cpp {
+            w.line(0, "", "llama_cpp", "llama_cpp", "");
+            for (key, value) in llama_cpp_fields(timing) {
+                w.line(2, "", &format!("llama_cpp.{key}"), key, &value);
+            }
         }
         w.out
     }
@@ -240,6 +247,27 @@ fn gpu_fields(g: &Gpu) -> Vec<(&'static str, String)> {
         ("sync_overhead", time_text(*sync_overhead)),
     ];
     f.extend(host.as_ref().map(|h| ("host", quoted(h))));
+    f
+}
+
+/// llama.cpp's timing fields as written, in order.
+fn llama_cpp_fields(t: &LlamaCppTiming) -> Vec<(&'static str, String)> {
+    let LlamaCppTiming {
+        source,
+        cpu_bandwidth,
+        gpu_layer_overhead,
+        cpu_layer_overhead,
+        crossing_overhead,
+        token_overhead,
+    } = t;
+    let mut f: Vec<(&'static str, String)> = source.iter().map(|s| ("source", quoted(s))).collect();
+    f.extend([
+        ("cpu_bandwidth", rate_text(*cpu_bandwidth)),
+        ("gpu_layer_overhead", time_text(*gpu_layer_overhead)),
+        ("cpu_layer_overhead", time_text(*cpu_layer_overhead)),
+        ("crossing_overhead", time_text(*crossing_overhead)),
+        ("token_overhead", time_text(*token_overhead)),
+    ]);
     f
 }
 

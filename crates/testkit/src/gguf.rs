@@ -147,3 +147,83 @@ pub fn qwen3moe_sized(layers: u32, h: u64, ff: u64, e: u64) -> Gguf {
     }
     g
 }
+
+/// The geometry of a `qwen3moe` file as `.devbin`-style generators write
+/// it (../shared/data/llamacpp-h200-qwen3-30b/gen_gguf.py): every matrix
+/// Q4_0, every vector F32.
+#[derive(Debug, Clone, Copy)]
+pub struct Qwen3MoeGeometry {
+    pub layers: u32,
+    pub experts: u64,
+    pub top_k: u32,
+    pub hidden: u64,
+    pub expert_ffn: u64,
+    pub heads: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    pub vocab: u64,
+}
+
+impl Qwen3MoeGeometry {
+    /// Qwen3-30B-A3B (config.json of Qwen/Qwen3-30B-A3B).
+    pub const QWEN3_30B_A3B: Qwen3MoeGeometry = Qwen3MoeGeometry {
+        layers: 48,
+        experts: 128,
+        top_k: 8,
+        hidden: 2048,
+        expert_ffn: 768,
+        heads: 32,
+        kv_heads: 4,
+        head_dim: 128,
+        vocab: 151936,
+    };
+
+    /// The header of the generator's file: its tensors, names, types and
+    /// metadata; the data is a hole.
+    pub fn gguf(self) -> Gguf {
+        let Qwen3MoeGeometry {
+            layers,
+            experts: e,
+            top_k,
+            hidden: h,
+            expert_ffn: f,
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+        } = self;
+        let (q, kv) = (heads * head_dim, kv_heads * head_dim);
+        let mut g = Gguf::new("qwen3moe")
+            .kv("general.name", Kv::Str("generated qwen3moe"))
+            .kv("qwen3moe.block_count", Kv::U32(layers))
+            .kv("qwen3moe.embedding_length", Kv::U32(h as u32))
+            .kv("qwen3moe.expert_count", Kv::U32(e as u32))
+            .kv("qwen3moe.expert_used_count", Kv::U32(top_k))
+            .kv("qwen3moe.expert_feed_forward_length", Kv::U32(f as u32))
+            .kv("qwen3moe.attention.head_count", Kv::U32(heads as u32))
+            .kv("qwen3moe.attention.head_count_kv", Kv::U32(kv_heads as u32))
+            .kv("qwen3moe.attention.key_length", Kv::U32(head_dim as u32))
+            .kv("qwen3moe.attention.value_length", Kv::U32(head_dim as u32))
+            .kv("tokenizer.ggml.tokens", Kv::StrArray(vec!["a", "b", "c"]))
+            .tensor("token_embd.weight", &[h, vocab], Q4_0)
+            .tensor("output_norm.weight", &[h], F32)
+            .tensor("output.weight", &[h, vocab], Q4_0);
+        for l in 0..layers {
+            let n = |s: &str| format!("blk.{l}.{s}");
+            g = g
+                .tensor(&n("attn_norm.weight"), &[h], F32)
+                .tensor(&n("attn_q.weight"), &[h, q], Q4_0)
+                .tensor(&n("attn_k.weight"), &[h, kv], Q4_0)
+                .tensor(&n("attn_v.weight"), &[h, kv], Q4_0)
+                .tensor(&n("attn_output.weight"), &[q, h], Q4_0)
+                .tensor(&n("attn_q_norm.weight"), &[head_dim], F32)
+                .tensor(&n("attn_k_norm.weight"), &[head_dim], F32)
+                .tensor(&n("ffn_norm.weight"), &[h], F32)
+                .tensor(&n("ffn_gate_inp.weight"), &[h, e], Q4_0)
+                .tensor(&n("ffn_gate_exps.weight"), &[h, f, e], Q4_0)
+                .tensor(&n("ffn_down_exps.weight"), &[f, h, e], Q4_0)
+                .tensor(&n("ffn_up_exps.weight"), &[h, f, e], Q4_0);
+        }
+        g
+    }
+}

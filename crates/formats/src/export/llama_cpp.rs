@@ -21,6 +21,7 @@ use super::baselines::llama_cpp_strategies;
 use super::layer_buffers::{layer_buffers, llama_placement, Buffer};
 use super::{create_dir, join, placement, unexpressed_tiers, Export};
 use crate::gguf::tensors::WITH_ATTENTION;
+use crate::llama_bench::llama_cpp_seconds;
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -243,25 +244,28 @@ pub fn as_exported(plan: &Plan, inst: &Instance) -> Result<Vec<usize>> {
 
 /// What the rules are written from: the plan, unless a baseline's whole
 /// layers run faster in llama.cpp than the plan's projection onto whole
-/// layers (by the cost model, by more than `SWITCH_MARGIN`: equal layers
-/// tie to rounding); then that baseline, with the note saying so. The plan
+/// layers (by the profile's llama.cpp timing, else the cost model; by more
+/// than `SWITCH_MARGIN`: equal layers tie to rounding); then that baseline, with the note saying so. The plan
 /// file keeps the per-expert plan either way.
 fn rules_source(plan: &Plan, inst: &Instance) -> Result<(Vec<usize>, Option<String>)> {
     let planned = placement(plan, inst)?;
-    let projected = inst
-        .evaluate(&projection(plan, inst, &planned)?)
-        .token_seconds;
+    let projected = llama_cpp_seconds(inst, &projection(plan, inst, &planned)?);
     let fastest = llama_cpp_strategies(inst)?
         .into_iter()
-        .map(|s| (inst.evaluate(&s.placement).token_seconds, s))
+        .map(|s| (llama_cpp_seconds(inst, &s.placement), s))
         .min_by(|a, b| a.0.total_cmp(&b.0));
     Ok(match fastest {
         Some((seconds, s)) if seconds < projected * (1.0 - SWITCH_MARGIN) => {
             let note = format!(
-                "llama.cpp runs a layer's experts from one buffer: the plan projected onto whole layers gives {} ms per token, `{}` {} ms by the cost model, so the rules write the faster, `{}`'s placement (the plan file keeps the per-expert plan)",
+                "llama.cpp runs a layer's experts from one buffer: the plan projected onto whole layers gives {} ms per token, `{}` {} ms ({}), so the rules write the faster, `{}`'s placement (the plan file keeps the per-expert plan)",
                 ms(projected),
                 s.flags,
                 ms(seconds),
+                if inst.resources.llama_cpp.is_some() {
+                    "by the profile's llama.cpp timing"
+                } else {
+                    "by the cost model"
+                },
                 s.flags
             );
             (s.placement, Some(note))

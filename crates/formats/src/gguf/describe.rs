@@ -36,10 +36,7 @@ impl LayerExperts {
 /// The description and the notes to show with it.
 pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), PlannerError> {
     let path = gguf.path();
-    let meta = Metadata {
-        path,
-        values: gguf.metadata(),
-    };
+    let meta = Metadata::of(gguf);
     let arch = meta.string("general.architecture")?;
     if !ARCHITECTURES.contains(&arch) {
         return Err(meta.bad(
@@ -340,17 +337,24 @@ fn tensor_error(path: &Path, t: &TensorInfo, problem: String) -> PlannerError {
 }
 
 /// The metadata, with errors that name the key.
-struct Metadata<'a> {
+pub(crate) struct Metadata<'a> {
     path: &'a Path,
     values: &'a BTreeMap<String, Value>,
 }
 
 impl<'a> Metadata<'a> {
+    pub(crate) fn of(gguf: &'a GgufModel) -> Metadata<'a> {
+        Metadata {
+            path: gguf.path(),
+            values: gguf.metadata(),
+        }
+    }
+
     fn bad(&self, key: &str, problem: String, fix: &str) -> PlannerError {
         PlannerError::input(self.path, key, problem, fix)
     }
 
-    fn string(&self, key: &str) -> Result<&'a str, PlannerError> {
+    pub(crate) fn string(&self, key: &str) -> Result<&'a str, PlannerError> {
         self.values.get(key).and_then(Value::as_str).ok_or_else(|| {
             self.bad(
                 key,
@@ -360,12 +364,12 @@ impl<'a> Metadata<'a> {
         })
     }
 
-    fn optional(&self, key: &str) -> Option<u64> {
+    pub(crate) fn optional(&self, key: &str) -> Option<u64> {
         self.values.get(key).and_then(Value::as_u64)
     }
 
     /// A positive whole number the description needs.
-    fn whole(&self, key: &str) -> Result<u64, PlannerError> {
+    pub(crate) fn whole(&self, key: &str) -> Result<u64, PlannerError> {
         self.optional(key).filter(|&v| v > 0).ok_or_else(|| {
             self.bad(
                 key,

@@ -9,7 +9,7 @@
 
 #[cfg(test)]
 pub(crate) mod arch_tensors;
-mod describe;
+pub(crate) mod describe;
 pub mod ggml_type;
 pub mod header;
 pub mod tensors;

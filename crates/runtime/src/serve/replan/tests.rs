@@ -18,6 +18,7 @@ fn replanner(params: ReplanParams, pinned: &[ObjectIndex]) -> Replanner {
         felt_fraction: 1.0,
         fixed_token_seconds: 0.0,
         gpu_hosts: vec![],
+        llama_cpp: None,
     };
     let link = MoveLink {
         resources,

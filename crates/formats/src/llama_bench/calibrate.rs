@@ -1,0 +1,328 @@
+//! `profile calibrate --from-llama-bench`: where each of a GGUF's tensors
+//! was in a llama-bench run (llama.cpp's own rules, below), the run's
+//! `Work`, and the timing fitted to the runs, with every run predicted
+//! beside its measurement (those kept out of the fit too).
+//!
+//! llama.cpp's placement of tensor T of layer `il` (src/llama-model.cpp,
+//! upstream 7d56da7): the first override rule whose pattern
+//! `std::regex_search`es T's name names its buffer (the `-ot` rules, then
+//! `-ncmoe`'s); else the layer's device: a GPU when `il >=
+//! max(n_layer + 1 - n_gpu_layers, 0)`, where the head counts as layer
+//! `n_layer`, so `-ngl N` runs the head and the last N - 1 layers on the
+//! GPU; the embeddings stay on the CPU.
+
+use super::fit::{fit, Fit};
+use super::graph::{Device, Step, Work};
+use super::runs::BenchRun;
+use crate::gguf::describe::Metadata;
+use crate::gguf::tensors::{classify, Family};
+use crate::gguf::GgufModel;
+use regex::Regex;
+use residency_core::error::PlannerError;
+use residency_core::profile::{HardwareProfile, LlamaCppTiming};
+use residency_core::units::Seconds;
+
+/// One placement (the runs with the same flags), measured and predicted
+/// by the fitted timing.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The first run's label.
+    pub label: String,
+    pub flags: String,
+    /// Seconds per token of each run, in the order given.
+    pub measured_seconds: Vec<f64>,
+    pub predicted_seconds: f64,
+    pub in_fit: bool,
+}
+
+impl Row {
+    /// The median run's seconds per token.
+    pub fn median_seconds(&self) -> f64 {
+        median(&self.measured_seconds)
+    }
+}
+
+/// The median of `values` (not empty).
+pub fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibration {
+    pub fit: Fit,
+    pub rows: Vec<Row>,
+}
+
+/// Fits the timing to `fit_runs` of `gguf` on the machine of `profile`
+/// (its GPUs' weight rates; its `llama_cpp` section, else its CPU and sync
+/// rates, as the prior of what the runs cannot determine), and predicts
+/// `fit_runs` and `check_runs`; without `fit_runs`, predicts `check_runs`
+/// by the profile's own timing. Each run comes with its label; at least
+/// one run is given.
+pub fn calibrate(
+    gguf: &GgufModel,
+    profile: &HardwareProfile,
+    fit_runs: &[(String, BenchRun)],
+    check_runs: &[(String, BenchRun)],
+) -> Result<Calibration, PlannerError> {
+    let all = || fit_runs.iter().chain(check_runs);
+    let threads = same_threads(all())?;
+    let gpu_rates: Vec<f64> = profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect();
+    let measured = |runs: &[(String, BenchRun)]| -> Result<Vec<(Work, f64)>, PlannerError> {
+        runs.iter()
+            .map(|(_, r)| Ok((run_work(gguf, r, &gpu_rates)?, r.token_seconds())))
+            .collect()
+    };
+    let fitting = measured(fit_runs)?;
+    let checking = measured(check_runs)?;
+    let fit = match fit_runs.first() {
+        Some((_, first)) => {
+            let mut fit = fit(&fitting, &prior(profile));
+            let t = &first.test;
+            fit.timing.source = Some(format!(
+                "profile calibrate --from-llama-bench: {} run(s) of {} (llama-bench build {}, {}, -t {threads})",
+                fit_runs.len(),
+                t.model_filename,
+                t.build_commit,
+                t.gpu_info
+            ));
+            fit
+        }
+        // Only checking: the profile's own timing.
+        None => Fit {
+            timing: profile.llama_cpp.clone().ok_or_else(|| {
+                check_runs[0].1.bad(
+                    "",
+                    "cannot be checked: the profile has no llama_cpp timing".into(),
+                )
+            })?,
+            fitted: Vec::new(),
+            kept: Vec::new(),
+        },
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    let measured_runs = fit_runs
+        .iter()
+        .zip(&fitting)
+        .map(|(r, m)| (r, m, true))
+        .chain(check_runs.iter().zip(&checking).map(|(r, m)| (r, m, false)));
+    for ((label, run), (work, seconds), in_fit) in measured_runs {
+        let flags = run.flags();
+        match rows
+            .iter_mut()
+            .find(|r| r.flags == flags && r.in_fit == in_fit)
+        {
+            Some(row) => row.measured_seconds.push(*seconds),
+            None => rows.push(Row {
+                label: label.clone(),
+                flags,
+                measured_seconds: vec![*seconds],
+                predicted_seconds: work.seconds(&fit.timing),
+                in_fit,
+            }),
+        }
+    }
+    Ok(Calibration { fit, rows })
+}
+
+/// What the runs cannot tell: the profile's own llama.cpp timing, else the
+/// cost model's rates (node 0's GEMV rate, GPU 0's sync as a crossing, no
+/// per-layer cost).
+fn prior(profile: &HardwareProfile) -> LlamaCppTiming {
+    profile.llama_cpp.clone().unwrap_or_else(|| LlamaCppTiming {
+        source: None,
+        cpu_bandwidth: profile.numa[0].gemv_bandwidth,
+        gpu_layer_overhead: Seconds(0.0),
+        cpu_layer_overhead: Seconds(0.0),
+        crossing_overhead: profile
+            .gpus
+            .first()
+            .map_or(Seconds(0.0), |g| g.sync_overhead),
+        token_overhead: profile.fixed_token_seconds,
+    })
+}
+
+/// The one thread count of the runs: the CPU rate fitted is llama.cpp's
+/// with that many threads.
+fn same_threads<'a>(
+    mut runs: impl Iterator<Item = &'a (String, BenchRun)>,
+) -> Result<u32, PlannerError> {
+    let (_, first) = runs.next().expect("at least one run");
+    let threads = first.test.n_threads;
+    for (_, r) in runs {
+        if r.test.n_threads != threads {
+            return Err(r.bad(
+                "n_threads",
+                format!(
+                    "is {}, but {} ran with {threads}: the CPU rate depends on the thread count",
+                    r.test.n_threads,
+                    first.label(1)
+                ),
+            ));
+        }
+    }
+    Ok(threads)
+}
+
+/// Order of a layer's tensor groups in the graph: attention (with the
+/// norms and router), dense FFN, shared and chunk experts, then the routed
+/// experts' gate and up, then down.
+fn group(family: Family, name: &str) -> u8 {
+    match family {
+        Family::Attention => 0,
+        Family::DenseFfn => 1,
+        Family::SharedExperts => 2,
+        Family::ChunkExperts => 3,
+        Family::RoutedExperts if name.contains("ffn_down_exps") => 5,
+        Family::RoutedExperts => 4,
+        Family::Head | Family::Embeddings => 0,
+    }
+}
+
+/// The work of `run` over `gguf`'s tensors.
+pub fn run_work(
+    gguf: &GgufModel,
+    run: &BenchRun,
+    gpu_bytes_per_s: &[f64],
+) -> Result<Work, PlannerError> {
+    let file_bytes: u64 = gguf.tensors().map(|t| t.bytes).sum();
+    if run.test.model_size != file_bytes {
+        return Err(run.bad(
+            "model_size",
+            format!(
+                "is {} bytes, but {} holds {file_bytes} bytes of tensors: the run is of another model (`{}`); give --model the GGUF file the runs used",
+                run.test.model_size,
+                gguf.path().display(),
+                run.test.model_filename
+            ),
+        ));
+    }
+    single_gpu(run)?;
+    let rules = overrides(run, gpu_bytes_per_s.len())?;
+    let meta = Metadata::of(gguf);
+    let arch = meta.string("general.architecture")?;
+    let n_layer = meta.whole(&format!("{arch}.block_count"))? as i64;
+    let nextn = meta
+        .optional(&format!("{arch}.nextn_predict_layers"))
+        .unwrap_or(0) as i64;
+    let top_k = meta.whole(&format!("{arch}.expert_used_count"))? as f64;
+    let ngl = run.test.n_gpu_layers;
+    let gpu_start = (n_layer + 1 - ngl).max(0);
+    let by_layer = |il: i64| {
+        if ngl > 0 && il >= gpu_start && !gpu_bytes_per_s.is_empty() {
+            Device::Gpu(0)
+        } else {
+            Device::Cpu
+        }
+    };
+    // (layer order, group, device, active bytes) per tensor.
+    let mut placed = Vec::new();
+    for t in gguf.tensors() {
+        let Some((layer, family)) = classify(&t.name) else {
+            return Err(PlannerError::input(
+                gguf.path(),
+                format!("tensor `{}`", t.name),
+                "is of no tensor family residency knows",
+                "report the tensor name with the model's architecture",
+            ));
+        };
+        let il = layer.map_or(n_layer, |l| l as i64);
+        if family == Family::Embeddings || il >= n_layer - nextn && layer.is_some() {
+            continue;
+        }
+        let device = rules
+            .iter()
+            .find(|(re, _)| re.is_match(&t.name))
+            .map_or_else(|| by_layer(il), |&(_, d)| d);
+        if let Device::Gpu(g) = device {
+            if g >= gpu_bytes_per_s.len() {
+                return Err(run.bad(
+                    "tensor_buft_overrides",
+                    format!(
+                        "puts `{}` on CUDA{g}, but the profile lists {} GPU(s)",
+                        t.name,
+                        gpu_bytes_per_s.len()
+                    ),
+                ));
+            }
+        }
+        let bytes = if family == Family::RoutedExperts {
+            let experts = t.dims.last().copied().unwrap_or(1).max(1) as f64;
+            t.bytes as f64 * top_k / experts
+        } else {
+            t.bytes as f64
+        };
+        placed.push((il, group(family, &t.name), device, bytes));
+    }
+    placed.sort_by_key(|&(il, g, _, _)| (il, g));
+    let mut steps: Vec<Step> = Vec::new();
+    let mut last: Option<(i64, u8, Device)> = None;
+    for (il, g, device, bytes) in placed {
+        match steps.last_mut() {
+            Some(step) if last == Some((il, g, device)) => step.bytes += bytes,
+            _ => steps.push(Step {
+                device,
+                bytes,
+                starts_layer: il < n_layer && last.is_none_or(|(l, _, _)| l != il),
+            }),
+        }
+        last = Some((il, g, device));
+    }
+    Ok(Work::of(&steps, gpu_bytes_per_s))
+}
+
+/// Runs on one GPU only: how `--tensor-split` spreads layers over several
+/// is not modelled yet.
+fn single_gpu(run: &BenchRun) -> Result<(), PlannerError> {
+    let split = &run.test.tensor_split;
+    let shares = split
+        .split('/')
+        .filter(|s| s.trim().parse::<f64>().is_ok_and(|v| v > 0.0))
+        .count();
+    if shares > 1 {
+        return Err(run.bad(
+            "tensor_split",
+            format!("is `{split}`: the run spreads layers over several GPUs, which calibration does not model yet"),
+        ));
+    }
+    Ok(())
+}
+
+/// The run's override rules, compiled, with their devices.
+fn overrides(run: &BenchRun, gpus: usize) -> Result<Vec<(Regex, Device)>, PlannerError> {
+    run.overrides()?
+        .into_iter()
+        .map(|(pattern, buffer)| {
+            let re = Regex::new(&pattern).map_err(|e| {
+                run.bad(
+                    "tensor_buft_overrides",
+                    format!("pattern `{pattern}` is not a regex residency reads: {e}"),
+                )
+            })?;
+            let device = if buffer.starts_with("CPU") || buffer == "CUDA_Host" {
+                Device::Cpu
+            } else if let Some(g) = buffer
+                .strip_prefix("CUDA")
+                .and_then(|g| g.parse::<usize>().ok())
+            {
+                Device::Gpu(g)
+            } else {
+                return Err(run.bad(
+                    "tensor_buft_overrides",
+                    format!(
+                        "names buffer `{buffer}`; residency knows CPU and CUDA0..CUDA{}",
+                        gpus.saturating_sub(1)
+                    ),
+                ));
+            };
+            Ok((re, device))
+        })
+        .collect()
+}

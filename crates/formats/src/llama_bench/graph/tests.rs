@@ -1,0 +1,67 @@
+//! `Work::of` and `Work::seconds` on graphs worked by hand.
+
+use super::*;
+use residency_core::units::{BytesPerSecond, Seconds};
+
+fn timing() -> LlamaCppTiming {
+    LlamaCppTiming {
+        source: None,
+        cpu_bandwidth: BytesPerSecond(10.0),
+        gpu_layer_overhead: Seconds(1.0),
+        cpu_layer_overhead: Seconds(2.0),
+        crossing_overhead: Seconds(0.5),
+        token_overhead: Seconds(3.0),
+    }
+}
+
+fn step(device: Device, bytes: f64, starts_layer: bool) -> Step {
+    Step {
+        device,
+        bytes,
+        starts_layer,
+    }
+}
+
+#[test]
+fn a_layer_with_cpu_experts_crosses_twice_and_the_logits_once_more() {
+    let gpu = Device::Gpu(0);
+    // Layer 0: attention on the GPU, experts on the CPU; layer 1 all on
+    // the GPU; the head on the GPU.
+    let steps = [
+        step(gpu, 100.0, true),
+        step(Device::Cpu, 50.0, false),
+        step(gpu, 100.0, true),
+        step(gpu, 40.0, false),
+        step(gpu, 10.0, false),
+    ];
+    let work = Work::of(&steps, &[10.0]);
+    // By hand: the embeddings' CPU -> GPU, GPU -> CPU and back for layer
+    // 0's experts, the logits GPU -> CPU: 4 crossings; 250 GPU bytes at
+    // 10 B/s are 25 s.
+    assert_eq!(
+        work,
+        Work {
+            gpu_layers: 2.0,
+            cpu_layers: 0.0,
+            crossings: 4.0,
+            cpu_bytes: 50.0,
+            fixed_seconds: 25.0,
+        }
+    );
+    // 3 (token) + 2 x 1 (GPU layers) + 4 x 0.5 (crossings) + 50 / 10
+    // (CPU bytes) + 25 (GPU bytes) = 37 s.
+    assert_eq!(work.seconds(&timing()), 37.0);
+}
+
+#[test]
+fn a_graph_on_the_cpu_never_crosses() {
+    let steps = [
+        step(Device::Cpu, 30.0, true),
+        step(Device::Cpu, 20.0, false),
+    ];
+    let work = Work::of(&steps, &[]);
+    assert_eq!(work.crossings, 0.0);
+    assert_eq!(work.cpu_layers, 1.0);
+    // 3 + 2 x 1 (a CPU layer) + 50 / 10 = 10 s.
+    assert_eq!(work.seconds(&timing()), 10.0);
+}
