@@ -8,12 +8,15 @@
 //! per-expert decisions gives the cost model's token time of what llama.cpp
 //! will run beside the plan's.
 //!
+//! With several GPUs, `-sm layer -ts` gives each card the layers whose
+//! attention the plan put there (`split`), so that their KV cache follows.
 //! With one GPU the rules name only what leaves it: `-ngl 999` already puts
 //! every other tensor on `CUDA0`, and rules that pin tensors there
 //! explicitly made llama.cpp 5-10 % slower on the H200 machine than the same
 //! layer choice written as CPU rules alone
 //! (`../shared/data/llamacpp-h200-qwen3-30b/second-run/`).
 
+mod split;
 #[cfg(test)]
 mod tests;
 
@@ -178,16 +181,28 @@ pub fn llama_cpp(
     ));
 
     let any_gpu = rules.keys().any(|(_, b)| matches!(b, Buffer::Cuda(_)));
+    let gpus = inst.resources.gpus();
     // Where `-ngl` alone puts an unmatched tensor: the one card, or the
-    // CPU without GPU layers; with several cards it splits layers by
-    // `--tensor-split`, so every rule is kept.
-    let default = match (any_gpu, inst.resources.gpus()) {
+    // CPU without GPU layers; with several cards the layer's card by
+    // `-ts` (`split`), which need not be the plan's, so every rule is kept.
+    let default = match (any_gpu, gpus) {
         (false, _) => Some(Buffer::Cpu),
         (true, 1) => Some(Buffer::Cuda(0)),
         (true, _) => None,
     };
-    let rules = llama_rules(&rules, default);
     let ngl = if any_gpu { 999 } else { 0 };
+    let split = if any_gpu && gpus > 1 {
+        let wanted = split::wanted_cards(&rules, inst.layers());
+        let split = split::layer_split(&wanted, gpus);
+        if let Some(split) = &split {
+            warnings.extend(split::split_warning(&wanted, split));
+        }
+        split
+    } else {
+        None
+    };
+    let ts = |sep: &str| split.as_ref().map_or(String::new(), |s| s.arg(sep));
+    let rules = llama_rules(&rules, default);
     let joined = |sep: &str| join(rules.iter().map(|(r, b)| format!("{r}={b}")), sep);
     let ot = |sep: &str| {
         if rules.is_empty() {
@@ -209,12 +224,13 @@ pub fn llama_cpp(
         .iter()
         .map(|(r, b)| format!("-ot '{r}={b}'"))
         .collect();
+    let server = format!("-ngl {ngl}{}{}", ts(","), ot(","));
     let commands = format!(
         "# llama-server (and llama-cli) take the rules joined with `,`:\n\
-         llama-server -m {model} -ngl {ngl}{}\n\
+         llama-server -m {model} {server}\n\
          # llama-bench reads `,` as separate test configurations: it takes `;`.\n\
-         llama-bench -m {model} -ngl {ngl}{} -p 0 -n 128\n",
-        ot(","),
+         llama-bench -m {model} -ngl {ngl}{}{} -p 0 -n 128\n",
+        ts("/"),
         ot(";"),
     );
     create_dir(dir)?;
@@ -224,7 +240,7 @@ pub fn llama_cpp(
     let memory_path = dir.join(LLAMA_MEMORY_FILE);
     let text = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
     write_atomic(&ot_path, text(&lines).as_bytes())?;
-    write_atomic(&args_path, format!("-ngl {ngl}{}\n", ot(",")).as_bytes())?;
+    write_atomic(&args_path, format!("{server}\n").as_bytes())?;
     write_atomic(&command_path, commands.as_bytes())?;
     let json = serde_json::to_string_pretty(&memory).expect("the memory plan serialises");
     write_atomic(&memory_path, (json + "\n").as_bytes())?;

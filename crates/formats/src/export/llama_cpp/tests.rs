@@ -51,7 +51,9 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     // bytes > 10,000,000: L3, with less planned gpu:0 mass (1.3 < 1.4),
     // goes to CPU, leaving 8,000,000. Trunk: attn L0-L1 CUDA0, L2-L3
     // CPU; dense_ffn L0, shared L1-L3 CPU; lm_head CUDA1. Two cards: every
-    // rule is written, CUDA0 too.
+    // rule is written, CUDA0 too. Layer slots L0-L3 and the output:
+    // CUDA0, CUDA0, (CPU), (CPU), CUDA1; the CPU ones go with L1, so
+    // `-ts 4,1` (llama.cpp: slot il on CUDA0 while il / 5 < 4 / 5).
     let attn = r"(attn_|ffn_norm\.|ffn_gate_inp\.|exp_probs_b\.|post_attention_norm\.|post_ffw_norm\.|layer_output_norm\.)";
     let want = [
         r"^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0".to_string(),
@@ -68,7 +70,10 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     assert_eq!(text, lines.join("\n") + "\n");
     let rules = ot_rules(&text);
     let fragment = std::fs::read_to_string(&args).unwrap();
-    assert_eq!(fragment, format!("-ngl 999 -ot '{}'\n", want.join(",")));
+    assert_eq!(
+        fragment,
+        format!("-ngl 999 -sm layer -ts 4,1 -ot '{}'\n", want.join(","))
+    );
     assert!(!rules
         .iter()
         .any(|(r, _)| r.contains(',') || r.contains(';') || r.contains('=') || r.contains('\'')));
@@ -76,14 +81,14 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     let commands = std::fs::read_to_string(dir.path().join("llama_cpp_command.txt")).unwrap();
     assert!(
         commands.contains(&format!(
-            "llama-server -m MODEL.gguf -ngl 999 -ot '{}'\n",
+            "llama-server -m MODEL.gguf -ngl 999 -sm layer -ts 4,1 -ot '{}'\n",
             want.join(",")
         )),
         "{commands}"
     );
     assert!(
         commands.contains(&format!(
-            "llama-bench -m MODEL.gguf -ngl 999 -ot '{}' -p 0 -n 128\n",
+            "llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 4/1 -ot '{}' -p 0 -n 128\n",
             want.join(";")
         )),
         "{commands}"
@@ -296,4 +301,71 @@ fn each_architectures_tensors_match_the_rule_of_their_family() {
             assert_eq!(hits, want, "{arch}: {name}");
         }
     }
+}
+
+/// The `-ts` line of a command file: the proportions after `-sm layer -ts`.
+fn tensor_split_of(commands: &str) -> Option<&str> {
+    let server = commands.lines().find(|l| l.starts_with("llama-server"))?;
+    let rest = server.split_once(" -sm layer -ts ")?.1;
+    Some(rest.split_once(' ').map_or(rest, |(ts, _)| ts))
+}
+
+#[test]
+fn llama_cpp_maps_layer_slots_to_cards_in_runs_of_the_split() {
+    // By hand, llama.cpp's arithmetic: the split points are the running
+    // sums of `-ts` over their total, and slot il goes to the first point
+    // above il / slots. `-ts 20,29` over 49 slots (48 layers and the
+    // output): points 20/49 and 1, so slots 0-19 on card 0, 20-48 on 1.
+    let cards = split::llama_slot_cards(&[20, 29], 49);
+    assert_eq!(cards, [vec![0; 20], vec![1; 29]].concat());
+    // A card with no slot is skipped: 3 slots, `-ts 0,3` -> all card 1.
+    assert_eq!(split::llama_slot_cards(&[0, 3], 3), vec![1, 1, 1]);
+    // Exact in f32 for every split of up to 300 slots over three cards.
+    for slots in [2usize, 7, 49, 62, 95, 300] {
+        for a in 0..=slots {
+            let b = (slots - a) / 2;
+            let c = slots - a - b;
+            let want: Vec<usize> = [vec![0; a], vec![1; b], vec![2; c]].concat();
+            assert_eq!(split::llama_slot_cards(&[a, b, c], slots), want);
+        }
+    }
+}
+
+#[test]
+fn export_llama_cpp_splits_layers_where_their_attention_is() {
+    let inst = instance();
+    // Attention L0 CUDA0, L1-L3 CUDA1, head CUDA1: slots 0, 1, 1, 1, 1,
+    // `-ts 1,4`, each layer's default card its attention's (by hand: slot
+    // 1 at 1/5 is not below the first point 1/5, so CUDA1).
+    let plan = plan_of(
+        &inst,
+        placement([[G0; 4], [RAM; 4], [RAM; 4]], [G0, G1, G1, G1], G1),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+    assert_eq!(tensor_split_of(&commands), Some("1,4"), "{commands}");
+    assert!(
+        commands.contains("llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 1/4 -ot '"),
+        "{commands}"
+    );
+    let all = out.warnings.join("\n");
+    assert!(!all.contains("split mode"), "{all}");
+
+    // Attention L0 CUDA0, L1 CUDA1, L2 CUDA0, L3 CPU, head CUDA1: slots
+    // 0, 1, 0, (0), 1 -> `-ts 3,2`, which llama.cpp runs as 0, 0, 0, 1, 1:
+    // layer 1's attention is on CUDA1 but its default card CUDA0.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G1, G0, RAM], G1));
+    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+    assert_eq!(tensor_split_of(&commands), Some("3,2"), "{commands}");
+    let all = out.warnings.join("\n");
+    assert!(
+        all.contains("(-sm layer -ts 3,2), but the plan's attention is not in such runs: layer(s) 1 (CUDA1, default CUDA0) have their KV cache"),
+        "{all}"
+    );
+    // The rules still pin every attention tensor where the plan has it.
+    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    assert!(text.contains(r"-ot '^blk\.(0|2)\.(attn_|"), "{text}");
+    assert!(text.contains(r"-ot '^blk\.(1)\.(attn_|"), "{text}");
 }
