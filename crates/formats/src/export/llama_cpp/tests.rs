@@ -30,7 +30,7 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     let inst = instance();
     let plan = plan_of(&inst, scenario_a());
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let ot = dir.path().join(LLAMA_OT_FILE);
     let args = dir.path().join(LLAMA_ARGS_FILE);
     assert_eq!(
@@ -204,7 +204,11 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     assert!(all.contains("mmap"), "{all}");
     assert!(!all.contains("CUDA1"), "{all}");
     assert!(all.contains("`-m MODEL.gguf` stands for it"), "{all}");
-    assert_eq!(out.warnings.len(), 5, "{all}");
+    assert!(
+        all.contains("-c is left out: the model description has no kv_bytes_per_token"),
+        "{all}"
+    );
+    assert_eq!(out.warnings.len(), 6, "{all}");
 }
 
 #[test]
@@ -216,9 +220,10 @@ fn export_llama_cpp_is_silent_when_layers_are_whole() {
     let placement = placement([[G0; 4], [RAM; 4], [G1; 4]], [G0, G1, RAM, RAM], G1);
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
-    // One warning for router_bias, one for the model file's stand-in.
-    assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
+    // One warning for router_bias, one for the model file's stand-in, one
+    // for `-c` without the KV bytes per token.
+    assert_eq!(out.warnings.len(), 3, "{:?}", out.warnings);
     assert!(out.warnings[0].contains("`router_bias`"));
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(text.contains(r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"));
@@ -242,7 +247,7 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
     );
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(
         text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
@@ -342,7 +347,7 @@ fn export_llama_cpp_splits_layers_where_their_attention_is() {
         placement([[G0; 4], [RAM; 4], [RAM; 4]], [G0, G1, G1, G1], G1),
     );
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
     assert_eq!(tensor_split_of(&commands), Some("1,4"), "{commands}");
     assert!(
@@ -356,7 +361,7 @@ fn export_llama_cpp_splits_layers_where_their_attention_is() {
     // 0, 1, 0, (0), 1 -> `-ts 3,2`, which llama.cpp runs as 0, 0, 0, 1, 1:
     // layer 1's attention is on CUDA1 but its default card CUDA0.
     let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G1, G0, RAM], G1));
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
     assert_eq!(tensor_split_of(&commands), Some("3,2"), "{commands}");
     let all = out.warnings.join("\n");
@@ -368,4 +373,65 @@ fn export_llama_cpp_splits_layers_where_their_attention_is() {
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(text.contains(r"-ot '^blk\.(0|2)\.(attn_|"), "{text}");
     assert!(text.contains(r"-ot '^blk\.(1)\.(attn_|"), "{text}");
+}
+
+#[test]
+fn export_llama_cpp_sizes_the_context_by_the_tightest_cards_kv_room() {
+    let inst = instance();
+    // Attention L0-L1 CUDA0, L2-L3 and the head CUDA1, experts in RAM:
+    // `-ts 2,3`, so CUDA0 holds the KV cache of layers 0-1, CUDA1 of 2-3.
+    // By hand, 4,000 KV bytes per token over 4 layers is 1,000 a layer:
+    // CUDA0 keeps 10 MB - 2 x 2 MB = 6,000,000 bytes, 3,000 tokens of its
+    // 2 layers (2,000 bytes a token); CUDA1 keeps 10 MB - 2 x 2 MB - 4 MB =
+    // 2,000,000, 1,000 tokens: the tightest, rounded down to 256 = 768.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G1));
+    let dir = tempfile::tempdir().unwrap();
+    let facts = |context_tokens| ModelFacts {
+        file: None,
+        kv_bytes_per_token: Some(4_000),
+        context_tokens,
+    };
+    let server = |out: &Export| {
+        let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+        let args = std::fs::read_to_string(dir.path().join(LLAMA_ARGS_FILE)).unwrap();
+        let line = commands
+            .lines()
+            .find(|l| l.starts_with("llama-server"))
+            .unwrap()
+            .to_string();
+        // The fragment is the server line's, and llama-bench has no `-c`.
+        assert!(line.ends_with(args.trim_end()), "{line}\n{args}");
+        let bench = commands
+            .lines()
+            .find(|l| l.starts_with("llama-bench"))
+            .unwrap();
+        assert!(!bench.contains(" -c "), "{bench}");
+        (line, out.warnings.join("\n"))
+    };
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(Some(40_960))).unwrap();
+    let (line, all) = server(&out);
+    assert!(
+        line.starts_with("llama-server -m MODEL.gguf -ngl 999 -sm layer -ts 2,3 -c 768 -ot '"),
+        "{line}"
+    );
+    assert!(
+        all.contains("-c 768, less than the model's context of 40960 tokens: CUDA1 keeps 1.91 MiB (2000000 bytes) beside the rules' weights, and a token's KV cache of its 2 layer(s) is 2000 bytes"),
+        "{all}"
+    );
+    // A context below the room is the model's own, with no note.
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(Some(500))).unwrap();
+    let (line, all) = server(&out);
+    assert!(line.contains(" -ts 2,3 -c 500 -ot '"), "{line}");
+    assert!(!all.contains("-c "), "{all}");
+
+    // The head on CUDA0 too (4 + 4 = 8 MB there, 4 on CUDA1) moves the
+    // output slot there: slots 0, 0, 1, 1, 0 are not one run per card,
+    // `-ts 3,2` makes layer 2 CUDA0's, so CUDA0 holds 3 layers' cache in
+    // 2,000,000 bytes: 666 tokens, 512; CUDA1 1 layer in 6,000,000.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G0));
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(None)).unwrap();
+    let (line, all) = server(&out);
+    assert!(line.contains(" -sm layer -ts 3,2 -c 512 -ot '"), "{line}");
+    assert!(all.contains("layer(s) 2 (CUDA1, default CUDA0)"), "{all}");
+    assert!(!all.contains("-c 512"), "{all}");
 }
