@@ -370,7 +370,7 @@ fn plan(
             bail!("{flag} {value}: give a positive number");
         }
     }
-    let (inst, solution, refs, current) = match &replan.from {
+    let (inst, solution, refs, current, model) = match &replan.from {
         None => {
             let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
             let inst = inputs.instance()?;
@@ -381,13 +381,14 @@ fn plan(
                 ..options
             };
             let solution = solve::solve(&inst, options)?;
-            (inst, solution, inputs.refs, None)
+            (inst, solution, inputs.refs, None, inputs.model)
         }
         Some(from) => {
             let LoadedPlan {
                 inst,
                 placement: current,
                 refs,
+                model,
                 ..
             } = load_plan(from, args)?;
             let options = solve::ReplanOptions {
@@ -396,7 +397,7 @@ fn plan(
                 hysteresis: replan.hysteresis,
             };
             let solution = solve::replan(&inst, &current, options)?;
-            (inst, solution, refs, Some(current))
+            (inst, solution, refs, Some(current), model)
         }
     };
     let plan = Plan::new(&inst, &solution, refs, time_limit);
@@ -437,7 +438,8 @@ fn plan(
             continue;
         }
         done.push(engine);
-        let written = export::export(engine, &plan, &inst, dir, args.model.path.as_deref())?;
+        let facts = export::ModelFacts::of(&model.description, args.model.path.as_deref());
+        let written = export::export(engine, &plan, &inst, dir, facts)?;
         for file in &written.files {
             println!("wrote {} ({engine})", file.display());
         }
@@ -453,6 +455,8 @@ struct LoadedPlan {
     placement: Vec<usize>,
     /// The references of the inputs given now (not the plan's).
     refs: PlanInputs,
+    /// The model given now.
+    model: Model,
 }
 
 /// Reads a plan and the placement it encodes for the given inputs.
@@ -470,6 +474,7 @@ fn load_plan(file: &Path, args: &InputArgs) -> Result<LoadedPlan> {
         inst,
         placement,
         refs: inputs.refs,
+        model: inputs.model,
     })
 }
 

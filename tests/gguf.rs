@@ -168,19 +168,26 @@ fn the_llama_cpp_rules_match_the_files_tensors_and_nothing_else() {
     assert!(bytes["CUDA0"] <= 48 << 20 && bytes["CPU"] > 0, "{bytes:?}");
     let commands = std::fs::read_to_string(dir.path().join("llama_cpp_command.txt")).unwrap();
     let model = dir.path().join("m.gguf");
+    // `-c`: the card's 48 MiB less what the rules put there, over a
+    // token's KV cache of the 4 layers on it (by hand: 2 KV heads x (512 +
+    // 512) x 2 bytes = 4,096 a layer, 16,384), in steps of 256 tokens; one
+    // card gets no `-ts`.
+    let context = ((48u64 << 20) - bytes["CUDA0"]) / 16_384 / 256 * 256;
+    assert!(context > 0 && context < 32_768, "{context}");
     assert!(
         commands.contains(&format!(
-            "llama-server -m '{}' -ngl 999 -ot '",
+            "llama-server -m '{}' -ngl 999 -c {context} -ot '",
             model.display()
         )),
         "{commands}"
     );
     // The tiny model runs faster on the CPU than one card sync per layer:
-    // all on the CPU, `-ngl 0`, and no rule at all.
+    // all on the CPU, `-ngl 0`, and no rule at all. The KV cache is in
+    // RAM, whose gigabytes hold the file's whole context, 32,768 tokens.
     let (rules, dir) = llama_rules_on_one_card(&qwen3moe(4), "60 KiB");
     assert!(rules.is_empty(), "{rules:?}");
     let args = std::fs::read_to_string(dir.path().join("llama_cpp_args.txt")).unwrap();
-    assert_eq!(args, "-ngl 0\n");
+    assert_eq!(args, "-ngl 0 -c 32768\n");
 }
 
 /// Heat in any format the planner reads applies to a GGUF model by its MoE

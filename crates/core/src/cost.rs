@@ -610,6 +610,15 @@ impl Instance {
         })
     }
 
+    /// Transformer layers of the model: `Instance::new` gives each one
+    /// dense stage.
+    pub fn layers(&self) -> usize {
+        self.stages
+            .iter()
+            .filter(|s| s.kind == StageKind::Dense)
+            .count()
+    }
+
     /// Transformer layer of each MoE ordinal, from the stage names
     /// `L<layer>.experts` that `Instance::new` gives them.
     pub fn moe_layers(&self) -> Result<Vec<usize>> {

@@ -148,6 +148,10 @@ pub struct ModelDescription {
     pub trunk: Vec<TrunkEntry>,
     #[serde(default)]
     pub kv_bytes_per_token: Option<Bytes>,
+    /// The context the model was trained for (GGUF `context_length`), the
+    /// most tokens an engine's KV cache is sized for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
     #[serde(default)]
     pub per_layer: Vec<LayerOverride>,
 }
@@ -245,6 +249,7 @@ fn check_sizes(d: &ModelDescription, err: &InputError) -> Result<()> {
         ("top_k", d.top_k as u64),
         ("hidden", d.hidden),
         ("expert_intermediate", d.expert_intermediate),
+        ("context_tokens", d.context_tokens.unwrap_or(1)),
     ] {
         if value == 0 {
             return Err(err(field, "is zero".into(), "give a positive whole number"));

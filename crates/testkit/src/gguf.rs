@@ -130,6 +130,7 @@ pub fn qwen3moe_sized(layers: u32, h: u64, ff: u64, e: u64) -> Gguf {
         .kv("qwen3moe.expert_feed_forward_length", Kv::U32(ff as u32))
         .kv("qwen3moe.attention.head_count", Kv::U32(4))
         .kv("qwen3moe.attention.head_count_kv", Kv::U32(2))
+        .kv("qwen3moe.context_length", Kv::U32(32768))
         .kv("tokenizer.ggml.tokens", Kv::StrArray(vec!["a", "b", "c"]))
         .tensor("token_embd.weight", &[h, 100], Q8_0)
         .tensor("output.weight", &[h, 100], Q8_0)

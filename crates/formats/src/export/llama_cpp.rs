@@ -8,18 +8,23 @@
 //! per-expert decisions gives the cost model's token time of what llama.cpp
 //! will run beside the plan's.
 //!
+//! With several GPUs, `-sm layer -ts` gives each card the layers whose
+//! attention the plan put there (`split`), so that their KV cache follows;
+//! `-c` is the most tokens of KV cache the plan leaves room for (`context`).
 //! With one GPU the rules name only what leaves it: `-ngl 999` already puts
 //! every other tensor on `CUDA0`, and rules that pin tensors there
 //! explicitly made llama.cpp 5-10 % slower on the H200 machine than the same
 //! layer choice written as CPU rules alone
 //! (`../shared/data/llamacpp-h200-qwen3-30b/second-run/`).
 
+mod context;
+mod split;
 #[cfg(test)]
 mod tests;
 
 use super::baselines::llama_cpp_strategies;
 use super::layer_buffers::{layer_buffers, llama_placement, Buffer};
-use super::{create_dir, join, placement, unexpressed_tiers, Export};
+use super::{create_dir, join, placement, unexpressed_tiers, Export, ModelFacts};
 use crate::gguf::tensors::WITH_ATTENTION;
 use crate::llama_bench::llama_cpp_seconds;
 use residency_core::cost::Instance;
@@ -134,7 +139,8 @@ impl MemoryPlan {
 /// Writes `llama_cpp_override_tensor.txt` (one `-ot 'REGEX=BUFFER'` line
 /// per rule), `llama_cpp_args.txt` (one command-line fragment),
 /// `llama_cpp_command.txt` (a `llama-server` and a `llama-bench` line of
-/// the same placement; `-m` is `model_file` when it is a GGUF) and
+/// the same placement; `-m` is the model's file when it is a GGUF, `-c`
+/// the KV cache the plan leaves room for, `context`) and
 /// `llama_cpp_memory_plan.json`.
 ///
 /// Each MoE layer's routed experts go to the buffer with the most of the
@@ -142,12 +148,7 @@ impl MemoryPlan {
 /// buffer). Where whole layers then overflow a card's capacity, the layers
 /// with the least of the plan's mass on that card go to the CPU until the
 /// card fits. Trunk components go where the plan puts them.
-pub fn llama_cpp(
-    plan: &Plan,
-    inst: &Instance,
-    dir: &Path,
-    model_file: Option<&Path>,
-) -> Result<Export> {
+pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path, model: ModelFacts) -> Result<Export> {
     let (placement, switched) = rules_source(plan, inst)?;
     let layers_of = inst.moe_layers()?;
     let mut warnings: Vec<String> = switched.into_iter().collect();
@@ -179,16 +180,45 @@ pub fn llama_cpp(
     ));
 
     let any_gpu = rules.keys().any(|(_, b)| matches!(b, Buffer::Cuda(_)));
+    let gpus = inst.resources.gpus();
     // Where `-ngl` alone puts an unmatched tensor: the one card, or the
-    // CPU without GPU layers; with several cards it splits layers by
-    // `--tensor-split`, so every rule is kept.
-    let default = match (any_gpu, inst.resources.gpus()) {
+    // CPU without GPU layers; with several cards the layer's card by
+    // `-ts` (`split`), which need not be the plan's, so every rule is kept.
+    let default = match (any_gpu, gpus) {
         (false, _) => Some(Buffer::Cpu),
         (true, 1) => Some(Buffer::Cuda(0)),
         (true, _) => None,
     };
-    let rules = llama_rules(&rules, default);
     let ngl = if any_gpu { 999 } else { 0 };
+    let split = if any_gpu && gpus > 1 {
+        let wanted = split::wanted_cards(&rules, inst.layers());
+        let split = split::layer_split(&wanted, gpus);
+        if let Some(split) = &split {
+            warnings.extend(split::split_warning(&wanted, split));
+        }
+        split
+    } else {
+        None
+    };
+    let ts = |sep: &str| split.as_ref().map_or(String::new(), |s| s.arg(sep));
+    // Each layer's default device, where its KV cache goes.
+    let layers = inst.layers();
+    let layer_buffers: Option<Vec<Buffer>> = match (&split, ngl, gpus) {
+        (_, 0, _) => Some(vec![Buffer::Cpu; layers]),
+        (_, _, 1) => Some(vec![Buffer::Cuda(0); layers]),
+        (Some(split), ..) => Some(
+            split.slot_cards[..layers]
+                .iter()
+                .map(|&g| Buffer::Cuda(g))
+                .collect(),
+        ),
+        (None, ..) => None,
+    };
+    let (context, note) = context::context_tokens(inst, layer_buffers.as_deref(), &memory, &model);
+    warnings.extend(note);
+    // llama-bench has no `-c`: it sizes the context from `-p` and `-n`.
+    let c = context.map_or(String::new(), |tokens| format!(" -c {tokens}"));
+    let rules = llama_rules(&rules, default);
     let joined = |sep: &str| join(rules.iter().map(|(r, b)| format!("{r}={b}")), sep);
     let ot = |sep: &str| {
         if rules.is_empty() {
@@ -197,7 +227,7 @@ pub fn llama_cpp(
             format!(" -ot '{}'", joined(sep))
         }
     };
-    let model = match model_file.filter(|p| crate::gguf::is_gguf(p)) {
+    let model_path = match model.file.filter(|p| crate::gguf::is_gguf(p)) {
         Some(p) => shell_quote(&p.display().to_string()),
         None => {
             warnings.push(format!(
@@ -210,12 +240,13 @@ pub fn llama_cpp(
         .iter()
         .map(|(r, b)| format!("-ot '{r}={b}'"))
         .collect();
+    let server = format!("-ngl {ngl}{}{c}{}", ts(","), ot(","));
     let commands = format!(
         "# llama-server (and llama-cli) take the rules joined with `,`:\n\
-         llama-server -m {model} -ngl {ngl}{}\n\
+         llama-server -m {model_path} {server}\n\
          # llama-bench reads `,` as separate test configurations: it takes `;`.\n\
-         llama-bench -m {model} -ngl {ngl}{} -p 0 -n 128\n",
-        ot(","),
+         llama-bench -m {model_path} -ngl {ngl}{}{} -p 0 -n 128\n",
+        ts("/"),
         ot(";"),
     );
     create_dir(dir)?;
@@ -225,7 +256,7 @@ pub fn llama_cpp(
     let memory_path = dir.join(LLAMA_MEMORY_FILE);
     let text = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
     write_atomic(&ot_path, text(&lines).as_bytes())?;
-    write_atomic(&args_path, format!("-ngl {ngl}{}\n", ot(",")).as_bytes())?;
+    write_atomic(&args_path, format!("{server}\n").as_bytes())?;
     write_atomic(&command_path, commands.as_bytes())?;
     let json = serde_json::to_string_pretty(&memory).expect("the memory plan serialises");
     write_atomic(&memory_path, (json + "\n").as_bytes())?;

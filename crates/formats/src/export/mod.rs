@@ -42,6 +42,7 @@ pub use vllm::{vllm, VllmPlacement, VllmRank, VLLM_ARGS_FILE, VLLM_FILE};
 
 use residency_core::cost::{Instance, Place};
 use residency_core::error::{PlannerError, Result};
+use residency_core::model::ModelDescription;
 use residency_core::plan::Plan;
 use std::collections::BTreeSet;
 use std::fmt;
@@ -66,18 +67,39 @@ residency_core::named! {
     }
 }
 
-/// Runs one exporter; `model_file` is the model the plan was made from,
-/// for the engines whose command names it.
+/// What an engine's command needs of the model beside the instance.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ModelFacts<'a> {
+    /// The file or directory the plan was made from (`--model`).
+    pub file: Option<&'a Path>,
+    /// KV-cache bytes per token over all layers.
+    pub kv_bytes_per_token: Option<u64>,
+    /// The context the model was trained for.
+    pub context_tokens: Option<u64>,
+}
+
+impl<'a> ModelFacts<'a> {
+    pub fn of(model: &ModelDescription, file: Option<&'a Path>) -> ModelFacts<'a> {
+        ModelFacts {
+            file,
+            kv_bytes_per_token: model.kv_bytes_per_token.map(|b| b.0),
+            context_tokens: model.context_tokens,
+        }
+    }
+}
+
+/// Runs one exporter; `model` is what the engines whose command names the
+/// model or sizes its context read.
 pub fn export(
     engine: Engine,
     plan: &Plan,
     inst: &Instance,
     dir: &Path,
-    model_file: Option<&Path>,
+    model: ModelFacts,
 ) -> Result<Export> {
     match engine {
         Engine::ColiPlace => coli_place(plan, inst, dir),
-        Engine::LlamaCpp => llama_cpp(plan, inst, dir, model_file),
+        Engine::LlamaCpp => llama_cpp(plan, inst, dir, model),
         Engine::Ktransformers => ktransformers(plan, inst, dir),
         Engine::Sglang => sglang(plan, inst, dir),
         Engine::Vllm => vllm(plan, inst, dir),

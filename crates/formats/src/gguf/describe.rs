@@ -108,6 +108,7 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
         },
         trunk: trunk_entries(&trunk),
         kv_bytes_per_token: kv_bytes_per_token(&meta, arch, layers).map(Bytes),
+        context_tokens: meta.optional(&key("context_length")).filter(|&t| t > 0),
         per_layer: per_layer_overrides(&experts, first),
     };
     Ok((description, notes))

@@ -52,6 +52,8 @@ fn a_qwen3moe_file_gives_the_tensors_exact_bytes() {
     assert!(notes.iter().any(|n| n.contains("token_embd")), "{notes:?}");
     // KV: 2 layers x 2 heads x (16 + 16) x 2 bytes (head dim 64 / 4 heads).
     assert_eq!(model.description.kv_bytes_per_token.map(|b| b.0), Some(256));
+    // The trained context, llama.cpp's most `-c`: the file's context_length.
+    assert_eq!(model.description.context_tokens, Some(32768));
     assert_eq!(id.len(), 64);
 }
 

@@ -171,6 +171,7 @@ impl Checkpoint {
             },
             trunk,
             kv_bytes_per_token: Some(Bytes(c.kv_bytes_per_token())),
+            context_tokens: None,
             per_layer: Vec::new(),
         }
     }

@@ -8,7 +8,6 @@ use super::place::{coli_expert_cards, ColiList, ColiTarget, COLI_ROLE_SPLIT};
 use super::Placed;
 use residency_core::cost::{Instance, Place};
 use residency_core::error::{PlannerError, Result};
-use residency_core::model::StageKind;
 
 /// HEAT_FILE values are multiples of this: their order survives `>> 4`
 /// (Colibri ages loaded heat by `>> 1`, or a decay or shift of a few bits).
@@ -189,11 +188,7 @@ impl WarmStart {
             .map(|o| matches!(at.place(o), Place::Gpu(_)))
             .collect();
         let heat = coli_heat_values(inst, &resident)?;
-        let dense_layers = inst
-            .stages
-            .iter()
-            .filter(|s| s.kind == StageKind::Dense)
-            .count();
+        let dense_layers = inst.layers();
         let cards = if allowance.tier_on {
             coli_expert_cards(&list.coli_gpus, &list.items, dense_layers).unwrap_or_default()
         } else {

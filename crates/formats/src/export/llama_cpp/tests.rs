@@ -30,7 +30,7 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     let inst = instance();
     let plan = plan_of(&inst, scenario_a());
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let ot = dir.path().join(LLAMA_OT_FILE);
     let args = dir.path().join(LLAMA_ARGS_FILE);
     assert_eq!(
@@ -51,7 +51,9 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     // bytes > 10,000,000: L3, with less planned gpu:0 mass (1.3 < 1.4),
     // goes to CPU, leaving 8,000,000. Trunk: attn L0-L1 CUDA0, L2-L3
     // CPU; dense_ffn L0, shared L1-L3 CPU; lm_head CUDA1. Two cards: every
-    // rule is written, CUDA0 too.
+    // rule is written, CUDA0 too. Layer slots L0-L3 and the output:
+    // CUDA0, CUDA0, (CPU), (CPU), CUDA1; the CPU ones go with L1, so
+    // `-ts 4,1` (llama.cpp: slot il on CUDA0 while il / 5 < 4 / 5).
     let attn = r"(attn_|ffn_norm\.|ffn_gate_inp\.|exp_probs_b\.|post_attention_norm\.|post_ffw_norm\.|layer_output_norm\.)";
     let want = [
         r"^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0".to_string(),
@@ -68,7 +70,10 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     assert_eq!(text, lines.join("\n") + "\n");
     let rules = ot_rules(&text);
     let fragment = std::fs::read_to_string(&args).unwrap();
-    assert_eq!(fragment, format!("-ngl 999 -ot '{}'\n", want.join(",")));
+    assert_eq!(
+        fragment,
+        format!("-ngl 999 -sm layer -ts 4,1 -ot '{}'\n", want.join(","))
+    );
     assert!(!rules
         .iter()
         .any(|(r, _)| r.contains(',') || r.contains(';') || r.contains('=') || r.contains('\'')));
@@ -76,14 +81,14 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     let commands = std::fs::read_to_string(dir.path().join("llama_cpp_command.txt")).unwrap();
     assert!(
         commands.contains(&format!(
-            "llama-server -m MODEL.gguf -ngl 999 -ot '{}'\n",
+            "llama-server -m MODEL.gguf -ngl 999 -sm layer -ts 4,1 -ot '{}'\n",
             want.join(",")
         )),
         "{commands}"
     );
     assert!(
         commands.contains(&format!(
-            "llama-bench -m MODEL.gguf -ngl 999 -ot '{}' -p 0 -n 128\n",
+            "llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 4/1 -ot '{}' -p 0 -n 128\n",
             want.join(";")
         )),
         "{commands}"
@@ -199,7 +204,11 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
     assert!(all.contains("mmap"), "{all}");
     assert!(!all.contains("CUDA1"), "{all}");
     assert!(all.contains("`-m MODEL.gguf` stands for it"), "{all}");
-    assert_eq!(out.warnings.len(), 5, "{all}");
+    assert!(
+        all.contains("-c is left out: the model description has no kv_bytes_per_token"),
+        "{all}"
+    );
+    assert_eq!(out.warnings.len(), 6, "{all}");
 }
 
 #[test]
@@ -211,9 +220,10 @@ fn export_llama_cpp_is_silent_when_layers_are_whole() {
     let placement = placement([[G0; 4], [RAM; 4], [G1; 4]], [G0, G1, RAM, RAM], G1);
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
-    // One warning for router_bias, one for the model file's stand-in.
-    assert_eq!(out.warnings.len(), 2, "{:?}", out.warnings);
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
+    // One warning for router_bias, one for the model file's stand-in, one
+    // for `-c` without the KV bytes per token.
+    assert_eq!(out.warnings.len(), 3, "{:?}", out.warnings);
     assert!(out.warnings[0].contains("`router_bias`"));
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(text.contains(r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"));
@@ -237,7 +247,7 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
     );
     let plan = plan_of(&inst, placement);
     let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), None).unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
     assert!(
         text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
@@ -296,4 +306,132 @@ fn each_architectures_tensors_match_the_rule_of_their_family() {
             assert_eq!(hits, want, "{arch}: {name}");
         }
     }
+}
+
+/// The `-ts` line of a command file: the proportions after `-sm layer -ts`.
+fn tensor_split_of(commands: &str) -> Option<&str> {
+    let server = commands.lines().find(|l| l.starts_with("llama-server"))?;
+    let rest = server.split_once(" -sm layer -ts ")?.1;
+    Some(rest.split_once(' ').map_or(rest, |(ts, _)| ts))
+}
+
+#[test]
+fn llama_cpp_maps_layer_slots_to_cards_in_runs_of_the_split() {
+    // By hand, llama.cpp's arithmetic: the split points are the running
+    // sums of `-ts` over their total, and slot il goes to the first point
+    // above il / slots. `-ts 20,29` over 49 slots (48 layers and the
+    // output): points 20/49 and 1, so slots 0-19 on card 0, 20-48 on 1.
+    let cards = split::llama_slot_cards(&[20, 29], 49);
+    assert_eq!(cards, [vec![0; 20], vec![1; 29]].concat());
+    // A card with no slot is skipped: 3 slots, `-ts 0,3` -> all card 1.
+    assert_eq!(split::llama_slot_cards(&[0, 3], 3), vec![1, 1, 1]);
+    // Exact in f32 for every split of up to 300 slots over three cards.
+    for slots in [2usize, 7, 49, 62, 95, 300] {
+        for a in 0..=slots {
+            let b = (slots - a) / 2;
+            let c = slots - a - b;
+            let want: Vec<usize> = [vec![0; a], vec![1; b], vec![2; c]].concat();
+            assert_eq!(split::llama_slot_cards(&[a, b, c], slots), want);
+        }
+    }
+}
+
+#[test]
+fn export_llama_cpp_splits_layers_where_their_attention_is() {
+    let inst = instance();
+    // Attention L0 CUDA0, L1-L3 CUDA1, head CUDA1: slots 0, 1, 1, 1, 1,
+    // `-ts 1,4`, each layer's default card its attention's (by hand: slot
+    // 1 at 1/5 is not below the first point 1/5, so CUDA1).
+    let plan = plan_of(
+        &inst,
+        placement([[G0; 4], [RAM; 4], [RAM; 4]], [G0, G1, G1, G1], G1),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
+    let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+    assert_eq!(tensor_split_of(&commands), Some("1,4"), "{commands}");
+    assert!(
+        commands.contains("llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 1/4 -ot '"),
+        "{commands}"
+    );
+    let all = out.warnings.join("\n");
+    assert!(!all.contains("split mode"), "{all}");
+
+    // Attention L0 CUDA0, L1 CUDA1, L2 CUDA0, L3 CPU, head CUDA1: slots
+    // 0, 1, 0, (0), 1 -> `-ts 3,2`, which llama.cpp runs as 0, 0, 0, 1, 1:
+    // layer 1's attention is on CUDA1 but its default card CUDA0.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G1, G0, RAM], G1));
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
+    let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+    assert_eq!(tensor_split_of(&commands), Some("3,2"), "{commands}");
+    let all = out.warnings.join("\n");
+    assert!(
+        all.contains("(-sm layer -ts 3,2), but the plan's attention is not in such runs: layer(s) 1 (CUDA1, default CUDA0) have their KV cache"),
+        "{all}"
+    );
+    // The rules still pin every attention tensor where the plan has it.
+    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    assert!(text.contains(r"-ot '^blk\.(0|2)\.(attn_|"), "{text}");
+    assert!(text.contains(r"-ot '^blk\.(1)\.(attn_|"), "{text}");
+}
+
+#[test]
+fn export_llama_cpp_sizes_the_context_by_the_tightest_cards_kv_room() {
+    let inst = instance();
+    // Attention L0-L1 CUDA0, L2-L3 and the head CUDA1, experts in RAM:
+    // `-ts 2,3`, so CUDA0 holds the KV cache of layers 0-1, CUDA1 of 2-3.
+    // By hand, 4,000 KV bytes per token over 4 layers is 1,000 a layer:
+    // CUDA0 keeps 10 MB - 2 x 2 MB = 6,000,000 bytes, 3,000 tokens of its
+    // 2 layers (2,000 bytes a token); CUDA1 keeps 10 MB - 2 x 2 MB - 4 MB =
+    // 2,000,000, 1,000 tokens: the tightest, rounded down to 256 = 768.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G1));
+    let dir = tempfile::tempdir().unwrap();
+    let facts = |context_tokens| ModelFacts {
+        file: None,
+        kv_bytes_per_token: Some(4_000),
+        context_tokens,
+    };
+    let server = |out: &Export| {
+        let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+        let args = std::fs::read_to_string(dir.path().join(LLAMA_ARGS_FILE)).unwrap();
+        let line = commands
+            .lines()
+            .find(|l| l.starts_with("llama-server"))
+            .unwrap()
+            .to_string();
+        // The fragment is the server line's, and llama-bench has no `-c`.
+        assert!(line.ends_with(args.trim_end()), "{line}\n{args}");
+        let bench = commands
+            .lines()
+            .find(|l| l.starts_with("llama-bench"))
+            .unwrap();
+        assert!(!bench.contains(" -c "), "{bench}");
+        (line, out.warnings.join("\n"))
+    };
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(Some(40_960))).unwrap();
+    let (line, all) = server(&out);
+    assert!(
+        line.starts_with("llama-server -m MODEL.gguf -ngl 999 -sm layer -ts 2,3 -c 768 -ot '"),
+        "{line}"
+    );
+    assert!(
+        all.contains("-c 768, less than the model's context of 40960 tokens: CUDA1 keeps 1.91 MiB (2000000 bytes) beside the rules' weights, and a token's KV cache of its 2 layer(s) is 2000 bytes"),
+        "{all}"
+    );
+    // A context below the room is the model's own, with no note.
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(Some(500))).unwrap();
+    let (line, all) = server(&out);
+    assert!(line.contains(" -ts 2,3 -c 500 -ot '"), "{line}");
+    assert!(!all.contains("-c "), "{all}");
+
+    // The head on CUDA0 too (4 + 4 = 8 MB there, 4 on CUDA1) moves the
+    // output slot there: slots 0, 0, 1, 1, 0 are not one run per card,
+    // `-ts 3,2` makes layer 2 CUDA0's, so CUDA0 holds 3 layers' cache in
+    // 2,000,000 bytes: 666 tokens, 512; CUDA1 1 layer in 6,000,000.
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G0));
+    let out = llama_cpp(&plan, &inst, dir.path(), facts(None)).unwrap();
+    let (line, all) = server(&out);
+    assert!(line.contains(" -sm layer -ts 3,2 -c 512 -ot '"), "{line}");
+    assert!(all.contains("layer(s) 2 (CUDA1, default CUDA0)"), "{all}");
+    assert!(!all.contains("-c 512"), "{all}");
 }
