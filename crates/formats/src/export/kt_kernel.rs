@@ -100,7 +100,7 @@ pub fn kt_kernel(
     };
 
     let mut warnings = Vec::new();
-    warnings.extend(card_warning(inst, &placement, &file, gpus));
+    warnings.extend(card_warnings(inst, &placement, &file, gpus));
     warnings.extend(prefix_warning(plan, inst, &placement, &file));
     warnings.extend(unexpressed_tiers(
         inst,
@@ -203,18 +203,16 @@ fn budget_flag(total: usize, moe_layers: usize, experts: usize) -> String {
     }
 }
 
-/// With several cards: tensor parallelism slices every GPU expert over all
-/// of them, so the plan's card per expert is lost (the cost model has one
-/// card per object, so the bytes per card say what changes).
-fn card_warning(
+/// Tensor parallelism slices every GPU expert and the whole trunk over all
+/// cards: with several, the plan's card per expert is lost (the cost model
+/// has one card per object, so the bytes per card say what changes), and a
+/// card whose slice passes its capacity will not load.
+fn card_warnings(
     inst: &Instance,
     placement: &[usize],
     file: &KtKernelGpuExperts,
     gpus: usize,
-) -> Option<String> {
-    if gpus < 2 || file.total_gpu_experts == 0 {
-        return None;
-    }
+) -> Vec<String> {
     let mut planned = vec![0u64; gpus];
     for ids in &inst.expert_ids {
         for &o in ids {
@@ -223,18 +221,36 @@ fn card_warning(
             }
         }
     }
-    let sliced = planned.iter().sum::<u64>() / gpus as u64;
-    let per_card: Vec<String> = planned
-        .iter()
-        .enumerate()
-        .map(|(g, &b)| format!("gpu:{g} {}", Bytes(b)))
-        .collect();
-    Some(format!(
-        "kt-kernel slices every GPU expert over the {gpus} cards of --tensor-parallel-size {gpus}: each card holds 1/{gpus} of the {} GPU experts ({} of expert weights) instead of the plan's cards per expert ({})",
-        file.total_gpu_experts,
-        Bytes(sliced),
-        per_card.join(", ")
-    ))
+    let experts: u64 = planned.iter().sum();
+    let trunk: u64 = inst
+        .trunk()
+        .map(|(o, _, _)| inst.objects[o].gpu_bytes)
+        .sum();
+    let mut warnings = Vec::new();
+    if gpus > 1 && file.total_gpu_experts > 0 {
+        let per_card: Vec<String> = planned
+            .iter()
+            .enumerate()
+            .map(|(g, &b)| format!("gpu:{g} {}", Bytes(b)))
+            .collect();
+        warnings.push(format!(
+            "kt-kernel slices every GPU expert over the {gpus} cards of --tensor-parallel-size {gpus}: each card holds 1/{gpus} of the {} GPU experts ({} of expert weights) instead of the plan's cards per expert ({})",
+            file.total_gpu_experts,
+            Bytes(experts / gpus as u64),
+            per_card.join(", ")
+        ));
+    }
+    let slice = (experts + trunk).div_ceil(gpus as u64);
+    for (g, &capacity) in inst.resources.gpu_capacity_bytes.iter().enumerate() {
+        if slice > capacity {
+            warnings.push(format!(
+                "gpu:{g} gets {} ({slice} bytes): 1/{gpus} of the GPU experts and of the whole trunk, which SGLang keeps on the cards, more than its capacity {} ({capacity} bytes): expect an out-of-memory error at load; lower the budget flag in {KT_KERNEL_COMMAND_FILE}, or plan on a profile whose cards are all as large",
+                Bytes(slice),
+                Bytes(capacity)
+            ));
+        }
+    }
+    warnings
 }
 
 /// Upstream SGLang takes one count for all layers and keeps experts `0..K`
