@@ -22,7 +22,8 @@
 //! - Every card of `--tensor-parallel-size` holds a slice of every GPU
 //!   expert: there is one mask for all cards.
 //! - Upstream SGLang (sgl-project/sglang at 7a0f545, `kt_ep_wrapper.py`)
-//!   takes no mask: experts `0..K` of every layer are on the GPU.
+//!   takes no mask: the experts with ids below `K` in every layer are on
+//!   the GPU.
 
 #[cfg(test)]
 mod tests;
@@ -195,7 +196,7 @@ fn gpu_experts(inst: &Instance, placement: &[usize], layers_of: &[usize]) -> Vec
 /// else the ratio whose `int(ratio * moe_layers * experts)` is `total` (the
 /// midpoint between `total` and `total + 1`, which float rounding keeps).
 fn budget_flag(total: usize, moe_layers: usize, experts: usize) -> String {
-    if total % moe_layers.max(1) == 0 {
+    if total.is_multiple_of(moe_layers.max(1)) {
         format!("--kt-num-gpu-experts {}", total / moe_layers.max(1))
     } else {
         let slots = (moe_layers * experts) as f64;
@@ -253,9 +254,9 @@ fn card_warnings(
     warnings
 }
 
-/// Upstream SGLang takes one count for all layers and keeps experts `0..K`
-/// of each on the GPU; priced at the `K` that adds no GPU expert to the
-/// plan's, when that differs from the plan's masks.
+/// Upstream SGLang takes one count `K` for all layers and keeps the experts
+/// with ids below it on the GPU; priced at the `K` that adds no GPU expert
+/// to the plan's, when that differs from the plan's masks.
 fn prefix_warning(
     plan: &Plan,
     inst: &Instance,
@@ -278,7 +279,7 @@ fn prefix_warning(
     ))
 }
 
-/// `placement` with experts `0..k` of each MoE layer on a GPU (where the
+/// `placement` with the experts below `k` of each MoE layer on a GPU (where the
 /// plan has them, else the card with most of the layer's GPU experts, lower
 /// card on ties) and the plan's other GPU experts in the first RAM node.
 fn prefix_placement(
