@@ -119,8 +119,10 @@ enum Command {
         gap: f64,
         /// Also write engine settings for the plan: coli-place (Colibri's
         /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules),
-        /// ktransformers (optimize-rule YAML), sglang (--init-expert-location
-        /// JSON), vllm (EPLB expert map per rank, ranks grouped by host).
+        /// ktransformers (optimize-rule YAML), kt-kernel (GPU experts per
+        /// MoE layer and the SGLang command of ktransformers' kernels),
+        /// sglang (--init-expert-location JSON), vllm (EPLB expert map per
+        /// rank, ranks grouped by host).
         /// Repeatable, or a comma list.
         #[arg(long, value_delimiter = ',', value_parser = named::<Engine>())]
         export: Vec<Engine>,

@@ -502,3 +502,62 @@ fn every_model_and_profile_flag_is_one_definition() {
     assert!(!o.status.success());
     assert!(stderr(&o).contains("--model <MODEL>"), "{}", stderr(&o));
 }
+
+#[test]
+fn plan_exports_kt_kernel_gpu_experts_that_match_the_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let o = run_ok(&[
+        "plan",
+        "--time-limit",
+        "2",
+        "--out",
+        s(&plan),
+        "--export",
+        "kt-kernel",
+    ]);
+    let out = stdout(&o);
+    for file in ["kt_kernel_gpu_experts.json", "kt_kernel_command.txt"] {
+        let line = format!("wrote {} (kt-kernel)", s(&dir.path().join(file)));
+        assert!(out.contains(&line), "`{line}` missing:\n{out}");
+    }
+    // Every MoE layer's mask is the experts the plan puts on gpu:0 or gpu:1
+    // (places 0 and 1); DeepSeek-V2-Lite's layer 0 is dense.
+    let plan = read_json(&plan);
+    let file = read_json(&dir.path().join("kt_kernel_gpu_experts.json"));
+    assert_eq!(file["num_hidden_layers"], 27);
+    assert_eq!(file["num_experts"], 64);
+    let layers = file["layers"].as_array().unwrap();
+    assert_eq!(layers.len(), 26);
+    let mut total = 0;
+    for (l, row) in layers.iter().enumerate() {
+        assert_eq!(row["layer"], l + 1);
+        let on_gpu: Vec<u64> = plan["experts"][l]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .filter(|(_, p)| p.as_u64().unwrap() < 2)
+            .map(|(e, _)| e as u64)
+            .collect();
+        assert_eq!(
+            row["gpu_experts"],
+            serde_json::json!(on_gpu),
+            "layer {}",
+            l + 1
+        );
+        assert_eq!(row["count"], on_gpu.len());
+        total += on_gpu.len();
+    }
+    assert_eq!(file["total_gpu_experts"], total);
+    let command = std::fs::read_to_string(dir.path().join("kt_kernel_command.txt")).unwrap();
+    assert!(
+        command.contains("python -m sglang.launch_server"),
+        "{command}"
+    );
+    assert!(command.contains("--tensor-parallel-size 2"), "{command}");
+    assert!(
+        command.contains("--kt-expert-placement-strategy frequency"),
+        "{command}"
+    );
+}

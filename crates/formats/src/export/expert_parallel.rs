@@ -4,6 +4,7 @@
 //! expert on some GPU in equal slots per rank: experts the plan leaves off
 //! the GPUs, and the padding replicas, are the warnings' business.
 
+use super::trunk_not_expressed;
 use residency_core::cost::{Instance, Place};
 use residency_core::error::{PlannerError, Result};
 use residency_core::plan::Plan;
@@ -156,10 +157,6 @@ pub(super) fn ep_warnings(
             ));
         }
     }
-    if inst.trunk().next().is_some() {
-        warnings.push(format!(
-            "{engine} runs the trunk (attention, dense and shared layers, lm_head) on every rank by its own parallelism: the plan's trunk placement is not expressed"
-        ));
-    }
+    warnings.extend(trunk_not_expressed(engine, inst));
     warnings
 }

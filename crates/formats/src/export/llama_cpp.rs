@@ -24,7 +24,7 @@ mod tests;
 
 use super::baselines::llama_cpp_strategies;
 use super::layer_buffers::{layer_buffers, llama_placement, Buffer};
-use super::{create_dir, join, placement, unexpressed_tiers, Export, ModelFacts};
+use super::{create_dir, join, placement, shell_quote, unexpressed_tiers, Export, ModelFacts};
 use crate::gguf::tensors::WITH_ATTENTION;
 use crate::llama_bench::llama_cpp_seconds;
 use residency_core::cost::Instance;
@@ -370,9 +370,4 @@ fn on_buffer_bytes(inst: &Instance, o: usize, buffer: Buffer) -> u64 {
         Buffer::Cuda(_) => inst.objects[o].gpu_bytes,
         Buffer::Cpu => inst.objects[o].ram_bytes,
     }
-}
-
-/// `text` as one POSIX shell word.
-fn shell_quote(text: &str) -> String {
-    format!("'{}'", text.replace('\'', r"'\''"))
 }

@@ -6,7 +6,8 @@
 //! a plan they all read (its placement, MoE layers, trunk groups, NUMA nodes).
 //!
 //! One module per engine: `colibri` (`coli-place`), `llama_cpp`,
-//! `ktransformers`, `sglang` and `vllm`. `layer_buffers` is the one buffer
+//! `ktransformers`, `kt_kernel` (ktransformers' kernels in SGLang),
+//! `sglang` and `vllm`. `layer_buffers` is the one buffer
 //! per MoE layer of llama.cpp and ktransformers, `expert_parallel` the
 //! expert slots of SGLang and vLLM.
 //!
@@ -16,6 +17,7 @@
 pub mod baselines;
 mod colibri;
 mod expert_parallel;
+mod kt_kernel;
 mod ktransformers;
 mod layer_buffers;
 mod llama_cpp;
@@ -29,6 +31,10 @@ pub use colibri::{
     COLI_COMPONENTS, COLI_ENV_FILE, COLI_HEAT_FILE, HEAT_STEP,
 };
 pub use expert_parallel::EpLayout;
+pub use kt_kernel::{
+    kt_kernel, KtKernelGpuExperts, KtKernelLayer, KT_KERNEL_COMMAND_FILE, KT_KERNEL_COUNTS_FILE,
+    KT_KERNEL_FILE,
+};
 pub use ktransformers::{
     ktransformers, KtMatch, KtReplace, KtRule, KT_EXPERTS_CLASS, KT_RULES_FILE,
 };
@@ -62,6 +68,7 @@ residency_core::named! {
         ColiPlace = "coli-place",
         LlamaCpp = "llama-cpp",
         Ktransformers = "ktransformers",
+        KtKernel = "kt-kernel",
         Sglang = "sglang",
         Vllm = "vllm",
     }
@@ -101,6 +108,7 @@ pub fn export(
         Engine::ColiPlace => coli_place(plan, inst, dir),
         Engine::LlamaCpp => llama_cpp(plan, inst, dir, model),
         Engine::Ktransformers => ktransformers(plan, inst, dir),
+        Engine::KtKernel => kt_kernel(plan, inst, dir, model.file),
         Engine::Sglang => sglang(plan, inst, dir),
         Engine::Vllm => vllm(plan, inst, dir),
     }
@@ -124,6 +132,40 @@ fn trunk_groups(inst: &Instance) -> Vec<TrunkGroup> {
         }
     }
     groups
+}
+
+/// Transformer layers of the model, from the stage names `L<layer>.<kind>`
+/// and at least one past the last of `moe_layers` (engines index their
+/// per-layer tables by transformer layer, dense layers included).
+fn model_layers(inst: &Instance, moe_layers: &[usize]) -> usize {
+    inst.stages
+        .iter()
+        .filter_map(|s| {
+            s.name
+                .strip_prefix('L')?
+                .split('.')
+                .next()?
+                .parse::<usize>()
+                .ok()
+        })
+        .chain(moe_layers.iter().copied())
+        .max()
+        .map_or(0, |l| l + 1)
+}
+
+/// The warning of an engine that runs the whole trunk on its GPUs by its
+/// own parallelism, when the instance has a trunk.
+fn trunk_not_expressed(engine: &str, inst: &Instance) -> Option<String> {
+    inst.trunk().next().is_some().then(|| {
+        format!(
+            "{engine} runs the trunk (attention, dense and shared layers, lm_head) on every rank by its own parallelism: the plan's trunk placement is not expressed"
+        )
+    })
+}
+
+/// `text` as one POSIX shell word.
+fn shell_quote(text: &str) -> String {
+    format!("'{}'", text.replace('\'', r"'\''"))
 }
 
 fn create_dir(dir: &Path) -> Result<()> {

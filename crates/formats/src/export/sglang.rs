@@ -6,7 +6,7 @@
 mod tests;
 
 use super::expert_parallel::{ep_layout, ep_warnings};
-use super::{create_dir, placement, Export};
+use super::{create_dir, model_layers, placement, Export};
 use residency_core::cost::Instance;
 use residency_core::error::{write_atomic, Result};
 use residency_core::plan::Plan;
@@ -33,7 +33,7 @@ pub fn sglang(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
     let layers_of = inst.moe_layers()?;
     let layout = ep_layout(inst, &placement)?;
     let warnings = ep_warnings("SGLang", plan, inst, &placement, &layout);
-    let layers = model_layers(inst).max(layers_of.iter().max().map_or(0, |&l| l + 1));
+    let layers = model_layers(inst, &layers_of);
     let experts = inst.expert_ids.first().map_or(0, Vec::len);
     let physical = layout.rank_gpus.len() * layout.slots;
     let mut rows: Vec<Vec<usize>> = (0..layers)
@@ -61,20 +61,4 @@ pub fn sglang(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
         files: vec![path, args_path],
         warnings,
     })
-}
-
-/// Transformer layers of the model, from the stage names `L<layer>.<kind>`.
-fn model_layers(inst: &Instance) -> usize {
-    inst.stages
-        .iter()
-        .filter_map(|s| {
-            s.name
-                .strip_prefix('L')?
-                .split('.')
-                .next()?
-                .parse::<usize>()
-                .ok()
-        })
-        .max()
-        .map_or(0, |l| l + 1)
 }

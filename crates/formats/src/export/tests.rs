@@ -52,12 +52,17 @@ pub(super) const RATES: [[f64; 4]; 3] = [
 ];
 
 pub(super) fn instance() -> Instance {
-    let profile = HardwareProfile::from_yaml_str(PROFILE, Path::new("p")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
-    let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
-    let inst = Instance::new(&profile, &model, &rates);
+    let inst = instance_on(PROFILE);
     assert_eq!(inst.resources.gpu_capacity_bytes, vec![10_000_000; 2]);
     inst
+}
+
+/// The tiny model and its rates on another profile (YAML).
+pub(super) fn instance_on(profile: &str) -> Instance {
+    let profile = HardwareProfile::from_yaml_str(profile, Path::new("p")).unwrap();
+    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
+    Instance::new(&profile, &model, &rates)
 }
 
 /// Objects: experts `4 * l + e` (0..=11), then attn L0..L3 (12..=15),
