@@ -160,8 +160,11 @@ fn from_llama_bench_runs(
     check: &[PathBuf],
 ) -> Result<(ProfileDoc, Vec<String>)> {
     let Some(path) = model.path.as_deref().filter(|p| gguf::is_gguf(p)) else {
+        let given = model.path.as_deref().map_or("no --model".to_string(), |p| {
+            format!("--model {}", p.display())
+        });
         anyhow::bail!(
-            "--from-llama-bench needs --model FILE.gguf, the model file the runs used: the runs name its tensors"
+            "{given}: llama-bench runs need --model FILE.gguf, the model file they ran: they name its tensors"
         );
     };
     let gguf = GgufModel::open(path)?;

@@ -286,3 +286,72 @@ fn bad_inputs_are_one_line_naming_the_file() {
         &out,
     );
 }
+
+#[test]
+fn from_llama_bench_fits_a_timing_that_plan_prices_llama_cpp_with() {
+    // The repository's H200 runs of the Qwen3-30B-A3B-geometry file
+    // (docs/device/llama-bench-h200/), against the header of that file.
+    let dir = tempfile::tempdir().unwrap();
+    let gguf = dir.path().join("q.gguf");
+    residency_testkit::gguf::Qwen3MoeGeometry::QWEN3_30B_A3B
+        .gguf()
+        .write(&gguf);
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/device/llama-bench-h200");
+    let json = |name: &str| runs.join(format!("{name}.json")).display().to_string();
+    let out = dir.path().join("box.yaml");
+    let fit = [
+        json("gpuall_a"),
+        json("expscpu_a"),
+        json("downcpu_a"),
+        json("ngl0_a"),
+    ];
+    let mut args = vec!["profile", "calibrate", "profiles/hardware/h200-node.yaml"];
+    args.extend(["--model", s(&gguf), "--from-llama-bench"]);
+    args.extend(fit.iter().map(String::as_str));
+    let check = json("ncmoe24_a");
+    args.extend(["--check", &check, "--out", s(&out)]);
+    let o = run_ok(&args);
+    let text = stdout(&o);
+    // Four placements that differ in GPU layers, CPU bytes, crossings and
+    // CPU layers determine all four terms.
+    assert!(text.contains("kept from the profile: none"), "{text}");
+    assert!(
+        text.contains("-ngl 99 -ncmoe 24") && !text.contains("-ncmoe 24 (fit)"),
+        "{text}"
+    );
+    let profile = HardwareProfile::from_yaml_file(&out).unwrap();
+    let timing = profile.llama_cpp.expect("a llama_cpp section");
+    assert!(timing.gpu_layer_overhead.0 > 0.0 && timing.cpu_layer_overhead.0 > 0.0);
+
+    let o = run_ok(&[
+        "plan",
+        "--model",
+        s(&gguf),
+        "--profile",
+        s(&out),
+        "--time-limit",
+        "2",
+    ]);
+    let text = stdout(&o);
+    assert!(
+        text.contains("llama.cpp at the same VRAM, by the profile's llama.cpp timing"),
+        "{text}"
+    );
+
+    // The runs name the file's tensors: a model description is refused.
+    let o = run(&[
+        "profile",
+        "calibrate",
+        "profiles/hardware/h200-node.yaml",
+        "--model",
+        "profiles/models/qwen3-30b-a3b.yaml",
+        "--from-llama-bench",
+        &fit[0],
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("--model profiles/models/qwen3-30b-a3b.yaml"),
+        "{}",
+        stderr(&o)
+    );
+}
