@@ -261,6 +261,13 @@ pub fn run_work(
         };
         placed.push((il, group(family, &t.name), device, bytes));
     }
+    Ok(Work::of(&graph_steps(placed, n_layer), gpu_bytes_per_s))
+}
+
+/// Steps in graph order from `(layer, group, device, bytes)` per tensor:
+/// tensors of one group on one device are one step; the first step of a
+/// transformer layer (below `n_layer`; the head is `n_layer`) starts it.
+fn graph_steps(mut placed: Vec<(i64, u8, Device, f64)>, n_layer: i64) -> Vec<Step> {
     placed.sort_by_key(|&(il, g, _, _)| (il, g));
     let mut steps: Vec<Step> = Vec::new();
     let mut last: Option<(i64, u8, Device)> = None;
@@ -275,7 +282,7 @@ pub fn run_work(
         }
         last = Some((il, g, device));
     }
-    Ok(Work::of(&steps, gpu_bytes_per_s))
+    steps
 }
 
 /// Runs on one GPU only: how `--tensor-split` spreads layers over several
