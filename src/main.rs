@@ -226,6 +226,15 @@ fn parse_gap(text: &str) -> std::result::Result<f64, String> {
 }
 
 fn main() -> ExitCode {
+    // A reader that stops early (`residency plan | head`) ends the process
+    // quietly, as it does other command-line tools; Rust's runtime ignores
+    // SIGPIPE, which turns the next `println!` into a panic.
+    #[cfg(unix)]
+    // SAFETY: resetting a signal's disposition to its default before any
+    // thread starts has no memory-safety condition.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,

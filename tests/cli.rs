@@ -27,6 +27,25 @@ fn plan_on_embedded_defaults_prints_a_summary() {
 }
 
 #[test]
+fn a_reader_that_stops_early_ends_the_plan_without_a_panic() {
+    use std::process::{Command, Stdio};
+    // `residency plan | head -0`: the pipe is closed before the summary's
+    // first line, so every write to it fails.
+    let mut child = Command::new(BIN)
+        .args(["plan", "--time-limit", "2"])
+        .current_dir(ROOT)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+    assert!(!o.status.success());
+}
+
+#[test]
 fn plan_files_validate_and_match_the_cost_model() {
     let dir = tempfile::tempdir().unwrap();
     for name in ["plan.json", "plan.yaml"] {
