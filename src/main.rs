@@ -476,20 +476,29 @@ struct LoadedPlan {
 
 /// Reads a plan and the placement it encodes for the given inputs, with the
 /// KV cache of `paths.context_tokens` kept on the cards (default: the
-/// plan's own, so its capacities are those it was made with).
+/// plan's own).
 fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     let plan = Plan::read(file)?;
-    let paths = InputPaths {
-        context_tokens: paths.context_tokens.or(plan.inputs.context_tokens),
+    // The placement is read with the capacities it was made with.
+    let made_with = InputPaths {
+        context_tokens: plan.inputs.context_tokens,
         ..paths.clone()
     };
-    let mut inputs = checkpoint_cmd::load_inputs(&paths)?;
+    let mut inputs = checkpoint_cmd::load_inputs(&made_with)?;
     let mut inst = inputs.instance()?;
     if inst.kv_ids.is_empty() {
         inst.add_kv_groups(&plan.kv_groups());
     }
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
+    if let Some(tokens) = paths
+        .context_tokens
+        .filter(|&t| Some(t) != plan.inputs.context_tokens)
+    {
+        // Re-planning for another context: the placement in use may no
+        // longer fit, and the re-plan repairs it.
+        inputs.reserve_context(&mut inst, tokens)?;
+    }
     Ok(LoadedPlan {
         plan,
         inst,

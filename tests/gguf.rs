@@ -384,6 +384,32 @@ fn context_tokens_keep_room_for_their_kv_cache_on_one_card() {
     assert_eq!(again["inputs"]["context_tokens"], 1024);
     assert_eq!(gpu_usage(&again)[0].0, capacity);
     run_ok(&[&["validate", s(&dir.path().join("plan.json"))], &inputs[..]].concat());
+    // Re-planning for 2048 tokens: 32 MiB of cache leaves 16 MiB, less
+    // than the placement in use fills, which the re-plan repairs.
+    let longer = dir.path().join("longer.json");
+    run_ok(
+        &[
+            &[
+                "plan",
+                "--from",
+                s(&dir.path().join("plan.json")),
+                "--out",
+                s(&longer),
+            ],
+            &["--time-limit", "2", "--context-tokens", "2048"][..],
+            &inputs[..],
+        ]
+        .concat(),
+    );
+    let longer = read_json(&longer);
+    assert_eq!(longer["inputs"]["context_tokens"], 2048);
+    let (capacity, used) = gpu_usage(&longer)[0];
+    assert_eq!(capacity, (48 << 20) - 2048 * 16_384);
+    assert!(used <= capacity, "{used} > {capacity}");
+    assert!(
+        gpu_usage(&plan)[0].1 > capacity,
+        "the first plan fits anyway"
+    );
 }
 
 /// Over two cards the cache is split by capacity: 16 MiB over 48 + 16 MiB

@@ -23,8 +23,9 @@ pub struct ContextReservation {
 
 impl Resources {
     /// Takes the KV cache of `tokens` tokens of `model` off the GPUs'
-    /// capacities and records it in `self.context`. `model_file` names the
-    /// description in messages.
+    /// capacities, in place of any context kept before (a re-plan for
+    /// another context), and records it in `self.context`; on an error
+    /// nothing changes. `model_file` names the description in messages.
     ///
     /// The planner keeps every layer's attention on a card whenever a card
     /// can hold it, and an engine keeps a layer's KV cache beside its
@@ -41,7 +42,6 @@ impl Resources {
         model: &ModelDescription,
         model_file: &Path,
     ) -> Result<()> {
-        debug_assert!(self.context.is_none(), "a context is reserved once");
         let flag = format!("--context-tokens {tokens}");
         if let Some(context) = model.context_tokens.filter(|&c| tokens > c) {
             return Err(PlannerError::input(
@@ -59,7 +59,12 @@ impl Resources {
                 "plan from the GGUF file, or add kv_bytes_per_token to the description",
             ));
         };
-        let capacities = &self.gpu_capacity_bytes;
+        let capacities: Vec<u64> = match &self.context {
+            Some(before) => (self.gpu_capacity_bytes.iter().zip(&before.gpu_bytes))
+                .map(|(c, kept)| c + kept)
+                .collect(),
+            None => self.gpu_capacity_bytes.clone(),
+        };
         let total_capacity: u64 = capacities.iter().sum();
         if total_capacity == 0 {
             return Err(PlannerError::Infeasible(format!(
@@ -102,9 +107,11 @@ impl Resources {
             .into_iter()
             .map(|b| u64::try_from(b).expect("a share below a u64 capacity"))
             .collect();
-        for (capacity, &kept) in self.gpu_capacity_bytes.iter_mut().zip(&gpu_bytes) {
-            *capacity -= kept;
-        }
+        self.gpu_capacity_bytes = capacities
+            .iter()
+            .zip(&gpu_bytes)
+            .map(|(c, kept)| c - kept)
+            .collect();
         self.context = Some(ContextReservation { tokens, gpu_bytes });
         Ok(())
     }

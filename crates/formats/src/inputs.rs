@@ -182,13 +182,23 @@ impl Inputs {
             &self.heat_file,
             &mut self.notes,
         )?;
-        if let Some(tokens) = self.refs.context_tokens {
-            inst.resources
-                .reserve_context(tokens, &self.model.description, &self.model_file)?;
+        match self.refs.context_tokens {
+            Some(tokens) => self.reserve_context(&mut inst, tokens)?,
+            None => inst.check_holdable(&self.heat_file)?,
         }
-        inst.check_holdable(&self.heat_file)?;
         inst.add_kv_groups(&self.kv_groups);
         Ok(inst)
+    }
+
+    /// Keeps room on `inst`'s cards for the KV cache of `tokens` tokens of
+    /// the model, in place of what they kept before (re-planning for
+    /// another context), records it in `refs`, and checks the trunk still
+    /// fits.
+    pub fn reserve_context(&mut self, inst: &mut Instance, tokens: u64) -> Result<()> {
+        inst.resources
+            .reserve_context(tokens, &self.model.description, &self.model_file)?;
+        self.refs.context_tokens = Some(tokens);
+        inst.check_holdable(&self.heat_file)
     }
 }
 

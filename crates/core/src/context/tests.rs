@@ -42,6 +42,20 @@ fn one_card_gives_up_the_whole_cache() {
 }
 
 #[test]
+fn another_context_replaces_the_one_kept() {
+    let mut r = resources(&[8]);
+    let m = model(Some(1000), None);
+    r.reserve_context(4096, &m, Path::new("m")).unwrap();
+    // 1024 x 1000 bytes in place of 4096 x 1000: 8e9 - 1_024_000.
+    r.reserve_context(1024, &m, Path::new("m")).unwrap();
+    assert_eq!(r.gpu_capacity_bytes, vec![7_998_976_000]);
+    assert_eq!(r.context.as_ref().unwrap().gpu_bytes, vec![1_024_000]);
+    // A refused one leaves it as it was.
+    assert!(r.reserve_context(8_000_000, &m, Path::new("m")).is_err());
+    assert_eq!(r.gpu_capacity_bytes, vec![7_998_976_000]);
+}
+
+#[test]
 fn cards_share_the_cache_by_capacity() {
     let mut r = resources(&[6, 2]);
     // 1000 tokens x 1000 bytes = 1e6 bytes over 8e9: gpu:0 6/8 = 750_000,
