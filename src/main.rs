@@ -96,6 +96,8 @@ impl InputArgs {
             heat_format: self.heat_format,
             allow_partial_heat: self.partial_heat.allow_partial_heat,
             kv: self.kv.clone(),
+            // Only `plan` takes --context-tokens; it sets this.
+            context_tokens: None,
         }
     }
 }
@@ -137,6 +139,12 @@ enum Command {
         plot: Option<PathBuf>,
         #[command(flatten)]
         replan: ReplanArgs,
+        /// Keep room on the cards for the KV cache of this many tokens
+        /// before placing weights (split over the cards by capacity); the
+        /// llama.cpp export starts with `-c` of it. With --from, default:
+        /// the plan's own.
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+        context_tokens: Option<u64>,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
     #[command(mut_arg("model", more_help("it maps engine layer numbers and pads experts")))]
@@ -257,8 +265,12 @@ fn run(command: Command) -> Result<()> {
             export_dir,
             plot,
             replan,
+            context_tokens,
         } => plan(
-            &inputs,
+            &InputPaths {
+                context_tokens,
+                ..inputs.paths()
+            },
             &replan,
             out.as_deref(),
             SolveOptions {
@@ -356,8 +368,9 @@ fn notes(notes: &[String]) {
     }
 }
 
+/// `paths.context_tokens`: with `--from`, `None` keeps the plan's own.
 fn plan(
-    args: &InputArgs,
+    paths: &InputPaths,
     replan: &ReplanArgs,
     out: Option<&Path>,
     options: SolveOptions,
@@ -383,7 +396,7 @@ fn plan(
     }
     let (inst, solution, refs, current, model) = match &replan.from {
         None => {
-            let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
+            let mut inputs = checkpoint_cmd::load_inputs(paths)?;
             let inst = inputs.instance()?;
             notes(&inputs.notes);
             // The limit counts reading the inputs too.
@@ -401,7 +414,7 @@ fn plan(
                 refs,
                 model,
                 ..
-            } = load_plan(from, args)?;
+            } = load_plan(from, paths)?;
             let options = solve::ReplanOptions {
                 time_limit_seconds: time_limit,
                 horizon_tokens: replan.horizon_tokens,
@@ -424,8 +437,8 @@ fn plan(
         plot::plan_plot(file, &title, &plan, &inst)?;
         println!("wrote {}", file.display());
     }
-    let for_llama_cpp = exports.contains(&Engine::LlamaCpp)
-        || args.model.path.as_deref().is_some_and(gguf::is_gguf);
+    let for_llama_cpp =
+        exports.contains(&Engine::LlamaCpp) || paths.model.as_deref().is_some_and(gguf::is_gguf);
     if for_llama_cpp {
         let strategies = export::baselines::llama_cpp_strategies(&inst)?;
         let exported = export::llama_cpp_as_exported(&plan, &inst)?;
@@ -449,7 +462,7 @@ fn plan(
             continue;
         }
         done.push(engine);
-        let facts = export::ModelFacts::of(&model.description, args.model.path.as_deref());
+        let facts = export::ModelFacts::of(&model.description, paths.model.as_deref());
         let written = export::export(engine, &plan, &inst, dir, facts)?;
         for file in &written.files {
             println!("wrote {} ({engine})", file.display());
@@ -470,16 +483,31 @@ struct LoadedPlan {
     model: Model,
 }
 
-/// Reads a plan and the placement it encodes for the given inputs.
-fn load_plan(file: &Path, args: &InputArgs) -> Result<LoadedPlan> {
+/// Reads a plan and the placement it encodes for the given inputs, with the
+/// KV cache of `paths.context_tokens` kept on the cards (default: the
+/// plan's own).
+fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     let plan = Plan::read(file)?;
-    let mut inputs = checkpoint_cmd::load_inputs(&args.paths())?;
+    // The placement is read with the capacities it was made with.
+    let made_with = InputPaths {
+        context_tokens: plan.inputs.context_tokens,
+        ..paths.clone()
+    };
+    let mut inputs = checkpoint_cmd::load_inputs(&made_with)?;
     let mut inst = inputs.instance()?;
     if inst.kv_ids.is_empty() {
         inst.add_kv_groups(&plan.kv_groups());
     }
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
+    if let Some(tokens) = paths
+        .context_tokens
+        .filter(|&t| Some(t) != plan.inputs.context_tokens)
+    {
+        // Re-planning for another context: the placement in use may no
+        // longer fit, and the re-plan repairs it.
+        inputs.reserve_context(&mut inst, tokens)?;
+    }
     Ok(LoadedPlan {
         plan,
         inst,
@@ -495,7 +523,7 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
     }
     let LoadedPlan {
         inst, placement, ..
-    } = load_plan(file, args)?;
+    } = load_plan(file, &args.paths())?;
     let explanation =
         residency_solver::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
     print::explanation(file, &explanation);
@@ -503,8 +531,8 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
 }
 
 fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
-    let before = load_plan(before, args)?;
-    let after = load_plan(after, args)?;
+    let before = load_plan(before, &args.paths())?;
+    let after = load_plan(after, &args.paths())?;
     print::plan_diff(&residency_core::diff::diff(
         &before.inst,
         &before.placement,
@@ -663,7 +691,7 @@ fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
                 inst,
                 placement,
                 ..
-            } = load_plan(file, args)?;
+            } = load_plan(file, &args.paths())?;
             let recomputed = inst.evaluate(&placement).token_seconds;
             let reported = plan.objective.token_seconds;
             if (recomputed - reported).abs() > 1e-9 * reported.abs() {

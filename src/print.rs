@@ -1,6 +1,6 @@
 //! Human-readable summaries of plans and heat for the terminal.
 
-use residency_core::cost::Instance;
+use residency_core::cost::{Instance, Place};
 use residency_core::diff::PlanDiff;
 use residency_core::plan::Plan;
 use residency_core::units::{Bytes, Seconds};
@@ -43,6 +43,20 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
     {
         let streamed = plan.experts.iter().flatten().filter(|&&x| x == q).count();
         println!("  {:<8} {:>24} {:>9} {:>6}", place, "streamed", streamed, 0);
+    }
+    if let Some(context) = &inst.resources.context {
+        // The capacities above are what the cache leaves for objects.
+        let cards: Vec<String> = context
+            .gpu_bytes
+            .iter()
+            .enumerate()
+            .map(|(g, &b)| format!("{} on {}", Bytes(b), Place::Gpu(g)))
+            .collect();
+        println!(
+            "KV cache of {} tokens reserved: {}",
+            context.tokens,
+            cards.join(", ")
+        );
     }
     if !plan.kv.is_empty() {
         let kept: Vec<_> = plan.kv.iter().filter(|k| k.place.is_some()).collect();

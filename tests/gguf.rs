@@ -81,12 +81,26 @@ fn a_gguf_file_is_planned_with_its_own_sizes() {
 
 /// The one-card desktop profile with `vram` of VRAM, none reserved, in `dir`.
 fn one_card(dir: &std::path::Path, vram: &str) -> std::path::PathBuf {
-    let profile = std::fs::read_to_string(profile("desktop-1gpu-8gb"))
-        .unwrap()
-        .replace("vram: 8 GiB", &format!("vram: {vram}"))
-        .replace("reserved: 2.59 GB", "reserved: 0 B");
+    cards(dir, &[vram])
+}
+
+/// The desktop profile with a card of each of `vrams` (the desktop's card
+/// otherwise, none reserved), in `dir`.
+fn cards(dir: &std::path::Path, vrams: &[&str]) -> std::path::PathBuf {
+    let desktop = std::fs::read_to_string(profile("desktop-1gpu-8gb")).unwrap();
+    let (head, rest) = desktop.split_once("gpus:\n").unwrap();
+    let (card, tail) = rest.split_once("drives:\n").unwrap();
+    let gpus: String = vrams
+        .iter()
+        .enumerate()
+        .map(|(g, vram)| {
+            card.replace("- id: 0", &format!("- id: {g}"))
+                .replace("vram: 8 GiB", &format!("vram: {vram}"))
+                .replace("reserved: 2.59 GB", "reserved: 0 B")
+        })
+        .collect();
     let path = dir.join("card.yaml");
-    std::fs::write(&path, profile).unwrap();
+    std::fs::write(&path, format!("{head}gpus:\n{gpus}drives:\n{tail}")).unwrap();
     path
 }
 
@@ -277,4 +291,188 @@ fn the_llama_cpp_export_is_never_slower_than_its_baselines() {
         "{}",
         stderr(&o)
     );
+}
+
+/// `plan --context-tokens 1024` of the 4-layer model above (a token's KV
+/// cache 16,384 bytes, by hand) on `vrams`: the plan file, the command
+/// file, and stdout.
+fn plan_with_context(vrams: &[&str]) -> (tempfile::TempDir, serde_json::Value, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    residency_testkit::gguf::qwen3moe_sized(4, 2048, 768, 8).write(&model);
+    let card = cards(dir.path(), vrams);
+    let plan = dir.path().join("plan.json");
+    let o = plan_for_llama_cpp(
+        dir.path(),
+        &[
+            "--model",
+            s(&model),
+            "--profile",
+            s(&card),
+            "--context-tokens",
+            "1024",
+            "--out",
+            s(&plan),
+        ],
+    );
+    let commands = std::fs::read_to_string(dir.path().join("llama_cpp_command.txt")).unwrap();
+    (dir, read_json(&plan), commands, stdout(&o))
+}
+
+/// Each GPU's capacity and used bytes in a plan.
+fn gpu_usage(plan: &serde_json::Value) -> Vec<(u64, u64)> {
+    plan["usage"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|u| u["place"].as_str().unwrap().starts_with("gpu"))
+        .map(|u| {
+            (
+                u["capacity_bytes"].as_u64().unwrap(),
+                u["used_bytes"].as_u64().unwrap(),
+            )
+        })
+        .collect()
+}
+
+/// One card keeps the whole KV cache of the chosen context: 1024 tokens x
+/// 16,384 bytes = 16 MiB of the 48 MiB card, so 32 MiB for weights (by
+/// hand), and llama.cpp starts with exactly that context.
+#[test]
+fn context_tokens_keep_room_for_their_kv_cache_on_one_card() {
+    let (dir, plan, commands, out) = plan_with_context(&["48 MiB"]);
+    let usage = gpu_usage(&plan);
+    assert_eq!(usage.len(), 1);
+    let (capacity, used) = usage[0];
+    assert_eq!(capacity, (48 << 20) - 1024 * 16_384);
+    assert!(used <= capacity && used > 0, "{usage:?}");
+    assert_eq!(plan["inputs"]["context_tokens"], 1024);
+    assert!(
+        out.contains("KV cache of 1024 tokens reserved: 16.00 MiB on gpu:0"),
+        "{out}"
+    );
+    // The rules put no more on the card than the plan's capacity for
+    // weights, so the 16 MiB of cache fits beside them.
+    let memory = read_json(&dir.path().join("llama_cpp_memory_plan.json"));
+    assert!(
+        memory["buffers"]["CUDA0"]["bytes"].as_u64().unwrap() <= capacity,
+        "{memory}"
+    );
+    assert!(commands.contains(" -ngl 999 -c 1024 "), "{commands}");
+    // Re-planning from it keeps its context; validate reads the plan with
+    // the capacities it was made with.
+    let model = dir.path().join("m.gguf");
+    let card = dir.path().join("card.yaml");
+    let again = dir.path().join("again.json");
+    let inputs = ["--model", s(&model), "--profile", s(&card)];
+    run_ok(
+        &[
+            &[
+                "plan",
+                "--from",
+                s(&dir.path().join("plan.json")),
+                "--out",
+                s(&again),
+                "--time-limit",
+                "2",
+            ],
+            &inputs[..],
+        ]
+        .concat(),
+    );
+    let again = read_json(&again);
+    assert_eq!(again["inputs"]["context_tokens"], 1024);
+    assert_eq!(gpu_usage(&again)[0].0, capacity);
+    run_ok(&[&["validate", s(&dir.path().join("plan.json"))], &inputs[..]].concat());
+    // Re-planning for 2048 tokens: 32 MiB of cache leaves 16 MiB, less
+    // than the placement in use fills, which the re-plan repairs.
+    let longer = dir.path().join("longer.json");
+    run_ok(
+        &[
+            &[
+                "plan",
+                "--from",
+                s(&dir.path().join("plan.json")),
+                "--out",
+                s(&longer),
+            ],
+            &["--time-limit", "2", "--context-tokens", "2048"][..],
+            &inputs[..],
+        ]
+        .concat(),
+    );
+    let longer = read_json(&longer);
+    assert_eq!(longer["inputs"]["context_tokens"], 2048);
+    let (capacity, used) = gpu_usage(&longer)[0];
+    assert_eq!(capacity, (48 << 20) - 2048 * 16_384);
+    assert!(used <= capacity, "{used} > {capacity}");
+    assert!(
+        gpu_usage(&plan)[0].1 > capacity,
+        "the first plan fits anyway"
+    );
+}
+
+/// Over two cards the cache is split by capacity: 16 MiB over 48 + 16 MiB
+/// is 12 MiB on gpu:0 and 4 MiB on gpu:1 (by hand), which leave 36 and 12
+/// MiB for weights.
+#[test]
+fn context_tokens_split_their_kv_cache_over_the_cards_by_capacity() {
+    let (_dir, plan, commands, out) = plan_with_context(&["48 MiB", "16 MiB"]);
+    let usage = gpu_usage(&plan);
+    let capacities: Vec<u64> = usage.iter().map(|&(c, _)| c).collect();
+    assert_eq!(capacities, [36 << 20, 12 << 20]);
+    assert!(usage.iter().all(|&(c, u)| u <= c), "{usage:?}");
+    assert!(
+        out.contains("KV cache of 1024 tokens reserved: 12.00 MiB on gpu:0, 4.00 MiB on gpu:1"),
+        "{out}"
+    );
+    assert!(commands.contains(" -c 1024 "), "{commands}");
+}
+
+/// `plan --context-tokens TOKENS` of `model` on `card`, to `out`.
+fn context_args<'a>(model: &'a str, card: &'a str, tokens: &'a str, out: &'a str) -> [&'a str; 9] {
+    [
+        "plan",
+        "--model",
+        model,
+        "--profile",
+        card,
+        "--context-tokens",
+        tokens,
+        "--out",
+        out,
+    ]
+}
+
+/// A context that cannot be reserved is refused on one line, with the fix.
+#[test]
+fn context_tokens_that_cannot_be_reserved_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("m.gguf");
+    residency_testkit::gguf::qwen3moe_sized(4, 2048, 768, 8).write(&model);
+    let card = one_card(dir.path(), "48 MiB");
+    let out = dir.path().join("plan.json");
+    // More than the file's context_length of 32768.
+    let args = context_args(s(&model), s(&card), "65536", s(&out));
+    assert_bad_input(&args, &model, "context_tokens", &out);
+    let e = stderr(&run(&args));
+    assert!(e.contains("give --context-tokens 32768 or less"), "{e}");
+    // A description without kv_bytes_per_token.
+    let described = std::path::PathBuf::from(common::model("qwen3.6-35b-a3b"));
+    let args = context_args(s(&described), s(&card), "1024", s(&out));
+    assert_bad_input(&args, &described, "kv_bytes_per_token", &out);
+    // 32768 tokens take 512 MiB of the 48 MiB card; 50,331,648 / 16,384 =
+    // 3072 tokens would take all of it, so 3071 fit (by hand).
+    let o = run(&context_args(s(&model), s(&card), "32768", s(&out)));
+    let e = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{e}");
+    let lines: Vec<&str> = e.lines().filter(|l| !l.starts_with("note:")).collect();
+    assert_eq!(lines.len(), 1, "{e}");
+    assert!(
+        lines[0].ends_with(
+            "at most 3071 tokens leave room for weights; give --context-tokens 3071 or less"
+        ),
+        "{e}"
+    );
+    assert!(!out.exists());
 }

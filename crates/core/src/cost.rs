@@ -11,6 +11,7 @@
 //! That is design §4.6's objective plus the constant `sum r_k * prefill_k`,
 //! so `token_seconds` stays positive and the gap keeps its meaning.
 
+use crate::context::ContextReservation;
 use crate::heat::HeatTable;
 use crate::kv::KvGroup;
 use crate::model::{Model, StageKind};
@@ -133,6 +134,8 @@ pub struct Resources {
     pub gpu_hosts: Vec<Option<String>>,
     /// llama.cpp's timing on this machine, where the profile has it.
     pub llama_cpp: Option<LlamaCppTiming>,
+    /// The KV cache kept off `gpu_capacity_bytes` (`plan --context-tokens`).
+    pub context: Option<ContextReservation>,
 }
 
 impl Resources {
@@ -155,6 +158,7 @@ impl Resources {
             gpu_hosts: profile.gpus.iter().map(|g| g.host.clone()).collect(),
             fixed_token_seconds: profile.fixed_token_seconds.0,
             llama_cpp: profile.llama_cpp.clone(),
+            context: None,
         }
     }
     pub fn gpus(&self) -> usize {

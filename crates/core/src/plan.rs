@@ -41,6 +41,10 @@ pub struct PlanInputs {
     /// The KV groups file, when the plan places KV prefix groups.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv: Option<InputRef>,
+    /// Tokens of KV cache kept free on the cards before solving (`plan
+    /// --context-tokens`); engines are started with this context.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

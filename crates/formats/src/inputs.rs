@@ -35,6 +35,9 @@ pub struct InputPaths {
     pub allow_partial_heat: bool,
     /// KV prefix groups to place beside the weights (none by default).
     pub kv: Option<PathBuf>,
+    /// Tokens of KV cache to keep room for on the cards (`plan
+    /// --context-tokens`; none by default).
+    pub context_tokens: Option<u64>,
 }
 
 #[derive(Debug, Clone)]
@@ -45,6 +48,8 @@ pub struct Inputs {
     pub kv_groups: Vec<KvGroup>,
     /// The file heat was read from (for messages); the default's name when embedded.
     pub heat_file: PathBuf,
+    /// The model's file, likewise.
+    pub model_file: PathBuf,
     pub refs: PlanInputs,
     /// Things the user should be told once (uniform heat, dropped rows, ...).
     pub notes: Vec<String>,
@@ -147,20 +152,28 @@ impl Inputs {
             },
             heat: heat_ref,
             kv: kv_ref,
+            context_tokens: paths.context_tokens,
         };
+        let model_file = paths
+            .model
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(defaults::MODEL_NAME));
         Ok(Inputs {
             profile,
             model,
             heat,
             kv_groups,
             heat_file,
+            model_file,
             refs,
             notes,
         })
     }
 
-    /// The planning instance; fails when the heat does not fit the model or
-    /// nothing can hold the trunk.
+    /// The planning instance, with the cards' room for the KV cache of
+    /// `refs.context_tokens` taken off their capacities (the one place a
+    /// reservation is made); fails when the heat does not fit the model, the
+    /// context cannot be reserved or nothing can hold the trunk.
     pub fn instance(&mut self) -> Result<Instance> {
         let mut inst = Instance::from_heat(
             &self.profile,
@@ -169,9 +182,23 @@ impl Inputs {
             &self.heat_file,
             &mut self.notes,
         )?;
-        inst.check_holdable(&self.heat_file)?;
+        match self.refs.context_tokens {
+            Some(tokens) => self.reserve_context(&mut inst, tokens)?,
+            None => inst.check_holdable(&self.heat_file)?,
+        }
         inst.add_kv_groups(&self.kv_groups);
         Ok(inst)
+    }
+
+    /// Keeps room on `inst`'s cards for the KV cache of `tokens` tokens of
+    /// the model, in place of what they kept before (re-planning for
+    /// another context), records it in `refs`, and checks the trunk still
+    /// fits.
+    pub fn reserve_context(&mut self, inst: &mut Instance, tokens: u64) -> Result<()> {
+        inst.resources
+            .reserve_context(tokens, &self.model.description, &self.model_file)?;
+        self.refs.context_tokens = Some(tokens);
+        inst.check_holdable(&self.heat_file)
     }
 }
 

@@ -10,7 +10,8 @@
 //!
 //! With several GPUs, `-sm layer -ts` gives each card the layers whose
 //! attention the plan put there (`split`), so that their KV cache follows;
-//! `-c` is the most tokens of KV cache the plan leaves room for (`context`).
+//! `-c` is the context the plan reserved (`plan --context-tokens`), else the
+//! most tokens of KV cache the plan leaves room for (`context`).
 //! With one GPU the rules name only what leaves it: `-ngl 999` already puts
 //! every other tensor on `CUDA0`, and rules that pin tensors there
 //! explicitly made llama.cpp 5-10 % slower on the H200 machine than the same
@@ -140,7 +141,7 @@ impl MemoryPlan {
 /// per rule), `llama_cpp_args.txt` (one command-line fragment),
 /// `llama_cpp_command.txt` (a `llama-server` and a `llama-bench` line of
 /// the same placement; `-m` is the model's file when it is a GGUF, `-c`
-/// the KV cache the plan leaves room for, `context`) and
+/// the context the plan reserved or leaves room for, `context`) and
 /// `llama_cpp_memory_plan.json`.
 ///
 /// Each MoE layer's routed experts go to the buffer with the most of the

@@ -103,6 +103,7 @@ pub(super) fn plan_of(inst: &Instance, placement: Vec<usize>) -> Plan {
             tokens: None,
         },
         kv: None,
+        context_tokens: None,
     };
     Plan::new(inst, &solution, inputs, 1.0)
 }

@@ -1,4 +1,6 @@
-//! The command's `-c`: the most tokens whose KV cache fits where the plan
+//! The command's `-c`: the context the plan reserved (`plan
+//! --context-tokens N`: `-c N`, its KV cache already kept off the cards'
+//! capacities), else the most tokens whose KV cache fits where the plan
 //! leaves room for it.
 //!
 //! llama.cpp allocates, for `-c N`, each layer's K and V cache of `N`
@@ -33,14 +35,22 @@ use std::collections::BTreeMap;
 const CONTEXT_STEP_TOKENS: u64 = 256;
 
 /// `-c`, or why it is left out, and a note where it is less than the
-/// model's context. `layer_buffers` is each layer's default device, `None`
-/// where llama.cpp chooses it by free memory.
+/// model's context or llama.cpp pads it. `layer_buffers` is each layer's
+/// default device, `None` where llama.cpp chooses it by free memory.
 pub(super) fn context_tokens(
     inst: &Instance,
     layer_buffers: Option<&[Buffer]>,
     memory: &MemoryPlan,
     model: &ModelFacts,
 ) -> (Option<u64>, Option<String>) {
+    if let Some(reserved) = &inst.resources.context {
+        let tokens = reserved.tokens;
+        let padded_tokens = tokens.next_multiple_of(CONTEXT_STEP_TOKENS);
+        let note = (padded_tokens != tokens).then(|| {
+            format!("-c {tokens}: llama.cpp pads the context to {padded_tokens} tokens, whose KV cache the plan did not reserve; plan with --context-tokens {padded_tokens}, or a multiple of {CONTEXT_STEP_TOKENS}")
+        });
+        return (Some(tokens), note);
+    }
     let left_out = |why: String| {
         (None, Some(format!("-c is left out: {why}; llama.cpp sizes its KV cache itself (--fit, on by default, shrinks the model's context to the free memory)")))
     };

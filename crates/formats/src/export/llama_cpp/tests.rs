@@ -435,3 +435,47 @@ fn export_llama_cpp_sizes_the_context_by_the_tightest_cards_kv_room() {
     assert!(all.contains("layer(s) 2 (CUDA1, default CUDA0)"), "{all}");
     assert!(!all.contains("-c 512"), "{all}");
 }
+
+#[test]
+fn export_llama_cpp_starts_with_the_reserved_context() {
+    // The placement above whose room gives `-c 768`; with a context
+    // reserved by the plan (`--context-tokens`), its KV cache is already
+    // off the capacities, so `-c` is that context, whatever room is left.
+    let mut inst = instance();
+    let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G1));
+    let dir = tempfile::tempdir().unwrap();
+    let facts = || ModelFacts {
+        file: None,
+        kv_bytes_per_token: Some(4_000),
+        context_tokens: Some(40_960),
+    };
+    let server_line = || {
+        let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
+        let line = commands.lines().find(|l| l.starts_with("llama-server"));
+        line.unwrap().to_string()
+    };
+    for (tokens, padded) in [(4096, None), (1000, Some(1024))] {
+        inst.resources.context = Some(residency_core::context::ContextReservation {
+            tokens,
+            gpu_bytes: vec![tokens * 2_000; 2],
+        });
+        let out = llama_cpp(&plan, &inst, dir.path(), facts()).unwrap();
+        let line = server_line();
+        assert!(
+            line.contains(&format!(" -ts 2,3 -c {tokens} -ot '")),
+            "{line}"
+        );
+        let all = out.warnings.join("\n");
+        assert!(!all.contains("less than the model's context"), "{all}");
+        // llama.cpp pads -c to 256 tokens: the extra cache is not reserved.
+        match padded {
+            None => assert!(!all.contains("pads the context"), "{all}"),
+            Some(p) => assert!(
+                all.contains(&format!(
+                    "-c {tokens}: llama.cpp pads the context to {p} tokens"
+                )),
+                "{all}"
+            ),
+        }
+    }
+}

@@ -19,6 +19,7 @@ fn replanner(params: ReplanParams, pinned: &[ObjectIndex]) -> Replanner {
         fixed_token_seconds: 0.0,
         gpu_hosts: vec![],
         llama_cpp: None,
+        context: None,
     };
     let link = MoveLink {
         resources,
