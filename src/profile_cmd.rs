@@ -11,7 +11,7 @@ use crate::flags::{more_help, ModelArg};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_formats::gguf::{self, GgufModel};
-use residency_formats::llama_bench::calibrate::calibrate;
+use residency_formats::llama_bench::calibrate::{calibrate, Calibration};
 use residency_formats::llama_bench::fit::Term;
 use residency_formats::llama_bench::runs::{read_runs, BenchRun};
 use residency_hwprofile::doc::{round_rate, round_time};
@@ -210,12 +210,20 @@ fn from_llama_bench_runs(
             ),
         );
     }
+    let lines = calibration_lines(&c, fitted_runs, fit.is_empty());
+    doc.profile.llama_cpp = Some(timing);
+    Ok((doc, lines))
+}
+
+/// What `calibrate` fitted (or that it only checked), then one line per
+/// placement: its runs, the median and range measured, the prediction.
+fn calibration_lines(c: &Calibration, fitted_runs: usize, checking_only: bool) -> Vec<String> {
     let kept = match c.fit.kept.as_slice() {
         [] => "none".to_string(),
         kept => join_keys(kept),
     };
     let mut lines = vec![
-        if fit.is_empty() {
+        if checking_only {
             "llama.cpp timing of the profile, checked against llama-bench runs:".to_string()
         } else {
             format!(
@@ -250,8 +258,7 @@ fn from_llama_bench_runs(
             if r.in_fit { "  (fit)" } else { "" }
         ));
     }
-    doc.profile.llama_cpp = Some(timing);
-    Ok((doc, lines))
+    lines
 }
 
 fn join_keys(terms: &[Term]) -> String {

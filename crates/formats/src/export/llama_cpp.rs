@@ -191,30 +191,8 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path, model: ModelFacts) ->
         (true, _) => None,
     };
     let ngl = if any_gpu { 999 } else { 0 };
-    let split = if any_gpu && gpus > 1 {
-        let wanted = split::wanted_cards(&rules, inst.layers());
-        let split = split::layer_split(&wanted, gpus);
-        if let Some(split) = &split {
-            warnings.extend(split::split_warning(&wanted, split));
-        }
-        split
-    } else {
-        None
-    };
+    let (split, layer_buffers) = layer_devices(inst, &rules, ngl, &mut warnings);
     let ts = |sep: &str| split.as_ref().map_or(String::new(), |s| s.arg(sep));
-    // Each layer's default device, where its KV cache goes.
-    let layers = inst.layers();
-    let layer_buffers: Option<Vec<Buffer>> = match (&split, ngl, gpus) {
-        (_, 0, _) => Some(vec![Buffer::Cpu; layers]),
-        (_, _, 1) => Some(vec![Buffer::Cuda(0); layers]),
-        (Some(split), ..) => Some(
-            split.slot_cards[..layers]
-                .iter()
-                .map(|&g| Buffer::Cuda(g))
-                .collect(),
-        ),
-        (None, ..) => None,
-    };
     let (context, note) = context::context_tokens(inst, layer_buffers.as_deref(), &memory, &model);
     warnings.extend(note);
     // llama-bench has no `-c`: it sizes the context from `-p` and `-n`.
@@ -265,6 +243,43 @@ pub fn llama_cpp(plan: &Plan, inst: &Instance, dir: &Path, model: ModelFacts) ->
         files: vec![ot_path, args_path, command_path, memory_path],
         warnings,
     })
+}
+
+/// With several cards, the `-ts` split that puts each layer's default
+/// device where the rules put its attention (with a note where it cannot);
+/// and each layer's default device, where llama.cpp puts its KV cache
+/// (`None` where no split says).
+fn layer_devices(
+    inst: &Instance,
+    rules: &Rules,
+    ngl: u32,
+    warnings: &mut Vec<String>,
+) -> (Option<split::LayerSplit>, Option<Vec<Buffer>>) {
+    let gpus = inst.resources.gpus();
+    let split = if ngl > 0 && gpus > 1 {
+        let wanted = split::wanted_cards(rules, inst.layers());
+        let split = split::layer_split(&wanted, gpus);
+        if let Some(split) = &split {
+            warnings.extend(split::split_warning(&wanted, split));
+        }
+        split
+    } else {
+        None
+    };
+    // Each layer's default device, where its KV cache goes.
+    let layers = inst.layers();
+    let layer_buffers: Option<Vec<Buffer>> = match (&split, ngl, gpus) {
+        (_, 0, _) => Some(vec![Buffer::Cpu; layers]),
+        (_, _, 1) => Some(vec![Buffer::Cuda(0); layers]),
+        (Some(split), ..) => Some(
+            split.slot_cards[..layers]
+                .iter()
+                .map(|&g| Buffer::Cuda(g))
+                .collect(),
+        ),
+        (None, ..) => None,
+    };
+    (split, layer_buffers)
 }
 
 /// The placement llama.cpp runs with the export's rules (one buffer per
