@@ -8,8 +8,10 @@
 //! the bytes the executor's store holds (the plan applied by
 //! `runtime::apply`); a disk-placed expert is read afresh from the
 //! checkpoint by the store's own reader (O_DIRECT unless another backend
-//! is chosen) and then computed. All of a stage's GEMVs on one node run as
-//! one fork-join on that node's pinned threads (`gemv::NodeThreads`).
+//! is chosen) on a reader thread while the stage's residents compute, and
+//! computed once read. The GEMVs of a stage on one node run as one
+//! fork-join on that node's pinned threads (`gemv::NodeThreads`); the
+//! residents' first, then the streamed experts'.
 //!
 //! Trunk components are BF16 in a checkpoint (only routed experts are
 //! packed) and the CPU kernel runs packed rows only: each RAM-placed
@@ -19,8 +21,8 @@
 //! cost model prices for it, but not the checkpoint's values; the report
 //! says so.
 //!
-//! Not yet: GPUs (a plan that puts anything on a GPU is refused), reads
-//! overlapped with compute, several nodes at once, routing traces.
+//! Not yet: GPUs (a plan that puts anything on a GPU is refused), several
+//! nodes at once, several reads in flight, routing traces.
 
 use crate::calibrate::experts::{projections, tensor_specs};
 use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput};
@@ -29,6 +31,7 @@ use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
 use residency_core::cost::{Instance, ObjectKind, Place};
 use residency_core::model::StageKind;
+use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;
@@ -258,6 +261,11 @@ pub fn bench(
                 .or_insert_with(|| QuantizedInput::seeded(c, packing, options.seed ^ c as u64));
         }
     }
+    let kernel = Kernel {
+        threads: &threads,
+        packing,
+        inputs: &inputs,
+    };
     let mut rng = Rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
     let mut total = Tally::new(inst);
     let mut token_seconds = Vec::with_capacity(options.tokens);
@@ -281,69 +289,62 @@ pub fn bench(
                 }
                 _ => Vec::new(),
             };
-            // The disk-placed experts drawn, read first (one after another:
-            // no overlap with compute yet).
-            let mut read: BTreeMap<usize, Box<dyn ObjectBytes>> = BTreeMap::new();
-            for &o in &drawn {
-                if let (Place::Disk(d), Work::Expert { object, .. }) =
-                    (inst.places[placement[o]], &work[o])
-                {
-                    let t = Instant::now();
-                    let bytes = applied.loader.load(*object).map_err(BenchError::Read)?;
-                    total.drive_seconds[d] += t.elapsed().as_secs_f64();
-                    total.drive_bytes[d] += bytes.len() as f64;
-                    read.insert(o, bytes);
-                }
-            }
-            // The stage's GEMVs in a fixed order (trunk, then experts as
-            // drawn), each with the node whose threads run it.
-            let mut gemvs: Vec<(usize, PackedView, &QuantizedInput)> = Vec::new();
+            // The stage's outputs in a fixed order (trunk, then the experts
+            // as drawn), whatever tier each comes from.
             let trunk = stage
                 .objects
                 .iter()
                 .filter(|&&o| inst.objects[o].is_trunk());
+            let mut first_slot = BTreeMap::new();
+            let mut slots = 0;
             for &o in trunk.chain(&drawn) {
-                let node = match inst.places[placement[o]] {
-                    Place::Ram(n) => n,
-                    Place::Disk(d) => r.drive_numa[d],
-                    Place::Gpu(_) | Place::Recompute => continue,
-                };
-                match &work[o] {
-                    Work::Generated(m) => gemvs.push((node, m.view(), &inputs[&m.cols])),
-                    Work::Expert { at, .. } => {
-                        let bytes = match (leases.get(&o), read.get(&o)) {
-                            (Some(lease), _) => lease.host(),
-                            (None, Some(b)) => b.host(),
-                            (None, None) => None,
-                        }
-                        .expect("a RAM resident or a fresh read, in host memory");
-                        for p in at {
-                            gemvs.push((node, p.view(packing, bytes), &inputs[&p.cols]));
-                        }
+                first_slot.insert(o, slots);
+                slots += work[o].outputs();
+            }
+            let mut sums = vec![0f64; slots];
+            let streamed: Vec<(usize, usize, ObjectIndex)> = drawn
+                .iter()
+                .filter_map(|&o| match (inst.places[placement[o]], &work[o]) {
+                    (Place::Disk(d), Work::Expert { object, .. }) => Some((o, d, *object)),
+                    _ => None,
+                })
+                .collect();
+            std::thread::scope(|scope| -> Result<(), BenchError> {
+                // The drive reads the stage's streamed experts while the
+                // CPU computes its residents, as a pipelined engine
+                // overlaps them (`io_overlaps_compute`).
+                let reader = (!streamed.is_empty())
+                    .then(|| scope.spawn(|| read_all(&applied.loader, &streamed)));
+                let mut resident = Vec::new();
+                for &o in first_slot.keys() {
+                    if let Place::Ram(n) = inst.places[placement[o]] {
+                        resident.push(Gemv {
+                            slot: first_slot[&o],
+                            node: n,
+                            work: &work[o],
+                            bytes: leases.get(&o).and_then(|l| l.host()),
+                        });
                     }
-                    Work::None => {}
                 }
-            }
-            let mut sums = vec![0f64; gemvs.len()];
-            for (n, (node_threads, _)) in threads.iter().enumerate() {
-                let mine: Vec<usize> = (0..gemvs.len()).filter(|&i| gemvs[i].0 == n).collect();
-                if mine.is_empty() {
-                    continue;
+                kernel.run(&resident, &mut sums, &mut total, kind, &mut y);
+                let Some(reader) = reader else {
+                    return Ok(());
+                };
+                let read = reader.join().expect("the reader thread")?;
+                let mut fresh = Vec::new();
+                for ((o, d, _), (seconds, bytes)) in streamed.iter().zip(&read) {
+                    total.drive_seconds[*d] += seconds;
+                    total.drive_bytes[*d] += bytes.len() as f64;
+                    fresh.push(Gemv {
+                        slot: first_slot[o],
+                        node: r.drive_numa[*d],
+                        work: &work[*o],
+                        bytes: bytes.host(),
+                    });
                 }
-                let list: Vec<(PackedView, &QuantizedInput)> =
-                    mine.iter().map(|&i| (gemvs[i].1, gemvs[i].2)).collect();
-                y.resize(list.iter().map(|(m, _)| m.rows).sum(), 0f32);
-                let t = Instant::now();
-                node_threads.gemv(&list, &mut y);
-                total.cpu_seconds[n] += t.elapsed().as_secs_f64();
-                let mut at = 0;
-                for (&i, (m, _)) in mine.iter().zip(&list) {
-                    sums[i] = y[at..at + m.rows].iter().map(|&v| v as f64).sum();
-                    at += m.rows;
-                    total.cpu_bytes[n] += m.bytes() as f64;
-                    total.stage_bytes[kind] += m.bytes() as f64;
-                }
-            }
+                kernel.run(&fresh, &mut sums, &mut total, kind, &mut y);
+                Ok(())
+            })?;
             checksum += sums.iter().sum::<f64>();
             total.stage_seconds[kind] += stage_started.elapsed().as_secs_f64();
         }
@@ -387,6 +388,98 @@ impl Tally {
             ..Tally::default()
         }
     }
+}
+
+impl Work {
+    /// GEMV outputs it adds to the checksum: one per matrix.
+    fn outputs(&self) -> usize {
+        match self {
+            Work::None => 0,
+            Work::Expert { at, .. } => at.len(),
+            Work::Generated(_) => 1,
+        }
+    }
+}
+
+/// An object's GEMVs on `node`: its matrices' outputs go to checksum
+/// slots from `slot` on; `bytes` are an expert's, in host memory.
+struct Gemv<'a> {
+    slot: usize,
+    node: usize,
+    work: &'a Work,
+    bytes: Option<&'a [u8]>,
+}
+
+/// The CPU kernel of the run: each node's threads, the experts' packing,
+/// an input vector per input width.
+struct Kernel<'a> {
+    threads: &'a [(NodeThreads, u32)],
+    packing: Packing,
+    inputs: &'a BTreeMap<usize, QuantizedInput>,
+}
+
+impl Kernel<'_> {
+    /// Runs `list` node by node, each node's share as one
+    /// `NodeThreads::gemv`, timing it; each matrix's output sum goes to its
+    /// slot of `sums`.
+    fn run(
+        &self,
+        list: &[Gemv],
+        sums: &mut [f64],
+        total: &mut Tally,
+        kind: usize,
+        y: &mut Vec<f32>,
+    ) {
+        let (packing, inputs) = (self.packing, self.inputs);
+        for (n, (node_threads, _)) in self.threads.iter().enumerate() {
+            let mut slots = Vec::new();
+            let mut matrices: Vec<(PackedView, &QuantizedInput)> = Vec::new();
+            for g in list.iter().filter(|g| g.node == n) {
+                match (g.work, g.bytes) {
+                    (Work::Generated(m), _) => matrices.push((m.view(), &inputs[&m.cols])),
+                    (Work::Expert { at, .. }, Some(bytes)) => matrices.extend(
+                        at.iter()
+                            .map(|p| (p.view(packing, bytes), &inputs[&p.cols])),
+                    ),
+                    _ => continue,
+                }
+                slots.extend(g.slot..g.slot + g.work.outputs());
+            }
+            if matrices.is_empty() {
+                continue;
+            }
+            y.resize(matrices.iter().map(|(m, _)| m.rows).sum(), 0f32);
+            let t = Instant::now();
+            node_threads.gemv(&matrices, y);
+            total.cpu_seconds[n] += t.elapsed().as_secs_f64();
+            let mut at = 0;
+            for (slot, (m, _)) in slots.into_iter().zip(&matrices) {
+                sums[slot] = y[at..at + m.rows].iter().map(|&v| v as f64).sum();
+                at += m.rows;
+                total.cpu_bytes[n] += m.bytes() as f64;
+                total.stage_bytes[kind] += m.bytes() as f64;
+            }
+        }
+    }
+}
+
+/// A streamed expert read: the seconds it took, and its bytes.
+type FreshRead = (f64, Box<dyn ObjectBytes>);
+
+/// Reads each streamed expert afresh with the store's reader, one after
+/// another: the seconds each read took, and its bytes.
+fn read_all(
+    loader: &CheckpointLoader,
+    streamed: &[(usize, usize, ObjectIndex)],
+) -> Result<Vec<FreshRead>, BenchError> {
+    streamed
+        .iter()
+        .map(|&(_, _, object)| {
+            let t = Instant::now();
+            let bytes = loader.load(object).map_err(BenchError::Read)?;
+            Ok((t.elapsed().as_secs_f64(), bytes))
+        })
+        .collect()
 }
 
 /// Per instance object, its work: expert layouts (checked against the
