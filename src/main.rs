@@ -2,6 +2,7 @@
 //! decision is made in the planner crate.
 
 mod apply_cmd;
+mod bench_cmd;
 mod checkpoint_cmd;
 mod flags;
 mod kv_cmd;
@@ -193,6 +194,10 @@ enum Command {
     },
     /// Load a plan's residents from a checkpoint through the executor.
     Apply(apply_cmd::ApplyArgs),
+    /// Apply a plan and serve decode tokens on the CPU where it puts the
+    /// work: measured tok/s and seconds per stage and resource beside the
+    /// cost model's.
+    Bench(bench_cmd::BenchArgs),
     /// Serve a routing trace from a checkpoint through the executor, per
     /// policy: tok/s, latency, felt wait, bytes read.
     Replay(replay_cmd::ReplayArgs),
@@ -314,6 +319,7 @@ fn run(command: Command) -> Result<()> {
         Command::KvGroups(args) => kv_cmd::groups(&args),
         Command::Replay(args) => replay_cmd::run(&args),
         Command::Apply(args) => apply_cmd::run(&args),
+        Command::Bench(args) => bench_cmd::run(&args),
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
         Command::Profile(args) => profile_cmd::run(args),
         Command::Schema { out } => write_schemas(&out),
@@ -357,6 +363,10 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         (
             "apply-output.schema.json",
             render(schema_for!(residency_runtime::apply::ApplyReport)),
+        ),
+        (
+            "bench-output.schema.json",
+            render(schema_for!(residency_hwprofile::bench::BenchReport)),
         ),
     ]);
     all

@@ -157,6 +157,52 @@ impl PackedRows {
         }
     }
 
+    /// The rows as the kernels read them.
+    pub fn view(&self) -> PackedView<'_> {
+        PackedView {
+            packing: self.packing,
+            cols: self.cols,
+            rows: self.rows,
+            weights: self.weights(),
+            scales: self.scales(),
+        }
+    }
+
+    /// `W[row] . x` (`PackedView::row_dot`).
+    pub fn row_dot(&self, x: &QuantizedInput, row: usize) -> f32 {
+        self.view().row_dot(x, row)
+    }
+
+    /// `sum_r W[r] . x` over `rows`: the work of one thread of a GEMV.
+    pub fn sum_rows(&self, x: &QuantizedInput, rows: Range<usize>) -> f64 {
+        self.view().sum_rows(x, rows)
+    }
+}
+
+/// Packed rows borrowed from wherever they live (a `PackedRows`, or an
+/// expert's projection inside the bytes the executor's store holds), so
+/// the kernel runs on resident bytes without copying them.
+#[derive(Debug, Clone, Copy)]
+pub struct PackedView<'a> {
+    pub packing: Packing,
+    pub cols: usize,
+    pub rows: usize,
+    /// `rows x row_bytes(cols)` bytes.
+    pub weights: &'a [u8],
+    /// F16 scales, little-endian, `cols / group` a row.
+    pub scales: &'a [u8],
+}
+
+impl PackedView<'_> {
+    pub fn groups(&self) -> usize {
+        self.cols / self.packing.group
+    }
+
+    /// The container's bytes: weights and scales.
+    pub fn bytes(&self) -> u64 {
+        (self.weights.len() + self.scales.len()) as u64
+    }
+
     /// `W[row] . x`: with AVX2 where the CPU has it and a group fills
     /// whole 32-byte vectors, else portably.
     pub fn row_dot(&self, x: &QuantizedInput, row: usize) -> f32 {
@@ -171,6 +217,65 @@ impl PackedRows {
     /// `sum_r W[r] . x` over `rows`: the work of one thread of a GEMV.
     pub fn sum_rows(&self, x: &QuantizedInput, rows: Range<usize>) -> f64 {
         rows.map(|r| self.row_dot(x, r) as f64).sum()
+    }
+
+    /// `y[i] = W[first + i] . x` for every `i` of `y`: one thread's share
+    /// of a GEMV's output.
+    pub fn rows_into(&self, x: &QuantizedInput, first: usize, y: &mut [f32]) {
+        for (i, out) in y.iter_mut().enumerate() {
+            *out = self.row_dot(x, first + i);
+        }
+    }
+}
+
+/// The CPU kernel on the cores of one NUMA node: one thread per CPU
+/// given, each pinned to it, kept for a whole run so that a stage pays one
+/// fork-join, not thread starts.
+pub struct NodeThreads {
+    pool: rayon::ThreadPool,
+}
+
+impl NodeThreads {
+    pub fn new(cpus: &[u32]) -> Result<NodeThreads, rayon::ThreadPoolBuildError> {
+        let pinned = cpus.to_vec();
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(cpus.len().max(1))
+            .start_handler(move |t| {
+                if let Some(&cpu) = pinned.get(t) {
+                    // Unpinned where refused: still a thread of the node.
+                    crate::system::pin_to_cpu(cpu);
+                }
+            })
+            .build()?;
+        Ok(NodeThreads { pool })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.pool.current_num_threads()
+    }
+
+    /// `y = W x` for every `(W, x)` of `work`, the outputs one after
+    /// another in `y` (as long as all their rows), each matrix's rows split
+    /// evenly over the threads: one synchronisation for the whole list, as
+    /// an engine runs a stage. Each output is one row's dot product, so `y`
+    /// does not depend on the split.
+    pub fn gemv(&self, work: &[(PackedView, &QuantizedInput)], y: &mut [f32]) {
+        let threads = self.threads();
+        let mut shares = Vec::with_capacity(work.len() * threads);
+        let mut rest = y;
+        for (m, x) in work {
+            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(m.rows);
+            rest = tail;
+            let chunk = m.rows.div_ceil(threads).max(1);
+            for (i, out) in mine.chunks_mut(chunk).enumerate() {
+                shares.push((m, *x, i * chunk, out));
+            }
+        }
+        self.pool.install(|| {
+            shares
+                .into_par_iter()
+                .for_each(|(m, x, first, out)| m.rows_into(x, first, out))
+        });
     }
 }
 
@@ -288,7 +393,7 @@ impl QuantizedInput {
 
 /// `W[row] . x`: per group an integer dot product of the packed values
 /// with the int8 inputs, times the group's weight and input scales.
-fn row_dot_portable(m: &PackedRows, x: &QuantizedInput, row: usize) -> f32 {
+fn row_dot_portable(m: &PackedView, x: &QuantizedInput, row: usize) -> f32 {
     let group = m.packing.group;
     let row_bytes = m.packing.row_bytes(m.cols);
     let weights = &m.weights[row * row_bytes..(row + 1) * row_bytes];
@@ -332,7 +437,7 @@ fn row_dot_portable(m: &PackedRows, x: &QuantizedInput, row: usize) -> f32 {
 /// against 5.9 GB/s, which is what the core's memory stream gives).
 #[cfg(target_arch = "x86_64")]
 mod avx2 {
-    use super::{f16_to_f32, PackedRows, Packing, QuantizedInput};
+    use super::{f16_to_f32, PackedView, Packing, QuantizedInput};
     use std::arch::x86_64::*;
 
     /// Whether a group is whole 32-byte vectors (int4 groups of 64, int8
@@ -357,7 +462,7 @@ mod avx2 {
 
     /// `super::row_dot_portable`, eight lanes at a time.
     #[target_feature(enable = "avx2")]
-    pub fn row_dot(m: &PackedRows, x: &QuantizedInput, row: usize) -> f32 {
+    pub fn row_dot(m: &PackedView, x: &QuantizedInput, row: usize) -> f32 {
         let group = m.packing.group;
         let group_bytes = group * m.packing.bits as usize / 8;
         let row_bytes = m.packing.row_bytes(m.cols);

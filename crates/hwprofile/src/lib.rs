@@ -19,6 +19,7 @@
 //!   `[timers]` lines as profile values.
 //! - `spread`: median and range of repeated trials.
 
+pub mod bench;
 pub mod calibrate;
 pub mod cuda_bench;
 pub mod detect;

@@ -26,19 +26,21 @@ impl SyntheticShape {
     }
 }
 
-/// xorshift64*: enough randomness for traces, no dependency.
-struct Rng(u64);
+/// xorshift64*: enough randomness for traces, no dependency. The seed must
+/// not be zero.
+pub struct Rng(pub u64);
 
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+    /// Uniform in [0, 1).
+    pub fn unit(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 
@@ -61,7 +63,7 @@ pub fn zipf_trace(shape: &SyntheticShape) -> Trace {
                 .map(|_| {
                     let mut p: Vec<u32> = (0..shape.experts as u32).collect();
                     for i in (1..p.len()).rev() {
-                        p.swap(i, (rng.next() % (i as u64 + 1)) as usize);
+                        p.swap(i, (rng.next_u64() % (i as u64 + 1)) as usize);
                     }
                     p
                 })

@@ -24,11 +24,44 @@ pub(super) fn inputs_for(rows: &[PackedRows]) -> Vec<QuantizedInput> {
 }
 
 /// One projection of an expert in a checkpoint: its weights and scales.
-pub(super) struct Projection {
-    pub(super) weights: Extent,
-    pub(super) scales: Extent,
-    pub(super) rows: usize,
-    pub(super) cols: usize,
+pub(crate) struct Projection {
+    pub(crate) weights: Extent,
+    pub(crate) scales: Extent,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+}
+
+/// Every tensor of the checkpoint's family and geometry, by name.
+pub(crate) fn tensor_specs(checkpoint: &Checkpoint) -> BTreeMap<String, family::TensorSpec> {
+    family::tensors(&checkpoint.config)
+        .into_iter()
+        .map(|s| (s.name.clone(), s))
+        .collect()
+}
+
+/// The packed projections among one object's extents: each `.weight` with
+/// its `.scales`, its shape from the family's `specs`.
+pub(crate) fn projections(
+    extents: &[Extent],
+    specs: &BTreeMap<String, family::TensorSpec>,
+    packing: Packing,
+) -> Vec<Projection> {
+    extents
+        .iter()
+        .filter_map(|w| {
+            let module = w.tensor.strip_suffix(".weight")?;
+            let scales = extents
+                .iter()
+                .find(|s| s.tensor == format!("{module}.scales"))?;
+            let shape = &specs.get(&w.tensor)?.shape;
+            Some(Projection {
+                weights: w.clone(),
+                scales: scales.clone(),
+                rows: shape[0],
+                cols: shape[1] * 8 / packing.bits as usize,
+            })
+        })
+        .collect()
 }
 
 /// Where the expert bytes timed come from: a checkpoint's experts, or
@@ -102,32 +135,12 @@ impl ExpertSource {
         checkpoint: &Checkpoint,
         packing: Packing,
     ) -> Result<ExpertSource, ProfileError> {
-        let specs: BTreeMap<String, family::TensorSpec> = family::tensors(&checkpoint.config)
-            .into_iter()
-            .map(|s| (s.name.clone(), s))
-            .collect();
+        let specs = tensor_specs(checkpoint);
         let experts: Vec<Vec<Projection>> = checkpoint
             .objects
             .iter()
             .filter(|(key, _)| matches!(key, residency_runtime::identity::ObjectKey::Expert { .. }))
-            .map(|(_, extents)| {
-                extents
-                    .iter()
-                    .filter_map(|w| {
-                        let module = w.tensor.strip_suffix(".weight")?;
-                        let scales = extents
-                            .iter()
-                            .find(|s| s.tensor == format!("{module}.scales"))?;
-                        let shape = &specs.get(&w.tensor)?.shape;
-                        Some(Projection {
-                            weights: w.clone(),
-                            scales: scales.clone(),
-                            rows: shape[0],
-                            cols: shape[1] * 8 / packing.bits as usize,
-                        })
-                    })
-                    .collect()
-            })
+            .map(|(_, extents)| projections(extents, &specs, packing))
             .collect();
         let shapes: Vec<(usize, usize)> = experts
             .first()

@@ -29,7 +29,7 @@
 
 mod cpu;
 mod drive;
-mod experts;
+pub(crate) mod experts;
 mod gpu;
 #[cfg(test)]
 mod tests;

@@ -79,6 +79,9 @@ pub struct TierLoad {
 
 pub struct Applied {
     pub store: Store,
+    /// The store's reader of the checkpoint (the chosen backend, O_DIRECT
+    /// by default): what reads an object afresh, past every cache.
+    pub loader: Arc<CheckpointLoader>,
     /// Dense index of every object, by key.
     pub index: HashMap<ObjectKey, ObjectIndex>,
     pub tiers: Vec<TierLoad>,
@@ -160,6 +163,7 @@ pub fn apply(
         .collect();
     Ok(Applied {
         store,
+        loader,
         index,
         tiers,
         verified,

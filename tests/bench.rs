@@ -1,0 +1,294 @@
+//! End-to-end tests of `residency bench` on a generated int4 checkpoint
+//! with a CPU-only profile: the prediction and the work counted against
+//! hand computation, the checksum across placements, and bad inputs as one
+//! line naming the file.
+
+mod common;
+
+use common::*;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// `SMALL_DEEPSEEK` with int4 groups of 32 (the smallest the kernel runs:
+/// one 16-byte chunk of 32 features): a dense layer 0, MoE layers of 4
+/// experts, top-2, hidden 64, expert intermediate 32.
+const MODEL: &str = r#"
+name: DeepSeek-V2-tiny
+layers: 4
+moe_layers: "1..=3"
+experts: 4
+top_k: 2
+hidden: 64
+expert_intermediate: 32
+formats:
+  bf16: 12288
+  int4: { bits: 4, group: 32 }
+tiers: { gpu: int4, ram: int4, disk: int4 }
+trunk:
+  - { name: attn, layers: "0..=3", bytes: 40000, stage: dense }
+  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
+  - { name: shared_expert, layers: "1..=3", bytes: 24576, stage: experts }
+  - { name: lm_head, bytes: 12800, stage: head }
+"#;
+
+/// Round rates for hand computation: the CPU streams 1 GB/s, the drive
+/// reads 1 GB/s after 1 ms, and reads are not felt.
+const CPU_ONLY: &str = r#"
+name: cpu-test
+numa:
+  - id: 0
+    ram: 4 GiB
+    reserved: 0 GiB
+    staging: 1 MiB
+    cores: 1
+    gemv_bandwidth: 1 GB/s
+gpus: []
+drives:
+  - id: 0
+    name: test
+    numa: 0
+    read_bandwidth: 1 GB/s
+    read_latency: 1 ms
+io_overlaps_compute: true
+felt_fraction: 0.0
+fixed_token_seconds: 0 s
+"#;
+
+/// An int4 expert: 3 x 64 x 32 parameters at half a byte, plus an F16
+/// scale per 32 of them.
+const EXPERT_BYTES: f64 = (3 * 64 * 32 / 2 + 3 * 64 * 32 / 32 * 2) as f64;
+/// A generated trunk row: 64 int4 features (32 bytes) and 2 scales.
+const ROW_BYTES: u64 = 32 + 2 * 2;
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    dir: PathBuf,
+    ckpt: PathBuf,
+    profile: PathBuf,
+    plan: PathBuf,
+}
+
+/// The model's first two MoE layers as int4, the profile, and a plan of
+/// them (everything fits in RAM).
+fn setup() -> Setup {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().to_path_buf();
+    let model = dir.join("model.yaml");
+    std::fs::write(&model, MODEL).unwrap();
+    let profile = dir.join("cpu.yaml");
+    std::fs::write(&profile, CPU_ONLY).unwrap();
+    let ckpt = dir.join("ckpt");
+    run_ok(&[
+        "gen-checkpoint",
+        "--model",
+        s(&model),
+        "--out",
+        s(&ckpt),
+        "--layers",
+        "2",
+        "--dtype",
+        "int4",
+        "--seed",
+        "3",
+    ]);
+    let plan = dir.join("plan.json");
+    run_ok(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--profile",
+        s(&profile),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    Setup {
+        _dir: tmp,
+        dir,
+        ckpt,
+        profile,
+        plan,
+    }
+}
+
+fn bench_args<'a>(s_: &'a Setup, plan: &'a Path, json: &'a Path) -> Vec<&'a str> {
+    vec![
+        "bench",
+        "--plan",
+        s(plan),
+        "--checkpoint",
+        s(&s_.ckpt),
+        "--profile",
+        s(&s_.profile),
+        "--tokens",
+        "20",
+        "--seed",
+        "5",
+        "--json",
+        s(json),
+    ]
+}
+
+fn entry<'a>(doc: &'a Value, list: &str, name: &str) -> &'a Value {
+    doc[list]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == name)
+        .unwrap()
+}
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-9 * b.abs().max(1e-12)
+}
+
+/// Trunk bytes of the plan by stage kind (attn and dense_ffn dense,
+/// shared_expert experts, lm_head head): placed bytes and the bytes the
+/// kernel streams for them (whole generated rows).
+fn trunk_bytes(plan: &Value, names: &[&str]) -> (f64, f64) {
+    let mut placed = 0;
+    let mut streamed = 0;
+    for t in plan["trunk"].as_array().unwrap() {
+        if names.contains(&t["name"].as_str().unwrap()) {
+            let b = t["bytes"].as_u64().unwrap();
+            placed += b;
+            streamed += b / ROW_BYTES * ROW_BYTES;
+        }
+    }
+    (placed as f64, streamed as f64)
+}
+
+#[test]
+fn bench_prediction_work_and_checksum_by_hand() {
+    let su = setup();
+    let plan = read_json(&su.plan);
+    let ram_json = su.dir.join("ram.json");
+    run_ok(&bench_args(&su, &su.plan, &ram_json));
+    let ram = read_json(&ram_json);
+    let (dense, dense_rows) = trunk_bytes(&plan, &["attn", "dense_ffn"]);
+    let (shared, shared_rows) = trunk_bytes(&plan, &["shared_expert"]);
+    let (head, head_rows) = trunk_bytes(&plan, &["lm_head"]);
+    // All in RAM, uniform heat (use rate 2 / 4 = 0.5), two MoE layers: a
+    // stage is its bytes over 1 GB/s; experts stream 4 x 0.5 experts a layer.
+    let experts = shared + 2.0 * 4.0 * 0.5 * EXPERT_BYTES;
+    for (name, bytes) in [("dense", dense), ("experts", experts), ("head", head)] {
+        let m = entry(&ram, "stages", name);
+        assert!(
+            close(m["predicted_seconds"].as_f64().unwrap(), bytes / 1e9),
+            "{name}: {m}"
+        );
+        assert!(
+            close(m["predicted_bytes_per_token"].as_f64().unwrap(), bytes),
+            "{name}"
+        );
+    }
+    // What the kernel streamed each token: whole trunk rows, and exactly
+    // two experts a layer.
+    let experts_rows = shared_rows + 2.0 * 2.0 * EXPERT_BYTES;
+    for (name, bytes) in [
+        ("dense", dense_rows),
+        ("experts", experts_rows),
+        ("head", head_rows),
+    ] {
+        let m = entry(&ram, "stages", name);
+        assert_eq!(m["bytes_per_token"].as_f64().unwrap(), bytes, "{name}");
+    }
+    let cpu = entry(&ram, "resources", "cpu:0");
+    assert_eq!(
+        cpu["bytes_per_token"].as_f64().unwrap(),
+        dense_rows + experts_rows + head_rows
+    );
+    assert_eq!(entry(&ram, "resources", "drive:0")["bytes_per_token"], 0.0);
+    assert!(ram["tok_per_s"].as_f64().unwrap() > 0.0);
+    assert!(
+        ram["p99_token_seconds"].as_f64().unwrap() >= ram["p50_token_seconds"].as_f64().unwrap()
+    );
+
+    // Experts 0 and 2 of every layer on the drive: each layer's experts
+    // stage is now the drive's 2 x 0.5 x (1 ms + bytes / 1 GB/s), above
+    // the CPU's (shared + 4 x 0.5 x bytes) / 1 GB/s.
+    let mut doc = plan.clone();
+    let disk = doc["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|p| p == "disk:0")
+        .unwrap();
+    for row in doc["experts"].as_array_mut().unwrap() {
+        row[0] = disk.into();
+        row[2] = disk.into();
+    }
+    let split = su.dir.join("split.json");
+    std::fs::write(&split, serde_json::to_string(&doc).unwrap()).unwrap();
+    let disk_json = su.dir.join("disk.json");
+    run_ok(&bench_args(&su, &split, &disk_json));
+    let on_disk = read_json(&disk_json);
+    let drive_stage = 2.0 * 0.5 * (1e-3 + EXPERT_BYTES / 1e9);
+    let m = entry(&on_disk, "stages", "experts");
+    assert!(
+        close(m["predicted_seconds"].as_f64().unwrap(), 2.0 * drive_stage),
+        "{m}"
+    );
+    assert_eq!(m["bytes_per_token"].as_f64().unwrap(), experts_rows);
+    let d = entry(&on_disk, "resources", "drive:0");
+    assert!(close(
+        d["predicted_seconds"].as_f64().unwrap(),
+        2.0 * drive_stage
+    ));
+    assert!(close(
+        d["predicted_bytes_per_token"].as_f64().unwrap(),
+        2.0 * EXPERT_BYTES
+    ));
+    // Some drawn experts came from the drive, a whole expert each read.
+    let read = d["bytes_per_token"].as_f64().unwrap() * 20.0;
+    assert!(read > 0.0 && (read / EXPERT_BYTES).fract() == 0.0, "{d}");
+    // The same experts on the same weights, wherever they came from.
+    assert_eq!(ram["checksum"], on_disk["checksum"]);
+    assert_ne!(ram["checksum"], 0.0);
+}
+
+#[test]
+fn bench_refuses_a_foreign_plan_and_gpu_placements_in_one_line() {
+    let su = setup();
+    let json = su.dir.join("bench.json");
+    // A plan for three MoE layers against the two-layer checkpoint.
+    let mut doc = read_json(&su.plan);
+    let row = doc["experts"][0].clone();
+    doc["experts"].as_array_mut().unwrap().push(row);
+    let foreign = su.dir.join("foreign.json");
+    std::fs::write(&foreign, serde_json::to_string(&doc).unwrap()).unwrap();
+    assert_bad_input(
+        &bench_args(&su, &foreign, &json),
+        &foreign,
+        "experts",
+        &json,
+    );
+    // A plan that puts an expert on a GPU: this slice runs CPU work only.
+    let gpu_profile = profile("desktop-1gpu-8gb");
+    let gpu_plan = su.dir.join("gpu.json");
+    run_ok(&[
+        "plan",
+        "--model",
+        s(&su.ckpt),
+        "--profile",
+        &gpu_profile,
+        "--time-limit",
+        "1",
+        "--out",
+        s(&gpu_plan),
+    ]);
+    let mut doc = read_json(&gpu_plan);
+    let gpu = doc["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|p| p == "gpu:0")
+        .unwrap();
+    doc["experts"][0][0] = gpu.into();
+    std::fs::write(&gpu_plan, serde_json::to_string(&doc).unwrap()).unwrap();
+    let mut args = bench_args(&su, &gpu_plan, &json);
+    let at = args.iter().position(|a| *a == "--profile").unwrap();
+    args[at + 1] = &gpu_profile;
+    assert_bad_input(&args, &gpu_plan, "gpus: []", &json);
+}
