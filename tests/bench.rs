@@ -12,24 +12,9 @@ use std::path::{Path, PathBuf};
 /// `SMALL_DEEPSEEK` with int4 groups of 32 (the smallest the kernel runs:
 /// one 16-byte chunk of 32 features): a dense layer 0, MoE layers of 4
 /// experts, top-2, hidden 64, expert intermediate 32.
-const MODEL: &str = r#"
-name: DeepSeek-V2-tiny
-layers: 4
-moe_layers: "1..=3"
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 32
-formats:
-  bf16: 12288
-  int4: { bits: 4, group: 32 }
-tiers: { gpu: int4, ram: int4, disk: int4 }
-trunk:
-  - { name: attn, layers: "0..=3", bytes: 40000, stage: dense }
-  - { name: dense_ffn, layers: [0], bytes: 36864, stage: dense }
-  - { name: shared_expert, layers: "1..=3", bytes: 24576, stage: experts }
-  - { name: lm_head, bytes: 12800, stage: head }
-"#;
+fn model_yaml() -> String {
+    residency_testkit::SMALL_DEEPSEEK.replace("group: 16", "group: 32")
+}
 
 /// Round rates for hand computation: the CPU streams 1 GB/s, the drive
 /// reads 1 GB/s after 1 ms, and reads are not felt.
@@ -74,7 +59,7 @@ fn setup() -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().to_path_buf();
     let model = dir.join("model.yaml");
-    std::fs::write(&model, MODEL).unwrap();
+    std::fs::write(&model, model_yaml()).unwrap();
     let profile = dir.join("cpu.yaml");
     std::fs::write(&profile, CPU_ONLY).unwrap();
     let ckpt = dir.join("ckpt");
