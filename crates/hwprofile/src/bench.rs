@@ -30,6 +30,7 @@ use crate::system;
 use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
 use residency_core::cost::{Instance, ObjectKind, Place};
+use residency_core::error::PlannerError;
 use residency_core::model::StageKind;
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::apply::Applied;
@@ -39,7 +40,7 @@ use residency_runtime::storage::HostPool;
 use residency_runtime::store::{Loader, ObjectBytes, StoreError};
 use std::collections::BTreeMap;
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy)]
@@ -50,13 +51,9 @@ pub struct BenchOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    #[error("{}: {place}: {problem}; {fix}", file.display())]
-    Input {
-        file: PathBuf,
-        place: String,
-        problem: String,
-        fix: String,
-    },
+    /// A plan or checkpoint bench cannot run, in the planner's one line.
+    #[error(transparent)]
+    Input(#[from] PlannerError),
     #[error(transparent)]
     Store(#[from] StoreError),
     #[error("reading a disk-placed expert: {0}")]
@@ -66,12 +63,7 @@ pub enum BenchError {
 }
 
 fn input(file: &Path, place: &str, problem: String, fix: &str) -> BenchError {
-    BenchError::Input {
-        file: file.to_path_buf(),
-        place: place.into(),
-        problem,
-        fix: fix.into(),
-    }
+    PlannerError::input(file, place, problem, fix).into()
 }
 
 /// Measured beside predicted, per token, for a stage kind or a resource.

@@ -14,6 +14,7 @@
 
 use residency_core::cost::{Instance, ObjectKind, Place};
 use residency_core::profile::LlamaCppTiming;
+use std::collections::BTreeMap;
 
 /// Where a step runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -91,12 +92,14 @@ impl Work {
 /// reads (the OS paging the mapped file in) add their seconds.
 pub fn instance_work(inst: &Instance, placement: &[usize]) -> Work {
     let r = &inst.resources;
-    let mut by_layer: std::collections::BTreeMap<Option<usize>, Vec<usize>> = Default::default();
+    let mut by_layer: BTreeMap<Option<usize>, Vec<usize>> = BTreeMap::new();
     for &o in &inst.trunk_ids {
         if let ObjectKind::Trunk { layer, .. } = inst.objects[o].kind {
             by_layer.entry(layer).or_default().push(o);
         }
     }
+    // Every caller has priced the llama.cpp baselines first, which refuse an
+    // instance whose MoE ordinals map to no layer; none reaches here.
     let moe_layers = inst.moe_layers().unwrap_or_default();
     for (m, &layer) in moe_layers.iter().enumerate() {
         by_layer
@@ -113,7 +116,7 @@ pub fn instance_work(inst: &Instance, placement: &[usize]) -> Work {
         .chain(by_layer.iter().filter(|(l, _)| l.is_none()));
     for (layer, objects) in ordered {
         let first = steps.len();
-        let mut experts: std::collections::BTreeMap<Device, f64> = Default::default();
+        let mut experts: BTreeMap<Device, f64> = BTreeMap::new();
         for &o in objects {
             let object = &inst.objects[o];
             let place = inst.places[placement[o]];
