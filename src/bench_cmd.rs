@@ -1,5 +1,5 @@
 //! `residency bench`: a plan applied to a checkpoint (`runtime::apply`),
-//! then decode tokens served on the CPU as the plan places the work
+//! then decode tokens served on the CPU and CUDA GPUs as the plan places the work
 //! (`residency_hwprofile::bench`), measured beside the cost model.
 
 use crate::flags::{more_help, BackendArg, ProfileArg};
@@ -9,6 +9,7 @@ use residency_formats::inputs::InputPaths;
 use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gpu::{GpuOptions, GpuTier};
 use residency_runtime::storage::open_backend;
 use std::path::PathBuf;
 
@@ -18,7 +19,7 @@ use std::path::PathBuf;
     more_help("give the one the plan was made with: it prices the prediction")
 ))]
 pub struct BenchArgs {
-    /// Plan file (from `residency plan --model DIR` with a CPU-only profile).
+    /// Plan file (from `residency plan --model DIR`).
     #[arg(long)]
     plan: PathBuf,
     /// Checkpoint directory the plan was made for (int4 or int8 experts).
@@ -64,7 +65,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         &plan,
         &args.plan,
         &checkpoint,
-        &ApplyOptions::default(),
+        &ApplyOptions {
+            // The GPU kernels are CUDA's: GPU places go to CUDA devices.
+            gpus: Some(GpuTier::cuda(&GpuOptions::default())),
+            ..ApplyOptions::default()
+        },
         open_backend(args.backend.backend),
         &|_| {},
     )?;
