@@ -103,6 +103,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         report.p99_token_seconds * 1e6
     );
     println!(
+        "  bench's own work {:.1} us a token ({:.1} % of it): drawing experts, building lists, queueing",
+        report.bench_overhead_seconds * 1e6,
+        report.bench_overhead_seconds / report.tok_per_s.recip() * 100.0
+    );
+    println!(
         "  {:<8} {:>14} {:>14} {:>8} {:>14} {:>14}",
         "per token", "measured us", "predicted us", "ratio", "bytes", "predicted B"
     );

@@ -97,6 +97,16 @@ impl Object {
     pub fn is_kv(&self) -> bool {
         matches!(self.kind, ObjectKind::KvGroup { .. })
     }
+    /// GEMVs one use runs: an expert's gate, up and down projections (every
+    /// MoE family the planner reads has gated experts); one for a trunk
+    /// component, as `bench` runs it; none for a KV group.
+    pub fn gemvs(&self) -> f64 {
+        match self.kind {
+            ObjectKind::Expert { .. } => 3.0,
+            ObjectKind::Trunk { .. } => 1.0,
+            ObjectKind::KvGroup { .. } => 0.0,
+        }
+    }
     /// Bytes charged to `place`'s capacity (0 on disk, the checkpoint, and
     /// when recomputed).
     pub fn bytes_at(&self, place: Place) -> u64 {
@@ -120,9 +130,13 @@ pub struct Stage {
 pub struct Resources {
     pub gpu_gemv_bytes_per_s: Vec<f64>,
     pub gpu_sync_seconds: Vec<f64>,
+    /// Per GEMV on the card beyond its bytes (`gemv_overhead`).
+    pub gpu_gemv_seconds: Vec<f64>,
     pub gpu_upload_bytes_per_s: Vec<f64>,
     pub gpu_capacity_bytes: Vec<u64>,
     pub cpu_gemv_bytes_per_s: Vec<f64>,
+    /// What a stage in which the node computes pays (`stage_overhead`).
+    pub cpu_stage_seconds: Vec<f64>,
     pub ram_capacity_bytes: Vec<u64>,
     pub drive_numa: Vec<usize>,
     pub drive_read_bytes_per_s: Vec<f64>,
@@ -143,11 +157,13 @@ impl Resources {
         Resources {
             gpu_gemv_bytes_per_s: profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect(),
             gpu_sync_seconds: profile.gpus.iter().map(|g| g.sync_overhead.0).collect(),
+            gpu_gemv_seconds: profile.gpus.iter().map(|g| g.gemv_overhead.0).collect(),
             gpu_upload_bytes_per_s: profile.gpus.iter().map(|g| g.upload_bandwidth.0).collect(),
             gpu_capacity_bytes: (0..profile.gpus.len())
                 .map(|g| profile.gpu_capacity(g))
                 .collect(),
             cpu_gemv_bytes_per_s: profile.numa.iter().map(|n| n.gemv_bandwidth.0).collect(),
+            cpu_stage_seconds: profile.numa.iter().map(|n| n.stage_overhead.0).collect(),
             ram_capacity_bytes: (0..profile.numa.len())
                 .map(|n| profile.ram_capacity(n))
                 .collect(),
@@ -204,13 +220,15 @@ pub struct Instance {
 }
 
 /// Work of each resource in one stage (design §4): `G` without the sync
-/// overhead, `C` without felt I/O, `D`; and which GPUs take part. `prefill`
-/// is the KV stage's prefill seconds, added to the stage's time, not maxed.
+/// overhead, `C` without felt I/O and the stage overhead, `D`; and which
+/// GPUs and CPU nodes take part (objects they compute). `prefill` is the
+/// KV stage's prefill seconds, added to the stage's time, not maxed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct StageLoads {
     pub gpu: Vec<f64>,
     pub gpu_objects: Vec<u32>,
     pub cpu: Vec<f64>,
+    pub cpu_objects: Vec<u32>,
     pub drive: Vec<f64>,
     pub prefill: f64,
 }
@@ -221,6 +239,7 @@ impl StageLoads {
             gpu: vec![0.0; resources.gpus()],
             gpu_objects: vec![0; resources.gpus()],
             cpu: vec![0.0; resources.numa_nodes()],
+            cpu_objects: vec![0; resources.numa_nodes()],
             drive: vec![0.0; resources.drives()],
             prefill: 0.0,
         }
@@ -228,13 +247,22 @@ impl StageLoads {
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) object `o` at `place`.
     pub fn apply(&mut self, resources: &Resources, o: &Object, place: Place, sign: f64) {
-        for (resource, work) in resources.work(o, place) {
+        let count = |objects: &mut u32| *objects = (*objects as i64 + sign as i64) as u32;
+        let computes = resources.computing_entry(o, place);
+        for (i, (resource, work)) in resources.work(o, place).into_iter().enumerate() {
             match resource {
                 Resource::Gpu(g) => {
                     self.gpu[g] += sign * work;
-                    self.gpu_objects[g] = (self.gpu_objects[g] as i64 + sign as i64) as u32;
+                    if computes == Some(i) {
+                        count(&mut self.gpu_objects[g]);
+                    }
                 }
-                Resource::Cpu(n) => self.cpu[n] += sign * work,
+                Resource::Cpu(n) => {
+                    self.cpu[n] += sign * work;
+                    if computes == Some(i) {
+                        count(&mut self.cpu_objects[n]);
+                    }
+                }
                 Resource::Drive(d) => self.drive[d] += sign * work,
                 Resource::Prefill => self.prefill += sign * work,
             }
@@ -249,6 +277,17 @@ impl StageLoads {
             0.0
         };
         self.gpu[g] + sync
+    }
+
+    /// Node n's CPU time in the stage: its work plus its stage overhead if
+    /// it takes part (felt reads not included).
+    pub fn cpu_seconds(&self, resources: &Resources, n: usize) -> f64 {
+        let overhead = if self.cpu_objects[n] > 0 {
+            resources.cpu_stage_seconds[n]
+        } else {
+            0.0
+        };
+        self.cpu[n] + overhead
     }
 
     /// `T[s]` of design §4 and the resource that sets it.
@@ -270,13 +309,15 @@ impl StageLoads {
         let max_drive = (0..self.drive.len()).map(drive).fold(0.0, f64::max);
         let f = resources.felt_fraction;
         let mut best = (0.0, Place::Ram(0));
+        let added_objects = |resource: Resource| {
+            changes
+                .iter()
+                .filter(|c| c.resource == resource)
+                .map(|c| c.objects)
+                .sum::<i64>()
+        };
         for g in 0..self.gpu.len() {
-            let objects = self.gpu_objects[g] as i64
-                + changes
-                    .iter()
-                    .filter(|c| c.resource == Resource::Gpu(g))
-                    .map(|c| c.objects)
-                    .sum::<i64>();
+            let objects = self.gpu_objects[g] as i64 + added_objects(Resource::Gpu(g));
             let sync = if objects > 0 {
                 resources.gpu_sync_seconds[g]
             } else {
@@ -288,7 +329,13 @@ impl StageLoads {
             }
         }
         for n in 0..self.cpu.len() {
-            let t = changed(Resource::Cpu(n), self.cpu[n]) + f * max_drive;
+            let objects = self.cpu_objects[n] as i64 + added_objects(Resource::Cpu(n));
+            let overhead = if objects > 0 {
+                resources.cpu_stage_seconds[n]
+            } else {
+                0.0
+            };
+            let t = changed(Resource::Cpu(n), self.cpu[n]) + overhead + f * max_drive;
             if t > best.0 {
                 best = (t, Place::Ram(n));
             }
@@ -375,7 +422,8 @@ impl Resources {
             Place::Gpu(g) => [
                 (
                     Resource::Gpu(g),
-                    p * o.gpu_bytes as f64 / self.gpu_gemv_bytes_per_s[g],
+                    p * (o.gpu_bytes as f64 / self.gpu_gemv_bytes_per_s[g]
+                        + o.gemvs() * self.gpu_gemv_seconds[g]),
                 ),
                 (Resource::Cpu(0), 0.0),
             ],
@@ -401,11 +449,24 @@ impl Resources {
         }
     }
 
+    /// Which of `work(o, place)`'s entries is the device computing `o`
+    /// (its GPU, its node's CPU, or for a drive the CPU of the drive's
+    /// node), whose participation in the stage it counts for; `None` for
+    /// a KV group, which is prefill, not a GEMV.
+    pub fn computing_entry(&self, o: &Object, place: Place) -> Option<usize> {
+        match place {
+            _ if o.is_kv() => None,
+            Place::Gpu(_) | Place::Ram(_) => Some(0),
+            Place::Disk(_) => Some(1),
+            Place::Recompute => None,
+        }
+    }
+
     /// The changes of moving `o` from `from` to `to`.
     pub fn move_changes(&self, o: &Object, from: Place, to: Place) -> [Change; 4] {
         let change = |place: Place, sign: f64, i: usize| {
             let (resource, work) = self.work(o, place)[i];
-            let objects = if i == 0 && matches!(resource, Resource::Gpu(_)) {
+            let objects = if self.computing_entry(o, place) == Some(i) {
                 sign as i64
             } else {
                 0

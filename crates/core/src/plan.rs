@@ -256,7 +256,7 @@ impl Plan {
                 for place in inst.places.iter().copied() {
                     let work = match place {
                         Place::Gpu(g) => loads.gpu_seconds(r, g),
-                        Place::Ram(n) => loads.cpu[n],
+                        Place::Ram(n) => loads.cpu_seconds(r, n),
                         Place::Disk(d) => loads.drive[d],
                         Place::Recompute => loads.prefill,
                     };

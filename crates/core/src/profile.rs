@@ -18,8 +18,17 @@ pub struct NumaNode {
     pub staging: Bytes,
     pub cores: u32,
     pub gemv_bandwidth: BytesPerSecond,
+    /// What a stage in which the node computes anything pays beyond its
+    /// bytes: waking its threads, splitting and joining the work (0: not
+    /// modelled; `profile calibrate` measures it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub stage_overhead: Seconds,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+}
+
+fn is_zero(s: &Seconds) -> bool {
+    s.0 == 0.0
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -34,6 +43,10 @@ pub struct Gpu {
     pub gemv_bandwidth: BytesPerSecond,
     pub upload_bandwidth: BytesPerSecond,
     pub sync_overhead: Seconds,
+    /// What each GEMV a stage runs on the card pays beyond its bytes, in a
+    /// batched launch (0: not modelled; `profile calibrate` measures it).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gemv_overhead: Seconds,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
 }
@@ -234,6 +247,7 @@ impl HardwareProfile {
                 );
             }
             positive_rate(path, format!("numa[{i}].gemv_bandwidth"), n.gemv_bandwidth)?;
+            duration(path, format!("numa[{i}].stage_overhead"), n.stage_overhead)?;
         }
         Ok(())
     }
@@ -265,14 +279,8 @@ impl HardwareProfile {
                 format!("gpus[{i}].upload_bandwidth"),
                 g.upload_bandwidth,
             )?;
-            if !g.sync_overhead.0.is_finite() {
-                return invalid(
-                    path,
-                    format!("gpus[{i}].sync_overhead"),
-                    "is not finite".into(),
-                    "give a time such as `120 us`",
-                );
-            }
+            duration(path, format!("gpus[{i}].sync_overhead"), g.sync_overhead)?;
+            duration(path, format!("gpus[{i}].gemv_overhead"), g.gemv_overhead)?;
         }
         Ok(())
     }
@@ -391,6 +399,19 @@ fn positive_rate(path: &Path, place: String, rate: BytesPerSecond) -> Result<()>
             place,
             "must be a positive rate".into(),
             "give a rate such as `25 GB/s`",
+        )
+    }
+}
+
+fn duration(path: &Path, place: String, time: Seconds) -> Result<()> {
+    if time.0.is_finite() && time.0 >= 0.0 {
+        Ok(())
+    } else {
+        invalid(
+            path,
+            place,
+            "is not a finite time of zero or more".into(),
+            "give a time such as `120 us`",
         )
     }
 }

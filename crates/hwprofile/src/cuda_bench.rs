@@ -3,9 +3,9 @@
 //! inputs and outputs in device memory; and the timings `calibrate` takes:
 //! the resident GEMV (over packed experts already in device memory, timed
 //! with events), the pinned host-to-device copy (as
-//! `examples/gpu_upload.rs` measures its ceiling), and the round trip of a
-//! tiny operation (a 4-byte memset, then a stream synchronize): what a
-//! stage in which the card takes part pays beyond its work.
+//! `examples/gpu_upload.rs` measures its ceiling), and stages timed as
+//! `bench` runs them (`StageGemvs`): what a stage in which the card takes
+//! part pays beyond its bytes, and each GEMV in it.
 //!
 //! libcuda is loaded at run time; `CudaBench::open` checks for it before any
 //! other cudarc call (which would panic without it), and turns a driver
@@ -21,6 +21,7 @@ use cudarc::driver::{
 };
 use residency_runtime::gpu::cuda::describe;
 use std::ffi::{c_void, CString};
+use std::ops::Range;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
@@ -201,6 +202,60 @@ impl CudaBench {
         })
     }
 
+    /// `matrices` (with their inputs) in device memory, run as one stage
+    /// of separate GEMVs: `parts[j] = (m, rows)` is GEMV `j`, over rows
+    /// `rows` of matrix `m`.
+    pub fn stage_gemvs(
+        &self,
+        matrices: &[PackedRows],
+        inputs: &[QuantizedInput],
+        parts: &[(usize, Range<usize>)],
+    ) -> Result<StageGemvs<'_>, String> {
+        guarded(|| {
+            let on_device = matrices
+                .iter()
+                .map(|m| self.matrix(m))
+                .collect::<Result<Vec<_>, _>>()?;
+            let inputs = inputs
+                .iter()
+                .map(|x| self.input(x))
+                .collect::<Result<Vec<_>, _>>()?;
+            let y = self.output(parts.iter().map(|(_, r)| r.len()).sum())?;
+            let mut at = self.pointer(&y);
+            let mut launches = Vec::with_capacity(parts.len());
+            for (m, rows) in parts {
+                let matrix = &matrices[*m];
+                let (weights, scales) = on_device[*m].addresses();
+                let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
+                let scale_bytes = (matrix.groups() * 2) as u64;
+                let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
+                launches.push(shape.at(
+                    weights + rows.start as u64 * row_bytes,
+                    scales + rows.start as u64 * scale_bytes,
+                    &inputs[*m],
+                    at,
+                ));
+                at += (rows.len() * size_of::<f32>()) as u64;
+            }
+            Ok(StageGemvs {
+                bench: self,
+                kernels: self.kernels()?,
+                bytes: parts
+                    .iter()
+                    .map(|(m, rows)| {
+                        let matrix = &matrices[*m];
+                        (rows.len() * (matrix.packing.row_bytes(matrix.cols) + matrix.groups() * 2))
+                            as u64
+                    })
+                    .sum(),
+                start: self.event()?,
+                end: self.event()?,
+                launches,
+                _memory: (on_device, inputs, y),
+            })
+        })
+    }
+
     /// Pinned host memory and device memory of `bytes` each, for
     /// `Upload::trial`.
     pub fn upload(&self, bytes: usize) -> Result<Upload<'_>, String> {
@@ -223,22 +278,6 @@ impl CudaBench {
                 pinned,
                 target,
             })
-        })
-    }
-
-    /// Mean seconds of `count` round trips of a 4-byte memset and a stream
-    /// synchronize.
-    pub fn sync_round_trips(&self, count: usize) -> Result<f64, String> {
-        guarded(|| {
-            let syncing = failed(self.ordinal, "timing a memset and synchronize");
-            let mut word = self.stream.alloc_zeros::<u32>(1).map_err(&syncing)?;
-            self.stream.synchronize().map_err(&syncing)?;
-            let started = Instant::now();
-            for _ in 0..count {
-                self.stream.memset_zeros(&mut word).map_err(&syncing)?;
-                self.stream.synchronize().map_err(&syncing)?;
-            }
-            Ok(started.elapsed().as_secs_f64() / count.max(1) as f64)
         })
     }
 }
@@ -509,6 +548,48 @@ impl ResidentGemv<'_> {
     /// `y` of the first `rows` rows of matrix `m` after a trial.
     pub fn y(&self, m: usize, rows: usize) -> Result<Vec<f32>, String> {
         self.bench.read(&self.resident[m].y, rows)
+    }
+}
+
+/// A stage's GEMVs in device memory, timed as `bench` runs a stage.
+pub struct StageGemvs<'a> {
+    bench: &'a CudaBench,
+    kernels: GemvKernels,
+    launches: Vec<GemvLaunch>,
+    bytes: u64,
+    start: CudaEvent,
+    end: CudaEvent,
+    /// What the launches' addresses point into.
+    _memory: (Vec<DeviceMatrix>, Vec<DeviceInput>, CudaSlice<f32>),
+}
+
+impl StageGemvs<'_> {
+    /// Bytes one stage reads: the GEMVs' weights and scales.
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    pub fn gemvs(&self) -> usize {
+        self.launches.len()
+    }
+
+    /// Mean wall seconds of `stages` stages, each an event, the GEMVs in
+    /// one batched launch, an event, and a wait for it.
+    pub fn trial(&self, stages: usize) -> Result<f64, String> {
+        let stream = self.bench.stream();
+        let timing = failed(self.bench.ordinal, "timing a stage");
+        guarded(|| {
+            let started = Instant::now();
+            for _ in 0..stages {
+                self.start.record(stream).map_err(&timing)?;
+                // SAFETY: the addresses are `_memory`'s, alive while `self`
+                // is, and each stage waits for its end event.
+                unsafe { self.kernels.launch(stream, &self.launches) }?;
+                self.end.record(stream).map_err(&timing)?;
+                self.end.synchronize().map_err(&timing)?;
+            }
+            Ok(started.elapsed().as_secs_f64() / stages.max(1) as f64)
+        })
     }
 }
 

@@ -231,6 +231,7 @@ fn add_node(doc: &mut ProfileDoc, i: usize, node: &NodeFacts) {
         staging,
         cores,
         gemv_bandwidth: gemv,
+        stage_overhead: Seconds(0.0),
         host: None,
     });
     let set =
@@ -327,6 +328,7 @@ fn add_gpu(doc: &mut ProfileDoc, i: usize, gpu: &GpuFacts, nodes: &[NodeFacts]) 
         gemv_bandwidth: round_rate(gemv),
         upload_bandwidth: round_rate(upload),
         sync_overhead: Seconds(SYNC_OVERHEAD_SECONDS),
+        gemv_overhead: Seconds(0.0),
         host: None,
     });
     let mut summary = format!("{} {}", gpu.label, gpu.name);

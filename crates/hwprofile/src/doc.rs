@@ -209,6 +209,7 @@ fn numa_fields(n: &NumaNode) -> Vec<(&'static str, String)> {
         staging,
         cores,
         gemv_bandwidth,
+        stage_overhead,
         host,
     } = n;
     let mut f = vec![
@@ -219,6 +220,8 @@ fn numa_fields(n: &NumaNode) -> Vec<(&'static str, String)> {
         ("cores", cores.to_string()),
         ("gemv_bandwidth", rate_text(*gemv_bandwidth)),
     ];
+    // Written once calibrate measures it: 0 is "not modelled".
+    f.extend((stage_overhead.0 > 0.0).then(|| ("stage_overhead", time_text(*stage_overhead))));
     f.extend(host.as_ref().map(|h| ("host", quoted(h))));
     f
 }
@@ -234,6 +237,7 @@ fn gpu_fields(g: &Gpu) -> Vec<(&'static str, String)> {
         gemv_bandwidth,
         upload_bandwidth,
         sync_overhead,
+        gemv_overhead,
         host,
     } = g;
     let mut f = vec![
@@ -246,6 +250,7 @@ fn gpu_fields(g: &Gpu) -> Vec<(&'static str, String)> {
         ("upload_bandwidth", rate_text(*upload_bandwidth)),
         ("sync_overhead", time_text(*sync_overhead)),
     ];
+    f.extend((gemv_overhead.0 > 0.0).then(|| ("gemv_overhead", time_text(*gemv_overhead))));
     f.extend(host.as_ref().map(|h| ("host", quoted(h))));
     f
 }

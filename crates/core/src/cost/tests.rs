@@ -202,3 +202,50 @@ fn ram_kv_saves_nothing_when_the_upload_is_slower_than_prefill() {
     let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU, RAM]);
     assert!(close(ev.stage_seconds[4], 0.01 * 0.005));
 }
+
+#[test]
+fn cpu_stage_overhead_and_gpu_gemv_overhead_are_charged_where_they_take_part() {
+    let text = PROFILE
+        .replace(
+            "gemv_bandwidth: 10 GB/s }",
+            "gemv_bandwidth: 10 GB/s, stage_overhead: 200 us }",
+        )
+        .replace(
+            "sync_overhead: 100 us }",
+            "sync_overhead: 100 us, gemv_overhead: 2 us }",
+        );
+    let profile = HardwareProfile::from_yaml_str(&text, Path::new("p")).unwrap();
+    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let inst = Instance::new(&profile, &model, &[vec![1.0, 0.5, 0.3, 0.2]]);
+    let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]);
+    // L0.dense: attn on the GPU, one GEMV: 2e6/1e11 + 2e-6 + sync 1e-4 = 1.22e-4.
+    // L1.dense: attn on the CPU: 2e6/1e10 + stage overhead 2e-4 = 4e-4.
+    // L1.experts: G = 1.0 x (1e6/1e11 + 3 GEMVs x 2e-6) + 1e-4 = 1.16e-4;
+    //   C = 0.5e6/1e10 + 0.5e6/1e10 + 2e-4 (ram and disk experts) = 3e-4;
+    //   D = 0.5 x (1e-4 + 1e6/1e9) = 5.5e-4 -> 5.5e-4.
+    // head: 4e6/1e11 + 2e-6 + 1e-4 = 1.42e-4.
+    let expected = [1.22e-4, 4e-4, 5.5e-4, 1.42e-4];
+    for (got, want) in ev.stage_seconds.iter().zip(expected) {
+        assert!(close(*got, want), "{got} vs {want}");
+    }
+    assert!(close(ev.loads[2].cpu_seconds(&inst.resources, 0), 3e-4));
+
+    // A cold expert (p = 0) in RAM still makes the node take part:
+    // G = 2 x (1e-5 + 6e-6) + 1e-4 = 1.32e-4, C = 0 + 2e-4 -> 2e-4.
+    let inst = Instance::new(&profile, &model, &[vec![1.0, 1.0, 0.0, 0.0]]);
+    let placement = [GPU, GPU, GPU, RAM, GPU, GPU, GPU];
+    let ev = inst.evaluate(&placement);
+    assert!(close(ev.stage_seconds[2], 2e-4));
+    assert_eq!(ev.bottlenecks[2], Place::Ram(0));
+    // Moving it to the card, priced without copying the loads: the node
+    // leaves the stage, which the GPU now sets at 1.32e-4, as a fresh
+    // evaluation of the moved placement says.
+    let changes = inst
+        .resources
+        .move_changes(&inst.objects[3], Place::Ram(0), Place::Gpu(0));
+    let (moved, at) = ev.loads[2].seconds_with(&inst.resources, &changes);
+    assert!(close(moved, 1.32e-4), "{moved}");
+    assert_eq!(at, Place::Gpu(0));
+    let fresh = inst.evaluate(&[GPU, GPU, GPU, GPU, GPU, GPU, GPU]);
+    assert!(close(fresh.stage_seconds[2], moved));
+}

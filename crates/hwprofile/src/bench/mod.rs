@@ -100,6 +100,10 @@ pub struct BenchReport {
     pub p50_token_seconds: f64,
     pub p99_token_seconds: f64,
     pub predicted_token_seconds: f64,
+    /// Per token, bench's own work on the critical path: each stage's time
+    /// before its first kernel starts (drawing the experts, building the
+    /// stage's lists, queueing its GPU work), which an engine would not pay.
+    pub bench_overhead_seconds: f64,
     /// Per stage kind, summed over layers.
     pub stages: Vec<Measured>,
     /// Per CPU node and drive.
@@ -222,6 +226,9 @@ struct Tally {
     cpu_bytes: Vec<f64>,
     drive_seconds: Vec<f64>,
     drive_bytes: Vec<f64>,
+    /// The stages' time before their first launch: drawing the experts,
+    /// building the stage's lists and queueing its GPU work.
+    bench_seconds: f64,
 }
 
 const KINDS: [(StageKind, &str); 3] = [
@@ -353,6 +360,8 @@ pub fn bench(
                     total.stage_bytes[kind] += bytes;
                 }
             }
+            // What bench itself spent on the stage: drawing, lists, queueing.
+            total.bench_seconds += stage_started.elapsed().as_secs_f64();
             for card in cards.iter_mut().flatten() {
                 card.launch_stage()?;
             }
@@ -767,14 +776,14 @@ fn report(
     let cpus = (0..r.numa_nodes()).map(|n| Measured {
         name: format!("cpu:{n}"),
         measured_seconds: per_token(total.cpu_seconds[n]),
-        predicted_seconds: eval.loads.iter().map(|l| l.cpu[n]).sum(),
+        predicted_seconds: eval.loads.iter().map(|l| l.cpu_seconds(r, n)).sum(),
         bytes_per_token: per_token(total.cpu_bytes[n]),
         predicted_bytes_per_token: cpu_bytes[n],
     });
     let gpus = (0..r.gpus()).map(|g| Measured {
         name: format!("gpu:{g}"),
         measured_seconds: per_token(total.gpu_seconds[g]),
-        predicted_seconds: eval.loads.iter().map(|l| l.gpu[g]).sum(),
+        predicted_seconds: eval.loads.iter().map(|l| l.gpu_seconds(r, g)).sum(),
         bytes_per_token: per_token(total.gpu_bytes[g]),
         predicted_bytes_per_token: gpu_bytes[g],
     });
@@ -800,6 +809,7 @@ fn report(
         p50_token_seconds: quantile(0.5),
         p99_token_seconds: quantile(0.99),
         predicted_token_seconds: eval.token_seconds,
+        bench_overhead_seconds: per_token(total.bench_seconds),
         stages,
         resources: gpus.chain(cpus).chain(drives).collect(),
         checksum,

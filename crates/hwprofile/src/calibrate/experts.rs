@@ -71,6 +71,8 @@ pub(super) struct ExpertSource {
     pub(super) label: String,
     /// (rows, cols) of each projection of one expert.
     pub(super) shapes: Vec<(usize, usize)>,
+    /// Experts a token routes to in each layer: the experts a stage runs.
+    pub(super) top_k: usize,
     pub(super) cpu: Packing,
     pub(super) gpu: Packing,
     /// The checkpoint's experts, each a list of projections, and its shards.
@@ -97,6 +99,7 @@ impl ExpertSource {
                     dir.display()
                 ),
                 shapes: expert_shapes(c.hidden, c.expert_intermediate),
+                top_k: c.top_k,
                 cpu: int4,
                 gpu: int4,
                 checkpoint: None,
@@ -125,6 +128,7 @@ impl ExpertSource {
         Ok(ExpertSource {
             label: format!("generated experts of {}", model.name()),
             shapes: expert_shapes(d.hidden as usize, d.expert_intermediate as usize),
+            top_k: d.top_k,
             cpu: tier(&d.tiers.ram),
             gpu: tier(&d.tiers.gpu),
             checkpoint: None,
@@ -156,10 +160,21 @@ impl ExpertSource {
         Ok(ExpertSource {
             label: format!("experts of {}", checkpoint.dir.display()),
             shapes,
+            top_k: checkpoint.config.top_k,
             cpu: packing,
             gpu: packing,
             checkpoint: Some((experts, checkpoint.shards.clone())),
         })
+    }
+
+    /// Bytes of one expert in `packing`: weights and F16 scales.
+    pub(super) fn expert_bytes(&self, packing: Packing) -> u64 {
+        self.shapes
+            .iter()
+            .map(|&(rows, cols)| {
+                (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64
+            })
+            .sum()
     }
 
     pub(super) fn shards(&self) -> &[PathBuf] {
@@ -179,13 +194,7 @@ impl ExpertSource {
         for &(rows, cols) in &self.shapes {
             *rows_per_expert.entry(cols).or_default() += rows;
         }
-        let expert_bytes: u64 = rows_per_expert
-            .iter()
-            .map(|(&cols, &rows)| {
-                (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64
-            })
-            .sum();
-        let experts = (target_bytes / expert_bytes).max(1) as usize;
+        let experts = (target_bytes / self.expert_bytes(packing)).max(1) as usize;
         let mut matrices: Vec<PackedRows> = rows_per_expert
             .iter()
             .map(|(&cols, &rows)| PackedRows::zeroed(packing, cols, rows * experts, pool))

@@ -7,6 +7,7 @@ use super::experts::inputs_for;
 use super::{Run, MAX_GEMV_BYTES, UPLOAD_BYTES};
 use crate::cuda_bench::CudaBench;
 use crate::doc::{field, rate_text, round_rate, round_time, time_text};
+use crate::gemv::PackedRows;
 use residency_core::units::Bytes;
 use std::time::Duration;
 
@@ -66,27 +67,95 @@ impl Run<'_> {
                 .notes
                 .push(format!("gpus[{g}]: upload_bandwidth not measured: {e}")),
         }
-        let step = format!("gpus[{g}]: sync overhead");
-        let sync = self.repeat(&step, quarter, |trips| bench.sync_round_trips(trips));
-        match sync {
-            Ok((spread, trips)) => {
-                let time = round_time(spread.median);
-                self.doc.profile.gpus[g].sync_overhead = time;
-                let what = format!(
-                    "mean of {trips} round trips a trial of a 4-byte memset and a stream synchronize"
-                );
-                self.record(
-                    &field("gpus", g, "sync_overhead"),
-                    time_text(time),
-                    &spread,
-                    false,
-                    what,
-                );
-            }
-            Err(e) => self
-                .notes
-                .push(format!("gpus[{g}]: sync_overhead not measured: {e}")),
+        if let Err(e) = self.gpu_stage(g, &bench, quarter) {
+            self.notes.push(format!(
+                "gpus[{g}]: sync_overhead and gemv_overhead not measured: {e}"
+            ));
         }
+    }
+
+    /// What a stage costs on GPU `g` beyond its bytes, timed as `bench`
+    /// runs a stage (an event, one batched launch, an event, a wait):
+    /// `sync_overhead` is a stage of one one-row GEMV; `gemv_overhead` is,
+    /// per GEMV, what a stage of `top_k` experts' projections (each its own
+    /// GEMV) takes beyond that and its bytes at `gemv_bandwidth`.
+    fn gpu_stage(&mut self, g: usize, bench: &CudaBench, budget: Duration) -> Result<(), String> {
+        let packing = self.source.gpu;
+        let cols = packing.group.max(packing.chunk_features());
+        let mut tiny = PackedRows::zeroed(packing, cols, 1, None);
+        tiny.fill_generated(3);
+        let one = bench.stage_gemvs(
+            std::slice::from_ref(&tiny),
+            &inputs_for(std::slice::from_ref(&tiny)),
+            &[(0, 0..1)],
+        )?;
+        let step = format!("gpus[{g}]: sync overhead");
+        let (spread, stages) = self.repeat(&step, budget / 2, |stages| one.trial(stages))?;
+        let sync = round_time(spread.median);
+        self.doc.profile.gpus[g].sync_overhead = sync;
+        let what = format!(
+            "mean of {stages} stages a trial, each an event, a batched launch of one one-row {} GEMV, an event and a wait for it",
+            packing.name()
+        );
+        self.record(
+            &field("gpus", g, "sync_overhead"),
+            time_text(sync),
+            &spread,
+            false,
+            what,
+        );
+        let experts = self.source.top_k.max(1);
+        let rows = self
+            .source
+            .expert_rows(
+                packing,
+                experts as u64 * self.source.expert_bytes(packing),
+                None,
+            )
+            .map_err(|e| e.to_string())?;
+        let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
+        let rows_per_expert = |cols: usize| -> usize {
+            self.source
+                .shapes
+                .iter()
+                .filter(|s| s.1 == cols)
+                .map(|s| s.0)
+                .sum()
+        };
+        // Expert e's projection p lies at e x (its width's rows an expert)
+        // + the rows of the projections of its width before it
+        // (`expert_rows` stacks them so).
+        let mut parts = Vec::new();
+        for e in 0..experts {
+            let mut before = vec![0usize; widths.len()];
+            for &(r, c) in &self.source.shapes {
+                let m = widths.iter().position(|&w| w == c).expect("every width");
+                let first = e * rows_per_expert(c) + before[m];
+                parts.push((m, first..first + r));
+                before[m] += r;
+            }
+        }
+        let stage = bench.stage_gemvs(&rows, &inputs_for(&rows), &parts)?;
+        let bytes_per_s = self.doc.profile.gpus[g].gemv_bandwidth.0;
+        let (bytes, gemvs) = (stage.bytes() as f64, stage.gemvs() as f64);
+        let step = format!("gpus[{g}]: GEMV overhead");
+        let (spread, stages) = self.repeat(&step, budget / 2, |stages| {
+            Ok((stage.trial(stages)? - sync.0 - bytes / bytes_per_s) / gemvs)
+        })?;
+        let time = round_time(spread.median.max(0.0));
+        self.doc.profile.gpus[g].gemv_overhead = time;
+        let what = format!(
+            "mean of {stages} stages a trial of {experts} experts' {gemvs} GEMVs ({}) in one launch, less sync_overhead and their bytes at gemv_bandwidth, per GEMV",
+            Bytes(stage.bytes())
+        );
+        self.record(
+            &field("gpus", g, "gemv_overhead"),
+            time_text(time),
+            &spread,
+            false,
+            what,
+        );
+        Ok(())
     }
 
     /// Resident GEMV bandwidth of GPU `g`, after checking the kernel's

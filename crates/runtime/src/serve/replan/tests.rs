@@ -8,9 +8,11 @@ fn replanner(params: ReplanParams, pinned: &[ObjectIndex]) -> Replanner {
     let resources = Resources {
         gpu_gemv_bytes_per_s: vec![],
         gpu_sync_seconds: vec![],
+        gpu_gemv_seconds: vec![],
         gpu_upload_bytes_per_s: vec![],
         gpu_capacity_bytes: vec![],
         cpu_gemv_bytes_per_s: vec![1e9],
+        cpu_stage_seconds: vec![0.0],
         ram_capacity_bytes: vec![300],
         drive_numa: vec![0],
         drive_read_bytes_per_s: vec![1e5],
