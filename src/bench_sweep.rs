@@ -133,7 +133,7 @@ pub struct SweepReport {
 /// A budget, how it was set, and what was measured fastest at it.
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct BudgetSummary {
-    /// Bytes each card offers to weights; `None`: the profile has no card.
+    /// Bytes each card offers to weights; null: the profile has no card.
     pub budget_bytes: Option<u64>,
     /// Per card, the reserve that sets it: `vram - budget`.
     pub gpu_reserved_bytes: Vec<u64>,
@@ -154,7 +154,7 @@ pub struct SweepRow {
     pub strategy: String,
     /// What made the placement: the solver's method, llama.cpp's flags, ...
     pub description: String,
-    /// Why the strategy has no placement at this budget; `None` when it ran.
+    /// Why the strategy has no placement at this budget; null when it ran.
     pub does_not_fit: Option<String>,
     /// `1 / evaluate(placement).token_seconds`.
     pub predicted_tok_per_s: Option<f64>,
