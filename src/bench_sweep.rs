@@ -285,14 +285,19 @@ struct Config {
     placed: Option<Placed>,
 }
 
-/// The placement of `strategy` on `inst` as a plan's solution, or why it
-/// has none; `cpu` is the placement of the profile without cards, in
-/// places (`cpu_places`, made once).
+/// A strategy's answer at a budget: `Ok`, or why it does not fit (a row,
+/// not an error).
+type Fit<T> = std::result::Result<T, String>;
+
+/// The placement of `strategy` on `inst` as a plan's solution, with the
+/// time limit its plan file records (0 for a rule), or why it has none;
+/// `cpu` is the placement of the profile without cards, in places
+/// (`cpu_places`, made once).
 fn solution_of(
     strategy: SweepStrategy,
     inst: &Instance,
-    cpu_places: &std::result::Result<Vec<Place>, String>,
-) -> Result<std::result::Result<(Solution, f64), String>> {
+    cpu_places: &Fit<Vec<Place>>,
+) -> Result<Fit<(Solution, f64)>> {
     Ok(match strategy {
         SweepStrategy::Plan => {
             let options = crate::default_solve_options();
@@ -327,17 +332,14 @@ fn solution_of(
 /// Greedy on the profile without its cards: where each object goes when
 /// nothing is on a GPU, as places (objects are indexed by the model and
 /// heat alone, the same in every budget's instance).
-fn cpu_places(inputs: &Inputs) -> Result<std::result::Result<Vec<Place>, String>> {
+fn cpu_places(inputs: &Inputs) -> Fit<Vec<Place>> {
     let mut without_cards = inputs.clone();
     without_cards.profile.gpus.clear();
-    let inst = match without_cards.instance() {
-        Ok(inst) => inst,
-        // Nothing but the cards holds the trunk.
-        Err(e) => return Ok(Err(e.to_string())),
-    };
-    Ok(greedy(&inst)
+    // Fails where nothing but the cards holds the trunk.
+    let inst = without_cards.instance().map_err(|e| e.to_string())?;
+    greedy(&inst)
         .map(|p| p.iter().map(|&q| inst.places[q]).collect())
-        .map_err(|e| e.to_string()))
+        .map_err(|e| e.to_string())
 }
 
 /// The plan's inputs at a budget: the profile named with the budget (its
@@ -361,10 +363,7 @@ fn configurations(
     strategies: &[SweepStrategy],
     dir: &Path,
 ) -> Result<(Vec<Config>, Vec<Instance>)> {
-    let cpu_places = match strategies.contains(&SweepStrategy::Cpu) {
-        true => cpu_places(inputs)?,
-        false => Err(String::new()),
-    };
+    let cpu_places = cpu_places(inputs);
     let mut configs = Vec::new();
     let mut insts = Vec::new();
     for (b, budget) in budgets.iter().enumerate() {
@@ -575,8 +574,11 @@ fn print_table(report: &SweepReport, budgets: &[Budget]) {
         report.checkpoint, report.profile, report.tokens, report.seed, report.rounds
     );
     println!(
-        "  {:<10} {:<10} {:>10} {:>10} {:>23} {:>8}  {}",
-        "budget", "strategy", "predicted", "measured", "[min..max] tok/s", "ratio", "checksum"
+        "  tok/s: predicted by the cost model; measured, the median and [min..max] over the rounds"
+    );
+    println!(
+        "  {:<10} {:<10} {:>10} {:>10} {:>23} {:>8}  checksum",
+        "budget", "strategy", "predicted", "measured", "[min..max]", "ratio"
     );
     for row in &report.rows {
         let label = label_of(budgets, row.budget_bytes);
