@@ -497,7 +497,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 }
             }
             eprintln!(
-                "round {}/{}, {}, {}: {:.1} tok/s measured, {:.1} predicted",
+                "round {}/{}, {}, {}: {:.2} tok/s measured, {:.2} predicted",
                 round + 1,
                 sweep.rounds,
                 budgets[p.budget].label(),
@@ -595,10 +595,10 @@ fn print_table(report: &SweepReport, budgets: &[Budget]) {
             .map(|r| format!("{:.6e}", r.report.checksum))
             .collect();
         println!(
-            "  {label:<10} {:<10} {predicted:>10.1} {:>10.1} {:>23} {ratio:>8.2}  {}",
+            "  {label:<10} {:<10} {predicted:>10.2} {:>10.2} {:>23} {ratio:>8.2}  {}",
             row.strategy,
             m.median,
-            format!("[{:.1}..{:.1}]", m.min, m.max),
+            format!("[{:.2}..{:.2}]", m.min, m.max),
             checksums.into_iter().collect::<Vec<_>>().join(" ")
         );
     }
@@ -614,7 +614,7 @@ fn print_table(report: &SweepReport, budgets: &[Budget]) {
             None => "-".into(),
         };
         println!(
-            "  {label}: {fastest} at {tok_per_s:.1} tok/s; the plan's lead: {} over n-cpu-moe, {} over greedy",
+            "  {label}: {fastest} at {tok_per_s:.2} tok/s; the plan's lead: {} over n-cpu-moe, {} over greedy",
             lead(b.plan_lead_over_n_cpu_moe_percent),
             lead(b.plan_lead_over_greedy_percent)
         );

@@ -460,7 +460,7 @@ fn sweep_on_a_cpu_only_profile_runs_each_strategy_once_without_cards() {
         3
     );
     assert!(
-        out.contains(&format!("  no GPU: {fastest} at {top:.1} tok/s")),
+        out.contains(&format!("  no GPU: {fastest} at {top:.2} tok/s")),
         "{out}"
     );
     // The document is what its schema says.
