@@ -108,6 +108,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     if args.tokens == 0 {
         bail!("--tokens 0: give at least one token");
     }
+    // Said before the runs, not after them (a sweep's take minutes).
+    if let Some(dir) = args.json.as_deref().and_then(Path::parent) {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            bail!(
+                "--json {}: {} is not a directory; create it or give another path",
+                args.json.as_deref().unwrap_or(dir).display(),
+                dir.display()
+            );
+        }
+    }
     let Some(plan_path) = &args.plan else {
         return crate::bench_sweep::run(args);
     };

@@ -168,6 +168,7 @@ pub struct SweepRow {
 
 #[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct SweepRun {
+    /// From 0, in the order the rounds ran.
     pub round: usize,
     pub report: BenchReport,
 }
@@ -444,8 +445,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     )?;
     let dir = tempfile::tempdir().context("creating a directory for the sweep's plan files")?;
     let (mut configs, insts) = configurations(&mut inputs, &budgets, &strategies, dir.path())?;
-    crate::notes(&inputs.notes);
-    crate::notes(&notes);
+    // Every budget's instance and every run say the same things: each once.
+    let mut said = BTreeSet::new();
+    let mut say = |notes: &[String]| {
+        for note in notes {
+            if said.insert(note.clone()) {
+                crate::notes(std::slice::from_ref(note));
+            }
+        }
+    };
+    say(&inputs.notes);
+    say(&notes);
     // Every placement refused before any is loaded: a sweep stops at its
     // start, not after minutes of others' runs.
     for c in &configs {
@@ -471,7 +481,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         ..ApplyOptions::default()
     };
     let options = args.options();
-    let mut said = BTreeSet::new();
     for round in 0..sweep.rounds {
         for c in &mut configs {
             let Some(p) = &c.placed else { continue };
@@ -485,17 +494,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             )
             .with_context(|| {
                 format!(
-                    "--sweep round {round}: {} at {}",
+                    "--sweep round {}/{}: {} at {}",
+                    round + 1,
+                    sweep.rounds,
                     c.row.strategy,
                     budgets[p.budget].label()
                 )
             })?;
-            // Every run says the same things: each once.
-            for note in apply_notes.iter().chain(&report.notes) {
-                if said.insert(note.clone()) {
-                    crate::notes(std::slice::from_ref(note));
-                }
-            }
+            say(&apply_notes);
+            say(&report.notes);
             eprintln!(
                 "round {}/{}, {}, {}: {:.2} tok/s measured, {:.2} predicted",
                 round + 1,

@@ -14,7 +14,7 @@ mod replay_cmd;
 mod simulate;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use flags::{more_help, named, ModelArg, ProfileArg};
 use residency_core::cost::Instance;
 use residency_core::kv::KvGroupsFile;
@@ -307,9 +307,10 @@ fn one_line(e: &clap::Error) -> String {
             None => message.push(line),
         }
     }
+    // The subcommand's own help, where the command line names one.
     let command = std::env::args()
         .nth(1)
-        .filter(|a| !a.starts_with('-'))
+        .filter(|a| Cli::command().find_subcommand(a).is_some())
         .map(|c| format!(" {c}"))
         .unwrap_or_default();
     let help = format!("see `residency{command} --help`");

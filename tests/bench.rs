@@ -578,6 +578,14 @@ fn sweep_refuses_bad_flags_in_one_line() {
         "give one of them, not both",
         &json,
     );
+    // A report that could not be written is refused before the runs.
+    let nowhere = su.dir.join("missing").join("sweep.json");
+    assert_bad_flag(
+        &sweep_args(&su, &su.profile, &nowhere, &[]),
+        "--json",
+        "is not a directory; create it",
+        &nowhere,
+    );
     // The sweep's own flags need --sweep: with --plan they are refused.
     let mut single = bench_args(&su, &su.plan, &json);
     single.extend(["--rounds", "2"]);
