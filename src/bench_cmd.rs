@@ -16,7 +16,10 @@ use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::storage::{open_backend, BackendKind};
 use std::path::{Path, PathBuf};
 
+/// One of the two modes, `--plan` or `--sweep`: clap names both when
+/// neither is given and refuses the two together.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["plan", "sweep"])))]
 #[command(mut_arg(
     "profile",
     more_help("give the one the plan was made with: it prices the prediction (with --sweep, the budgets set its cards' reserves)")
@@ -24,7 +27,7 @@ use std::path::{Path, PathBuf};
 pub struct BenchArgs {
     /// Plan file (from `residency plan --model DIR` with a CPU-only
     /// profile); not with --sweep, which makes its own.
-    #[arg(long, required_unless_present = "sweep", conflicts_with = "sweep")]
+    #[arg(long)]
     pub plan: Option<PathBuf>,
     /// Instead of one plan: make each of --strategies' placements at each
     /// of --budgets, apply and bench them in --rounds interleaved rounds,
