@@ -1,7 +1,7 @@
 //! `residency bench`: a plan applied to a checkpoint (`runtime::apply`),
-//! then decode tokens served on the CPU as the plan places the work
-//! (`residency_hwprofile::bench`), measured beside the cost model; with
-//! `--sweep`, the strategies' placements at several VRAM budgets
+//! then decode tokens served on the CPU and CUDA GPUs as the plan places
+//! the work (`residency_hwprofile::bench`), measured beside the cost model;
+//! with `--sweep`, the strategies' placements at several VRAM budgets
 //! (`bench_sweep`).
 
 use crate::bench_sweep::SweepArgs;
@@ -13,6 +13,7 @@ use residency_formats::inputs::{InputPaths, Inputs};
 use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gpu::{GpuOptions, GpuTier};
 use residency_runtime::storage::{open_backend, BackendKind};
 use std::path::{Path, PathBuf};
 
@@ -25,8 +26,8 @@ use std::path::{Path, PathBuf};
     more_help("give the one the plan was made with: it prices the prediction (with --sweep, the budgets set its cards' reserves)")
 ))]
 pub struct BenchArgs {
-    /// Plan file (from `residency plan --model DIR` with a CPU-only
-    /// profile); not with --sweep, which makes its own.
+    /// Plan file (from `residency plan --model DIR`); not with --sweep,
+    /// which makes its own.
     #[arg(long)]
     pub plan: Option<PathBuf>,
     /// Instead of one plan: make each of --strategies' placements at each
@@ -77,6 +78,15 @@ impl BenchArgs {
             tokens: self.tokens,
             seed: self.seed,
         }
+    }
+}
+
+/// How either mode applies a plan: the GPU kernels are CUDA's, so GPU
+/// places go to CUDA devices (opened once for a sweep's every apply).
+pub fn apply_options() -> ApplyOptions {
+    ApplyOptions {
+        gpus: Some(GpuTier::cuda(&GpuOptions::default())),
+        ..ApplyOptions::default()
     }
 }
 
@@ -135,7 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         &placement,
         (&plan, plan_path),
         &checkpoint,
-        (&ApplyOptions::default(), args.backend.backend),
+        (&apply_options(), args.backend.backend),
         &args.options(),
     )?;
     crate::notes(&apply_notes);

@@ -18,7 +18,7 @@
 //! order) so that a machine's drift spreads over all of them, and each
 //! configuration's store is dropped before the next is applied.
 
-use crate::bench_cmd::{apply_and_bench, BenchArgs};
+use crate::bench_cmd::{apply_and_bench, apply_options, BenchArgs};
 use crate::flags::named;
 use anyhow::{bail, Context, Result};
 use residency_core::cost::{Instance, Place};
@@ -30,9 +30,7 @@ use residency_core::units::{parse_size, Bytes};
 use residency_formats::export::baselines::{llama_cpp_strategies, LlamaCppStrategy};
 use residency_formats::inputs::{defaults, Inputs};
 use residency_hwprofile::bench::{check_runnable, BenchReport};
-use residency_runtime::apply::ApplyOptions;
 use residency_runtime::checkpoint::Checkpoint;
-use residency_runtime::gpu::{GpuOptions, GpuTier};
 use residency_solver::greedy::greedy;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -470,16 +468,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 })?;
         }
     }
-    // Devices opened once for every apply, when a placement uses them.
-    let uses_gpu = configs.iter().filter_map(|c| c.placed.as_ref()).any(|p| {
-        p.placement
-            .iter()
-            .any(|&q| matches!(insts[p.budget].places[q], Place::Gpu(_)))
-    });
-    let apply_options = ApplyOptions {
-        gpus: uses_gpu.then(|| GpuTier::detect(&GpuOptions::default())),
-        ..ApplyOptions::default()
-    };
+    let apply_options = apply_options();
     let options = args.options();
     for round in 0..sweep.rounds {
         for c in &mut configs {

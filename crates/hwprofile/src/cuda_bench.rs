@@ -1,5 +1,7 @@
-//! Timings on one CUDA device, for `calibrate`: the resident GEMV (the PTX
-//! kernels of `gemv` over packed experts already in device memory, timed
+//! One CUDA device for `calibrate` and `bench`: the PTX GEMV kernels of
+//! `gemv` loaded (`GemvKernels`, a batch of matrices a launch), matrices,
+//! inputs and outputs in device memory; and the timings `calibrate` takes:
+//! the resident GEMV (over packed experts already in device memory, timed
 //! with events), the pinned host-to-device copy (as
 //! `examples/gpu_upload.rs` measures its ceiling), and the round trip of a
 //! tiny operation (a 4-byte memset, then a stream synchronize): what a
@@ -9,7 +11,10 @@
 //! other cudarc call (which would panic without it), and turns a driver
 //! that panics in cudarc into an error.
 
-use super::gemv::{ptx, PackedRows, QuantizedInput, CHUNK_BYTES, GPU_BLOCK_THREADS};
+use super::gemv::{
+    ptx, PackedRows, Packing, QuantizedInput, CHUNK_BYTES, GPU_BATCH, GPU_BLOCK_THREADS,
+    GPU_DESCRIPTOR_BYTES,
+};
 use cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
     PinnedHostSlice,
@@ -34,7 +39,7 @@ fn failed(ordinal: usize, action: &'static str) -> impl Fn(DriverError) -> Strin
 
 /// Runs `f`, turning a panic inside cudarc (a symbol the driver lacks)
 /// into an error.
-fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
     catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
         Err("the CUDA driver library failed (a symbol is missing); update the NVIDIA driver".into())
     })
@@ -87,47 +92,112 @@ impl CudaBench {
         inputs: &[QuantizedInput],
     ) -> Result<ResidentGemv<'_>, String> {
         guarded(|| {
-            let module = Module::load(self)?;
-            let copying = failed(self.ordinal, "copying the experts to the device");
+            let kernels = self.kernels()?;
             let mut resident = Vec::new();
             for (m, x) in matrices.iter().zip(inputs) {
-                let terms: Vec<f32> = x.chunk_terms().into_iter().flatten().collect();
-                let entry = if m.packing.bits == 8 {
-                    "gemv_int8"
-                } else {
-                    "gemv_int4"
-                };
+                let matrix = self.matrix(m)?;
+                let input = self.input(x)?;
+                let y = self.output(m.rows)?;
+                let launch = matrix.launch(&input, self.pointer(&y));
                 resident.push(DeviceRows {
-                    function: module.function(entry)?,
-                    weights: self.stream.clone_htod(m.weights()).map_err(&copying)?,
-                    scales: self.stream.clone_htod(m.scales()).map_err(&copying)?,
-                    values: self.stream.clone_htod(&x.values).map_err(&copying)?,
-                    terms: self.stream.clone_htod(&terms).map_err(&copying)?,
-                    y: self.stream.alloc_zeros::<f32>(m.rows).map_err(&copying)?,
-                    rows: m.rows as u32,
-                    chunks: (m.packing.row_bytes(m.cols) / CHUNK_BYTES) as u32,
-                    groups: m.groups() as u32,
-                    shift: (m.packing.group / m.packing.chunk_features()).trailing_zeros(),
-                    odd: if m.packing.bits == 8 {
-                        0
-                    } else {
-                        (m.cols / 2) as u32
-                    },
+                    _matrix: matrix,
+                    _input: input,
+                    y,
+                    launch,
                 });
             }
-            let event = || {
-                self.ctx
-                    .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                    .map_err(failed(self.ordinal, "creating an event"))
-            };
             Ok(ResidentGemv {
                 bench: self,
                 bytes: matrices.iter().map(PackedRows::bytes).sum(),
-                start: event()?,
-                end: event()?,
+                start: self.event()?,
+                end: self.event()?,
                 resident,
-                _module: module,
+                kernels,
             })
+        })
+    }
+
+    /// The GEMV kernels, loaded into this device's context.
+    pub fn kernels(&self) -> Result<GemvKernels, String> {
+        guarded(|| GemvKernels::load(self))
+    }
+
+    /// `rows` (weights and scales) copied to device memory.
+    pub fn matrix(&self, rows: &PackedRows) -> Result<DeviceMatrix, String> {
+        let copying = failed(self.ordinal, "copying a matrix to the device");
+        guarded(|| {
+            let weights = self.stream.clone_htod(rows.weights()).map_err(&copying)?;
+            let scales = self.stream.clone_htod(rows.scales()).map_err(&copying)?;
+            Ok(DeviceMatrix {
+                shape: GemvLaunch::shape(rows.packing, rows.rows, rows.cols),
+                cols: rows.cols,
+                weights_address: self.pointer(&weights),
+                scales_address: self.pointer(&scales),
+                _weights: weights,
+                _scales: scales,
+            })
+        })
+    }
+
+    /// An input vector and its chunk terms in device memory.
+    pub fn input(&self, x: &QuantizedInput) -> Result<DeviceInput, String> {
+        let copying = failed(self.ordinal, "copying an input to the device");
+        guarded(|| {
+            let terms: Vec<f32> = x.chunk_terms().into_iter().flatten().collect();
+            let values = self.stream.clone_htod(&x.values).map_err(&copying)?;
+            let terms = self.stream.clone_htod(&terms).map_err(&copying)?;
+            Ok(DeviceInput {
+                values_address: self.pointer(&values),
+                terms_address: self.pointer(&terms),
+                _values: values,
+                _terms: terms,
+            })
+        })
+    }
+
+    /// Zeroed device memory for `rows` outputs.
+    pub fn output(&self, rows: usize) -> Result<CudaSlice<f32>, String> {
+        guarded(|| {
+            self.stream
+                .alloc_zeros::<f32>(rows.max(1))
+                .map_err(failed(self.ordinal, "allocating GEMV outputs"))
+        })
+    }
+
+    /// The device address of `slice`, for kernel parameters.
+    pub fn pointer<T>(&self, slice: &CudaSlice<T>) -> u64 {
+        slice.device_ptr(&self.stream).0
+    }
+
+    /// An event that records timing, on this device.
+    pub fn event(&self) -> Result<CudaEvent, String> {
+        guarded(|| {
+            self.ctx
+                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
+                .map_err(failed(self.ordinal, "creating an event"))
+        })
+    }
+
+    pub fn stream(&self) -> &Arc<CudaStream> {
+        &self.stream
+    }
+
+    pub fn ordinal(&self) -> usize {
+        self.ordinal
+    }
+
+    /// `rows` outputs from the start of `y`, copied back (synchronous).
+    pub fn read(&self, y: &CudaSlice<f32>, rows: usize) -> Result<Vec<f32>, String> {
+        let reading = failed(self.ordinal, "reading GEMV results back");
+        guarded(|| {
+            let mut out = vec![0f32; rows.min(y.len())];
+            if !out.is_empty() {
+                self.stream
+                    .memcpy_dtoh(&y.slice(..out.len()), &mut out)
+                    .map_err(&reading)?;
+            }
+            self.stream.synchronize().map_err(&reading)?;
+            Ok(out)
         })
     }
 
@@ -173,14 +243,18 @@ impl CudaBench {
     }
 }
 
-/// The PTX module, unloaded on drop.
-struct Module<'a> {
-    bench: &'a CudaBench,
+/// The GEMV kernels of `gemv::ptx` in one device's context; the module is
+/// unloaded on drop.
+pub struct GemvKernels {
+    ctx: Arc<CudaContext>,
+    ordinal: usize,
     module: sys::CUmodule,
+    int4: sys::CUfunction,
+    int8: sys::CUfunction,
 }
 
-impl<'a> Module<'a> {
-    fn load(bench: &'a CudaBench) -> Result<Module<'a>, String> {
+impl GemvKernels {
+    fn load(bench: &CudaBench) -> Result<GemvKernels, String> {
         let loading = failed(bench.ordinal, "loading the GEMV kernels (PTX)");
         bench.ctx.bind_to_thread().map_err(&loading)?;
         let text = CString::new(ptx()).expect("PTX text has no NUL");
@@ -188,41 +262,213 @@ impl<'a> Module<'a> {
         // call; the driver compiles it for this device.
         let module =
             unsafe { result::module::load_data(text.as_ptr().cast()) }.map_err(&loading)?;
-        Ok(Module { bench, module })
+        let function = |name: &str| {
+            let name = CString::new(name).expect("kernel names have no NUL");
+            // SAFETY: the module is loaded and stays so while `self` lives,
+            // which outlives every launch of its functions.
+            unsafe { result::module::get_function(module, name) }
+                .map_err(failed(bench.ordinal, "finding a GEMV kernel"))
+        };
+        let (int4, int8) = match (function("gemv_int4"), function("gemv_int8")) {
+            (Ok(a), Ok(b)) => (a, b),
+            (Err(e), _) | (_, Err(e)) => {
+                // SAFETY: loaded above, no function of it launched.
+                let _ = unsafe { result::module::unload(module) };
+                return Err(e);
+            }
+        };
+        Ok(GemvKernels {
+            ctx: bench.ctx.clone(),
+            ordinal: bench.ordinal,
+            module,
+            int4,
+            int8,
+        })
     }
 
-    fn function(&self, name: &str) -> Result<sys::CUfunction, String> {
-        let name = CString::new(name).expect("kernel names have no NUL");
-        // SAFETY: the module is loaded and stays so while `self` lives,
-        // which outlives every launch of its functions (`ResidentGemv`).
-        unsafe { result::module::get_function(self.module, name) }
-            .map_err(failed(self.bench.ordinal, "finding a GEMV kernel"))
+    /// Queues the GEMVs of `launches` (one packing) on `stream`, up to
+    /// `GPU_BATCH` a launch.
+    ///
+    /// # Safety
+    /// `stream` belongs to this context, and every address of `launches`
+    /// is device memory of it sized for its launch's shape (`GemvLaunch`),
+    /// alive until the stream has run the kernels.
+    pub unsafe fn launch(
+        &self,
+        stream: &CudaStream,
+        launches: &[GemvLaunch],
+    ) -> Result<(), String> {
+        for batch in launches.chunks(GPU_BATCH) {
+            let int8 = batch[0].int8;
+            if batch.iter().any(|l| l.int8 != int8) {
+                return Err(format!(
+                    "cuda:{}: one launch mixes int8 and int4 matrices; a bench bug, please report it",
+                    self.ordinal
+                ));
+            }
+            let mut descriptors = [0u8; GPU_BATCH * GPU_DESCRIPTOR_BYTES];
+            let rows_per_block = GPU_BLOCK_THREADS / 32;
+            let mut blocks = 0u32;
+            for (l, d) in batch
+                .iter()
+                .zip(descriptors.chunks_exact_mut(GPU_DESCRIPTOR_BYTES))
+            {
+                l.write_descriptor(blocks, d);
+                blocks += l.rows.div_ceil(rows_per_block);
+            }
+            let mut count = batch.len() as u32;
+            let mut params: [*mut c_void; 2] = [
+                descriptors.as_mut_ptr().cast(),
+                (&mut count as *mut u32).cast(),
+            ];
+            // SAFETY: the function comes from the loaded module; its two
+            // parameters are the descriptor array (the kernel's size) and
+            // their count, as `gemv::ptx` declares them; the caller vouches
+            // for the memory the descriptors name.
+            unsafe {
+                result::launch_kernel(
+                    if int8 { self.int8 } else { self.int4 },
+                    (blocks, 1, 1),
+                    (GPU_BLOCK_THREADS, 1, 1),
+                    0,
+                    stream.cu_stream(),
+                    &mut params,
+                )
+            }
+            .map_err(failed(self.ordinal, "running the GEMV kernel"))?;
+        }
+        Ok(())
     }
 }
 
-impl Drop for Module<'_> {
+impl Drop for GemvKernels {
     fn drop(&mut self) {
-        if self.bench.ctx.bind_to_thread().is_ok() {
-            // SAFETY: loaded by `load`, unloaded once, after the last launch
-            // (the stream is synchronised by every trial).
+        if self.ctx.bind_to_thread().is_ok() {
+            // SAFETY: loaded by `load`, unloaded once; whoever launched its
+            // kernels synchronised their stream before dropping it.
             let _ = unsafe { result::module::unload(self.module) };
         }
     }
 }
 
-/// One matrix in device memory, with its kernel and launch parameters.
+/// One GEMV's kernel parameters: device addresses and the shape.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GemvLaunch {
+    pub weights: u64,
+    pub scales: u64,
+    pub values: u64,
+    pub terms: u64,
+    pub y: u64,
+    pub rows: u32,
+    /// 16-byte chunks a row.
+    pub chunks: u32,
+    /// Scale groups a row.
+    pub groups: u32,
+    /// log2(chunks a group).
+    pub shift: u32,
+    /// Byte offset of the odd inputs (int4; 0 for int8).
+    pub odd: u32,
+    pub int8: bool,
+}
+
+impl GemvLaunch {
+    /// The shape of `rows` rows of `cols` features in `packing`, with no
+    /// addresses yet.
+    pub fn shape(packing: Packing, rows: usize, cols: usize) -> GemvLaunch {
+        let int8 = packing.bits == 8;
+        GemvLaunch {
+            weights: 0,
+            scales: 0,
+            values: 0,
+            terms: 0,
+            y: 0,
+            rows: rows as u32,
+            chunks: (packing.row_bytes(cols) / CHUNK_BYTES) as u32,
+            groups: (cols / packing.group) as u32,
+            shift: (packing.group / packing.chunk_features()).trailing_zeros(),
+            odd: if int8 { 0 } else { (cols / 2) as u32 },
+            int8,
+        }
+    }
+
+    /// Its descriptor in a launch's parameters (`gemv::ptx`), starting at
+    /// block `first_block` of the launch.
+    fn write_descriptor(&self, first_block: u32, out: &mut [u8]) {
+        let words = [self.weights, self.scales, self.values, self.terms, self.y];
+        let numbers = [
+            self.rows,
+            self.chunks,
+            self.groups,
+            self.shift,
+            self.odd,
+            first_block,
+        ];
+        let bytes = words
+            .iter()
+            .flat_map(|w| w.to_le_bytes())
+            .chain(numbers.iter().flat_map(|n| n.to_le_bytes()));
+        for (o, b) in out.iter_mut().zip(bytes) {
+            *o = b;
+        }
+    }
+
+    /// This shape over weights and scales at the given device addresses,
+    /// `x`'s input, writing `y`.
+    pub fn at(&self, weights: u64, scales: u64, x: &DeviceInput, y: u64) -> GemvLaunch {
+        GemvLaunch {
+            weights,
+            scales,
+            values: x.values_address,
+            terms: x.terms_address,
+            y,
+            ..*self
+        }
+    }
+}
+
+/// Packed rows in device memory.
+pub struct DeviceMatrix {
+    pub shape: GemvLaunch,
+    /// Input features a row.
+    pub cols: usize,
+    weights_address: u64,
+    scales_address: u64,
+    _weights: CudaSlice<u8>,
+    _scales: CudaSlice<u8>,
+}
+
+impl DeviceMatrix {
+    /// Bytes a GEMV over it reads: weights and scales.
+    pub fn bytes(&self) -> u64 {
+        (self._weights.len() + self._scales.len()) as u64
+    }
+
+    /// Device addresses of its weights and scales.
+    pub fn addresses(&self) -> (u64, u64) {
+        (self.weights_address, self.scales_address)
+    }
+
+    /// Its GEMV with input `x`, writing `y`.
+    pub fn launch(&self, x: &DeviceInput, y: u64) -> GemvLaunch {
+        self.shape
+            .at(self.weights_address, self.scales_address, x, y)
+    }
+}
+
+/// An input vector and its chunk terms in device memory.
+pub struct DeviceInput {
+    values_address: u64,
+    terms_address: u64,
+    _values: CudaSlice<u8>,
+    _terms: CudaSlice<f32>,
+}
+
+/// One matrix in device memory, its input and output, and its launch.
 struct DeviceRows {
-    function: sys::CUfunction,
-    weights: CudaSlice<u8>,
-    scales: CudaSlice<u8>,
-    values: CudaSlice<u8>,
-    terms: CudaSlice<f32>,
+    _matrix: DeviceMatrix,
+    _input: DeviceInput,
     y: CudaSlice<f32>,
-    rows: u32,
-    chunks: u32,
-    groups: u32,
-    shift: u32,
-    odd: u32,
+    launch: GemvLaunch,
 }
 
 /// Packed experts resident on the device, and the GEMV over them.
@@ -232,8 +478,7 @@ pub struct ResidentGemv<'a> {
     bytes: u64,
     start: CudaEvent,
     end: CudaEvent,
-    /// Dropped last: the functions above belong to it.
-    _module: Module<'a>,
+    kernels: GemvKernels,
 }
 
 impl ResidentGemv<'_> {
@@ -245,71 +490,25 @@ impl ResidentGemv<'_> {
     /// Seconds of device time (events) for `passes` GEMVs over every matrix.
     pub fn trial(&self, passes: usize) -> Result<f64, String> {
         let stream = &self.bench.stream;
-        let launching = failed(self.bench.ordinal, "running the GEMV kernel");
+        let timing = failed(self.bench.ordinal, "timing the GEMV kernel");
         guarded(|| {
-            self.start.record(stream).map_err(&launching)?;
+            self.start.record(stream).map_err(&timing)?;
+            let launches: Vec<GemvLaunch> = self.resident.iter().map(|m| m.launch).collect();
             for _ in 0..passes {
-                for m in &self.resident {
-                    self.launch(m).map_err(&launching)?;
-                }
+                // SAFETY: every address of the launches is a slice of
+                // `self.resident`, alive while `self` is, and the trial
+                // waits on its end event below.
+                unsafe { self.kernels.launch(stream, &launches) }?;
             }
-            self.end.record(stream).map_err(&launching)?;
-            let ms = self.start.elapsed_ms(&self.end).map_err(&launching)?;
+            self.end.record(stream).map_err(&timing)?;
+            let ms = self.start.elapsed_ms(&self.end).map_err(&timing)?;
             Ok(ms as f64 / 1e3)
         })
     }
 
-    fn launch(&self, m: &DeviceRows) -> Result<(), DriverError> {
-        let stream = &self.bench.stream;
-        let pointer = |s: &CudaSlice<u8>| s.device_ptr(stream).0;
-        let (mut w, mut s, mut x) = (pointer(&m.weights), pointer(&m.scales), pointer(&m.values));
-        let (mut t, mut y) = (m.terms.device_ptr(stream).0, m.y.device_ptr(stream).0);
-        let (mut rows, mut chunks, mut groups, mut shift, mut odd) =
-            (m.rows, m.chunks, m.groups, m.shift, m.odd);
-        let mut params: [*mut c_void; 10] = [
-            (&mut w as *mut u64).cast(),
-            (&mut s as *mut u64).cast(),
-            (&mut x as *mut u64).cast(),
-            (&mut t as *mut u64).cast(),
-            (&mut y as *mut u64).cast(),
-            (&mut rows as *mut u32).cast(),
-            (&mut chunks as *mut u32).cast(),
-            (&mut groups as *mut u32).cast(),
-            (&mut shift as *mut u32).cast(),
-            (&mut odd as *mut u32).cast(),
-        ];
-        let warps_per_block = GPU_BLOCK_THREADS / 32;
-        let blocks = m.rows.div_ceil(warps_per_block);
-        // SAFETY: the function comes from the loaded module; its ten
-        // parameters are the pointers and numbers above, in the kernel's
-        // order and types (`gemv::ptx`); every pointer is device memory of
-        // this context sized for `rows` rows, alive until the trial has
-        // synchronised on its end event.
-        unsafe {
-            result::launch_kernel(
-                m.function,
-                (blocks, 1, 1),
-                (GPU_BLOCK_THREADS, 1, 1),
-                0,
-                stream.cu_stream(),
-                &mut params,
-            )
-        }
-    }
-
     /// `y` of the first `rows` rows of matrix `m` after a trial.
     pub fn y(&self, m: usize, rows: usize) -> Result<Vec<f32>, String> {
-        let reading = failed(self.bench.ordinal, "reading the GEMV result back");
-        guarded(|| {
-            let y = &self.resident[m].y;
-            let mut out = vec![0f32; rows.min(y.len())];
-            self.bench
-                .stream
-                .memcpy_dtoh(&y.slice(..out.len()), &mut out)
-                .map_err(&reading)?;
-            self.bench.stream.synchronize().map_err(&reading)?;
-            Ok(out)
-        })
+        self.bench.read(&self.resident[m].y, rows)
     }
 }
 

@@ -536,15 +536,22 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 
 /// The GPU kernels, `gemv_int8` and `gemv_int4`, as PTX text.
 ///
+/// One launch runs the GEMVs of up to `GPU_BATCH` matrices of one packing,
+/// as a fused engine runs a layer's experts at once: the parameters are an
+/// array of `GPU_DESCRIPTOR_BYTES`-byte descriptors (`GemvLaunch` in
+/// `cuda_bench` writes them) and their count. Descriptor `i` takes the
+/// blocks from its `first_block` to the next one's; a block finds its
+/// descriptor by a scan of the array in parameter space.
+///
 /// One warp a row (blocks of `GPU_BLOCK_THREADS`); lane `l` takes chunks
 /// `l, l + 32, ...` of the row: 16 bytes of weights, the inputs they meet
 /// (16 int8 values, or the even and the odd 16 for int4), four `dp4a` (int4:
 /// eight, on the low and high nibbles), then `acc += scale_w * (scale_x *
 /// dot - offset)` with the chunk's terms (`QuantizedInput::chunk_terms`).
 /// A butterfly of shuffles sums the lanes; lane 0 writes `y[row]`.
-/// Parameters: weights, scales, inputs, chunk terms, y (device pointers),
-/// rows, chunks a row, groups a row, log2(chunks a group), and the byte
-/// offset of the odd inputs (int4; 0 for int8).
+/// A descriptor: weights, scales, inputs, chunk terms, y (device pointers),
+/// rows, chunks a row, groups a row, log2(chunks a group), the byte
+/// offset of the odd inputs (int4; 0 for int8), and its first block.
 pub fn ptx() -> String {
     const INT8_DOT: &str = "
     dp4a.s32.s32 %r21, %r13, %r17, %r21;
@@ -582,7 +589,10 @@ pub fn ptx() -> String {
         .collect();
     let mut text = String::from(".version 6.0\n.target sm_61\n.address_size 64\n");
     for (name, dot) in [("gemv_int8", INT8_DOT), ("gemv_int4", int4_dot.as_str())] {
-        let kernel = KERNEL.replace("SUM_LANES", &sum_lanes);
+        let kernel = KERNEL.replace("SUM_LANES", &sum_lanes).replace(
+            "DESCRIPTORS",
+            &(GPU_BATCH * GPU_DESCRIPTOR_BYTES).to_string(),
+        );
         text.push_str(&kernel.replace("NAME", name).replace("DOT", dot));
     }
     text
@@ -591,33 +601,56 @@ pub fn ptx() -> String {
 /// Threads a block of the GPU kernels (eight warps, eight rows).
 pub const GPU_BLOCK_THREADS: u32 = 256;
 
+/// Matrices one launch of the GPU kernels takes at most.
+pub const GPU_BATCH: usize = 32;
+
+/// Bytes of one descriptor in the kernels' parameters: five device
+/// pointers, six `u32`s, and padding to a multiple of 8.
+pub const GPU_DESCRIPTOR_BYTES: usize = 64;
+
 const KERNEL: &str = "
-.visible .entry NAME(
-    .param .u64 p_w, .param .u64 p_s, .param .u64 p_x, .param .u64 p_t, .param .u64 p_y,
-    .param .u32 p_rows, .param .u32 p_chunks, .param .u32 p_groups, .param .u32 p_shift,
-    .param .u32 p_odd)
+.visible .entry NAME(.param .align 8 .b8 p_desc[DESCRIPTORS], .param .u32 p_count)
 {
     .reg .pred %p<3>;
     .reg .b32 %r<40>;
-    .reg .b64 %rd<20>;
+    .reg .b64 %rd<24>;
     .reg .f32 %f<12>;
     .reg .b16 %h<2>;
-    ld.param.u64 %rd1, [p_w];
-    ld.param.u64 %rd2, [p_s];
-    ld.param.u64 %rd3, [p_x];
-    ld.param.u64 %rd4, [p_t];
-    ld.param.u64 %rd5, [p_y];
+    mov.u32 %r6, %ctaid.x;
+    ld.param.u32 %r32, [p_count];
+    mov.u64 %rd20, p_desc;
+    mov.u32 %r33, 0;
+NAME_find:
+    add.u32 %r34, %r33, 1;
+    setp.ge.u32 %p1, %r34, %r32;
+    @%p1 bra NAME_found;
+    mul.wide.u32 %rd21, %r34, 64;
+    add.s64 %rd22, %rd20, %rd21;
+    ld.param.u32 %r35, [%rd22+60];
+    setp.gt.u32 %p1, %r35, %r6;
+    @%p1 bra NAME_found;
+    mov.u32 %r33, %r34;
+    bra NAME_find;
+NAME_found:
+    mul.wide.u32 %rd21, %r33, 64;
+    add.s64 %rd22, %rd20, %rd21;
+    ld.param.u64 %rd1, [%rd22];
+    ld.param.u64 %rd2, [%rd22+8];
+    ld.param.u64 %rd3, [%rd22+16];
+    ld.param.u64 %rd4, [%rd22+24];
+    ld.param.u64 %rd5, [%rd22+32];
     cvta.to.global.u64 %rd1, %rd1;
     cvta.to.global.u64 %rd2, %rd2;
     cvta.to.global.u64 %rd3, %rd3;
     cvta.to.global.u64 %rd4, %rd4;
     cvta.to.global.u64 %rd5, %rd5;
-    ld.param.u32 %r1, [p_rows];
-    ld.param.u32 %r2, [p_chunks];
-    ld.param.u32 %r3, [p_groups];
-    ld.param.u32 %r4, [p_shift];
-    ld.param.u32 %r5, [p_odd];
-    mov.u32 %r6, %ctaid.x;
+    ld.param.u32 %r1, [%rd22+40];
+    ld.param.u32 %r2, [%rd22+44];
+    ld.param.u32 %r3, [%rd22+48];
+    ld.param.u32 %r4, [%rd22+52];
+    ld.param.u32 %r5, [%rd22+56];
+    ld.param.u32 %r35, [%rd22+60];
+    sub.u32 %r6, %r6, %r35;
     mov.u32 %r7, %ntid.x;
     mov.u32 %r8, %tid.x;
     mad.lo.u32 %r9, %r6, %r7, %r8;

@@ -1,32 +1,38 @@
-//! `residency bench` on the CPU (issue 16, first slice): decode tokens at
-//! batch 1 doing the work the cost model prices (design §4), each piece
-//! where the plan put it, timed beside `Instance::evaluate` of the plan.
+//! `residency bench` (issue 16): decode tokens at batch 1 doing the work
+//! the cost model prices (design §4), each piece where the plan put it,
+//! timed beside `Instance::evaluate` of the plan.
 //!
-//! Per stage of the instance, in order: the stage's trunk components in
-//! RAM, then (experts stages) the token's routed experts, `top_k` distinct
-//! ones drawn by use rate with a fixed seed. RAM residents are computed on
-//! the bytes the executor's store holds (the plan applied by
-//! `runtime::apply`); a disk-placed expert is read afresh from the
-//! checkpoint by the store's own reader (O_DIRECT unless another backend
-//! is chosen) on a reader thread while the stage's residents compute, and
-//! computed once read. The GEMVs of a stage on one node run as one
-//! fork-join on that node's pinned threads (`gemv::NodeThreads`); the
-//! residents' first, then the streamed experts'.
+//! Per stage of the instance, in order: the stage's trunk components, then
+//! (experts stages) the token's routed experts, `top_k` distinct ones drawn
+//! by use rate with a fixed seed. Residents are computed on the bytes the
+//! executor's store holds (the plan applied by `runtime::apply`): on a GPU
+//! by the PTX kernel over the card's copy (`gpu`), in RAM by the CPU kernel
+//! on the node's pinned threads (`cpu`). A disk-placed expert is read
+//! afresh from the checkpoint by the store's own reader (O_DIRECT unless
+//! another backend is chosen) on a reader thread while the stage's
+//! residents compute, and computed on the CPU once read. A stage's GPU work
+//! is queued first and runs while the CPU works; the stage waits for each
+//! card once.
 //!
 //! Trunk components are BF16 in a checkpoint (only routed experts are
-//! packed) and the CPU kernel runs packed rows only: each RAM-placed
-//! component's GEMV runs over generated rows in the experts' packing, as
-//! many whole rows of `hidden` features as fit in its bytes, in its node's
-//! memory. That is real bytes streamed by the real kernel, the work the
+//! packed) and the kernels run packed rows only: each component's GEMV
+//! runs over generated rows in the experts' packing, as many whole rows of
+//! `hidden` features as fit in its bytes, in its node's memory or on its
+//! card. That is real bytes streamed by the real kernel, the work the
 //! cost model prices for it, but not the checkpoint's values; the report
 //! says so.
 //!
-//! Not yet: GPUs (a plan that puts anything on a GPU is refused), several
-//! nodes at once, several reads in flight, routing traces.
+//! Not yet: several reads in flight, routing traces.
+
+mod cpu;
+mod gpu;
 
 use crate::calibrate::experts::{projections, tensor_specs};
-use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput};
+use crate::cuda_bench::{CudaBench, DeviceMatrix, GemvLaunch};
+use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
 use crate::system;
+use cpu::{Gemv, Kernel};
+use gpu::Card;
 use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
 use residency_core::cost::{Instance, ObjectKind, Place};
@@ -37,7 +43,7 @@ use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;
 use residency_runtime::storage::HostPool;
-use residency_runtime::store::{Loader, ObjectBytes, StoreError};
+use residency_runtime::store::{Lease, Loader, ObjectBytes, StoreError};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::Path;
@@ -58,6 +64,9 @@ pub enum BenchError {
     Store(#[from] StoreError),
     #[error("reading a disk-placed expert: {0}")]
     Read(String),
+    /// A CUDA call that failed, in the device's words.
+    #[error("{0}")]
+    Gpu(String),
     #[error("starting a NUMA node's GEMV threads: {0}")]
     Threads(#[from] rayon::ThreadPoolBuildError),
 }
@@ -102,31 +111,35 @@ pub struct BenchReport {
 }
 
 /// The packing of the checkpoint's experts, unless the plan or the
-/// checkpoint asks for work this slice cannot run: anything on a GPU, or
-/// BF16 experts.
+/// checkpoint asks for work bench cannot run: BF16 experts, or objects on
+/// a GPU that is not a CUDA device here.
 pub fn check_runnable(
     inst: &Instance,
     placement: &[usize],
     plan_path: &Path,
     checkpoint: &Checkpoint,
 ) -> Result<Packing, BenchError> {
-    let on_gpu = placement
-        .iter()
-        .filter(|&&q| matches!(inst.places[q], Place::Gpu(_)))
-        .count();
-    if on_gpu > 0 {
-        return Err(input(
-            plan_path,
-            "places",
-            format!("{on_gpu} objects are on a GPU, and bench runs CPU work only (no GPU path yet)"),
-            "plan with a CPU-only profile, e.g. one with `gpus: []` (`residency profile detect` on this machine)",
-        ));
+    let mut on_gpu = BTreeMap::<usize, usize>::new();
+    for &q in placement {
+        if let Place::Gpu(g) = inst.places[q] {
+            *on_gpu.entry(g).or_default() += 1;
+        }
+    }
+    for (g, count) in on_gpu {
+        if let Err(why) = CudaBench::open(g) {
+            return Err(input(
+                plan_path,
+                &format!("gpu:{g}"),
+                format!("{count} objects are on gpu:{g}, and CUDA device {g} cannot run them: {why}"),
+                "bench on the machine the profile describes (the GPU kernels are CUDA's), or plan with a CPU-only profile (`gpus: []`)",
+            ));
+        }
     }
     let packing = Packing::of(checkpoint.config.format).ok_or_else(|| {
         input(
             &checkpoint.dir,
             "config.json",
-            "its experts are BF16, which the CPU kernel does not run".into(),
+            "its experts are BF16, which the GEMV kernels do not run".into(),
             "generate the checkpoint with `gen-checkpoint --dtype int4` (or int8)",
         )
     })?;
@@ -134,7 +147,7 @@ pub fn check_runnable(
         return Err(input(
             &checkpoint.dir,
             "config.json",
-            format!("the CPU kernel cannot run its rows: {why}"),
+            format!("the GEMV kernels cannot run its rows: {why}"),
             "generate the checkpoint with a group the kernel runs (a power-of-two multiple of 32 features for int4)",
         ));
     }
@@ -164,15 +177,38 @@ impl ProjectionAt {
 
 /// Per instance object: what the bench computes for it.
 enum Work {
-    /// Not computed: on a disk (read when drawn), or a KV group.
+    /// Not computed: a KV group.
     None,
-    /// An expert: its projections, and its store index.
+    /// An expert, wherever it is: its projections, and its store index.
     Expert {
         object: ObjectIndex,
         at: Vec<ProjectionAt>,
     },
     /// A trunk component in RAM: generated rows of its bytes.
     Generated(PackedRows),
+    /// A trunk component on a GPU: the same generated rows, on its card.
+    OnCard(DeviceMatrix),
+}
+
+impl Work {
+    /// GEMV outputs it adds to the checksum: one per matrix.
+    fn outputs(&self) -> usize {
+        match self {
+            Work::None => 0,
+            Work::Expert { at, .. } => at.len(),
+            Work::Generated(_) | Work::OnCard(_) => 1,
+        }
+    }
+
+    /// Output rows of all its GEMVs.
+    fn rows(&self) -> usize {
+        match self {
+            Work::None => 0,
+            Work::Expert { at, .. } => at.iter().map(|p| p.rows).sum(),
+            Work::Generated(m) => m.rows,
+            Work::OnCard(m) => m.shape.rows as usize,
+        }
+    }
 }
 
 /// Seconds and bytes of one token, or of all of them.
@@ -180,6 +216,8 @@ enum Work {
 struct Tally {
     stage_seconds: [f64; 3],
     stage_bytes: [f64; 3],
+    gpu_seconds: Vec<f64>,
+    gpu_bytes: Vec<f64>,
     cpu_seconds: Vec<f64>,
     cpu_bytes: Vec<f64>,
     drive_seconds: Vec<f64>,
@@ -222,7 +260,7 @@ pub fn bench(
         };
         threads.push((NodeThreads::new(&node.core_cpus)?, node.sysfs_id));
     }
-    let work = prepare(
+    let mut work = prepare(
         inst,
         placement,
         checkpoint,
@@ -231,26 +269,37 @@ pub fn bench(
         &threads,
         options.seed,
     )?;
-    // Held for the run: the plan pins residents, and an engine maps its
-    // weights once at load.
-    let mut leases = BTreeMap::new();
-    for (o, w) in work.iter().enumerate() {
-        if let (Work::Expert { object, .. }, Place::Ram(_)) = (w, inst.places[placement[o]]) {
-            leases.insert(o, applied.store.acquire(*object)?);
-        }
-    }
     let hidden = checkpoint.config.hidden;
     let mut inputs: BTreeMap<usize, QuantizedInput> = BTreeMap::new();
     for w in &work {
         let cols: Vec<usize> = match w {
             Work::Expert { at, .. } => at.iter().map(|p| p.cols).collect(),
-            Work::Generated(m) => vec![m.cols],
-            Work::None => vec![],
+            _ => vec![],
         };
         for c in cols.into_iter().chain([hidden]) {
             inputs
                 .entry(c)
                 .or_insert_with(|| QuantizedInput::seeded(c, packing, options.seed ^ c as u64));
+        }
+    }
+    let mut cards = open_cards(inst, placement, &work, checkpoint.config.top_k, &inputs)?;
+    // Held for the run: the plan pins residents, and an engine maps its
+    // weights once at load.
+    let mut leases = BTreeMap::new();
+    for (o, w) in work.iter_mut().enumerate() {
+        match (inst.places[placement[o]], &*w) {
+            (Place::Ram(_), Work::Expert { object, .. }) => {
+                leases.insert(o, applied.store.acquire(*object)?);
+            }
+            (Place::Gpu(g), Work::Expert { object, at }) => {
+                let lease = applied.store.acquire(*object)?;
+                on_card(&lease, g, at, *object)?;
+                leases.insert(o, lease);
+            }
+            (Place::Gpu(g), Work::Generated(m)) => {
+                *w = Work::OnCard(card(&cards, g)?.matrix(m)?);
+            }
+            _ => {}
         }
     }
     let kernel = Kernel {
@@ -264,8 +313,9 @@ pub fn bench(
     let mut checksum = 0f64;
     let mut y = Vec::new();
     for _ in 0..options.tokens {
+        let mut sums: Vec<Vec<f64>> = Vec::with_capacity(inst.stages.len());
         let started = Instant::now();
-        for stage in &inst.stages {
+        for (s, stage) in inst.stages.iter().enumerate() {
             let stage_started = Instant::now();
             let kind = kind_index(stage.kind);
             let drawn = match stage.objects.first().map(|&o| &inst.objects[o].kind) {
@@ -293,7 +343,19 @@ pub fn bench(
                 first_slot.insert(o, slots);
                 slots += work[o].outputs();
             }
-            let mut sums = vec![0f64; slots];
+            sums.push(vec![0f64; slots]);
+            // The cards' share first: queued, it runs while the CPU works.
+            for (&o, &slot) in &first_slot {
+                if let Place::Gpu(g) = inst.places[placement[o]] {
+                    let card = card_mut(&mut cards, g)?;
+                    let bytes = queue(card, &work[o], leases.get(&o), packing, (s, slot))?;
+                    total.gpu_bytes[g] += bytes;
+                    total.stage_bytes[kind] += bytes;
+                }
+            }
+            for card in cards.iter_mut().flatten() {
+                card.launch_stage()?;
+            }
             let streamed: Vec<(usize, usize, ObjectIndex)> = drawn
                 .iter()
                 .filter_map(|&o| match (inst.places[placement[o]], &work[o]) {
@@ -301,6 +363,7 @@ pub fn bench(
                     _ => None,
                 })
                 .collect();
+            let stage_sums = sums.last_mut().expect("pushed above");
             std::thread::scope(|scope| -> Result<(), BenchError> {
                 // The drive reads the stage's streamed experts while the
                 // CPU computes its residents, as a pipelined engine
@@ -318,7 +381,7 @@ pub fn bench(
                         });
                     }
                 }
-                kernel.run(&resident, &mut sums, &mut total, kind, &mut y);
+                kernel.run(&resident, stage_sums, &mut total, kind, &mut y);
                 let Some(reader) = reader else {
                     return Ok(());
                 };
@@ -334,21 +397,30 @@ pub fn bench(
                         bytes: bytes.host(),
                     });
                 }
-                kernel.run(&fresh, &mut sums, &mut total, kind, &mut y);
+                kernel.run(&fresh, stage_sums, &mut total, kind, &mut y);
                 Ok(())
             })?;
-            checksum += sums.iter().sum::<f64>();
+            for (g, card) in cards.iter_mut().enumerate() {
+                if let Some(seconds) = card.as_mut().map(Card::finish_stage).transpose()?.flatten()
+                {
+                    total.gpu_seconds[g] += seconds;
+                }
+            }
             total.stage_seconds[kind] += stage_started.elapsed().as_secs_f64();
         }
         token_seconds.push(started.elapsed().as_secs_f64());
+        for card in cards.iter_mut().flatten() {
+            card.drain_token(&mut sums)?;
+        }
+        checksum += sums.iter().flatten().sum::<f64>();
     }
     if inst
         .trunk_ids
         .iter()
-        .any(|&o| matches!(work[o], Work::Generated(_)))
+        .any(|&o| matches!(work[o], Work::Generated(_) | Work::OnCard(_)))
     {
         notes.push(format!(
-            "trunk components are BF16 in the checkpoint, which the CPU kernel does not run: their GEMVs stream generated {} rows of their bytes (whole rows of {hidden} features)",
+            "trunk components are BF16 in the checkpoint, which the GEMV kernels do not run: their GEMVs stream generated {} rows of their bytes (whole rows of {hidden} features)",
             packing.name()
         ));
     }
@@ -356,6 +428,14 @@ pub fn bench(
         notes.push(format!(
             "ram:{n}: {} GEMV thread(s) pinned to node {node}",
             t.threads()
+        ));
+    }
+    for card in cards.iter().flatten() {
+        notes.push(format!(
+            "gpu:{}: PTX {} GEMVs on CUDA device {}, one launch a stage (up to {GPU_BATCH} matrices a launch), one synchronisation a stage",
+            card.ordinal(),
+            packing.name(),
+            card.ordinal()
         ));
     }
     Ok(report(
@@ -369,88 +449,135 @@ pub fn bench(
     ))
 }
 
+/// A CUDA device for every profile GPU the placement uses (`None` for the
+/// others), each with room for the most outputs a token can give it:
+/// per stage its trunk components' rows and `top_k` times its largest
+/// expert's.
+fn open_cards(
+    inst: &Instance,
+    placement: &[usize],
+    work: &[Work],
+    top_k: usize,
+    inputs: &BTreeMap<usize, QuantizedInput>,
+) -> Result<Vec<Option<Card>>, BenchError> {
+    let mut token_rows = vec![None::<usize>; inst.resources.gpus()];
+    for stage in &inst.stages {
+        let mut trunk = vec![0; token_rows.len()];
+        let mut expert = vec![0; token_rows.len()];
+        for &o in &stage.objects {
+            if let Place::Gpu(g) = inst.places[placement[o]] {
+                let rows = work[o].rows();
+                if inst.objects[o].is_expert() {
+                    expert[g] = expert[g].max(rows);
+                } else {
+                    trunk[g] += rows;
+                }
+                token_rows[g].get_or_insert(0);
+            }
+        }
+        for (g, rows) in token_rows.iter_mut().enumerate() {
+            if let Some(rows) = rows {
+                *rows += trunk[g] + top_k * expert[g];
+            }
+        }
+    }
+    token_rows
+        .into_iter()
+        .enumerate()
+        .map(|(g, rows)| rows.map(|rows| Card::open(g, inputs, rows)).transpose())
+        .collect()
+}
+
+fn card(cards: &[Option<Card>], g: usize) -> Result<&Card, BenchError> {
+    cards.get(g).and_then(Option::as_ref).ok_or_else(|| {
+        BenchError::Gpu(format!(
+            "gpu:{g} was not opened; a bench bug, please report it"
+        ))
+    })
+}
+
+fn card_mut(cards: &mut [Option<Card>], g: usize) -> Result<&mut Card, BenchError> {
+    cards.get_mut(g).and_then(Option::as_mut).ok_or_else(|| {
+        BenchError::Gpu(format!(
+            "gpu:{g} was not opened; a bench bug, please report it"
+        ))
+    })
+}
+
+/// Checks that a GPU-placed expert's lease is in CUDA device `g`'s memory
+/// where the kernel can read each projection: weights at 16-byte
+/// boundaries (it loads 16 bytes at once), scales at 2.
+fn on_card(
+    lease: &Lease,
+    g: usize,
+    at: &[ProjectionAt],
+    object: ObjectIndex,
+) -> Result<(), BenchError> {
+    match lease.device() {
+        Some((ordinal, address)) if ordinal as usize == g => {
+            let misaligned = at.iter().find(|p| {
+                !(address + p.weights.start as u64).is_multiple_of(16)
+                    || !(address + p.scales.start as u64).is_multiple_of(2)
+            });
+            match misaligned {
+                None => Ok(()),
+                Some(p) => Err(BenchError::Gpu(format!(
+                    "object {object} on gpu:{g}: a projection's weights start at byte {} of its bytes, which the GPU kernel cannot read 16 bytes at a time; generate the checkpoint with `residency gen-checkpoint`",
+                    p.weights.start
+                ))),
+            }
+        }
+        _ => Err(BenchError::Gpu(format!(
+            "object {object} is planned on gpu:{g} but the store holds it elsewhere (no CUDA device {g} when the plan was applied)"
+        ))),
+    }
+}
+
+/// Queues `work`'s GEMVs (a GPU-placed object's) on `card`: the bytes they
+/// read.
+fn queue(
+    card: &mut Card,
+    work: &Work,
+    lease: Option<&Lease>,
+    packing: Packing,
+    (stage, slot): (usize, usize),
+) -> Result<f64, BenchError> {
+    match (work, lease.and_then(Lease::device)) {
+        (Work::OnCard(m), _) => {
+            // SAFETY: `m` is this card's memory, alive for the run.
+            unsafe { card.queue(&m.shape, m.addresses(), m.cols, (stage, slot)) }?;
+            Ok(m.bytes() as f64)
+        }
+        (Work::Expert { at, .. }, Some((_, address))) => {
+            let mut bytes = 0;
+            for (i, p) in at.iter().enumerate() {
+                let shape = GemvLaunch::shape(packing, p.rows, p.cols);
+                let addresses = (
+                    address + p.weights.start as u64,
+                    address + p.scales.start as u64,
+                );
+                // SAFETY: the lease keeps the expert on this card (checked
+                // by `on_card`) for the run; its projection lies inside it.
+                unsafe { card.queue(&shape, addresses, p.cols, (stage, slot + i)) }?;
+                bytes += p.weights.len() + p.scales.len();
+            }
+            Ok(bytes as f64)
+        }
+        _ => Ok(0.0),
+    }
+}
+
 impl Tally {
     fn new(inst: &Instance) -> Tally {
         let r = &inst.resources;
         Tally {
+            gpu_seconds: vec![0.0; r.gpus()],
+            gpu_bytes: vec![0.0; r.gpus()],
             cpu_seconds: vec![0.0; r.numa_nodes()],
             cpu_bytes: vec![0.0; r.numa_nodes()],
             drive_seconds: vec![0.0; r.drives()],
             drive_bytes: vec![0.0; r.drives()],
             ..Tally::default()
-        }
-    }
-}
-
-impl Work {
-    /// GEMV outputs it adds to the checksum: one per matrix.
-    fn outputs(&self) -> usize {
-        match self {
-            Work::None => 0,
-            Work::Expert { at, .. } => at.len(),
-            Work::Generated(_) => 1,
-        }
-    }
-}
-
-/// An object's GEMVs on `node`: its matrices' outputs go to checksum
-/// slots from `slot` on; `bytes` are an expert's, in host memory.
-struct Gemv<'a> {
-    slot: usize,
-    node: usize,
-    work: &'a Work,
-    bytes: Option<&'a [u8]>,
-}
-
-/// The CPU kernel of the run: each node's threads, the experts' packing,
-/// an input vector per input width.
-struct Kernel<'a> {
-    threads: &'a [(NodeThreads, u32)],
-    packing: Packing,
-    inputs: &'a BTreeMap<usize, QuantizedInput>,
-}
-
-impl Kernel<'_> {
-    /// Runs `list` node by node, each node's share as one
-    /// `NodeThreads::gemv`, timing it; each matrix's output sum goes to its
-    /// slot of `sums`.
-    fn run(
-        &self,
-        list: &[Gemv],
-        sums: &mut [f64],
-        total: &mut Tally,
-        kind: usize,
-        y: &mut Vec<f32>,
-    ) {
-        let (packing, inputs) = (self.packing, self.inputs);
-        for (n, (node_threads, _)) in self.threads.iter().enumerate() {
-            let mut slots = Vec::new();
-            let mut matrices: Vec<(PackedView, &QuantizedInput)> = Vec::new();
-            for g in list.iter().filter(|g| g.node == n) {
-                match (g.work, g.bytes) {
-                    (Work::Generated(m), _) => matrices.push((m.view(), &inputs[&m.cols])),
-                    (Work::Expert { at, .. }, Some(bytes)) => matrices.extend(
-                        at.iter()
-                            .map(|p| (p.view(packing, bytes), &inputs[&p.cols])),
-                    ),
-                    _ => continue,
-                }
-                slots.extend(g.slot..g.slot + g.work.outputs());
-            }
-            if matrices.is_empty() {
-                continue;
-            }
-            y.resize(matrices.iter().map(|(m, _)| m.rows).sum(), 0f32);
-            let t = Instant::now();
-            node_threads.gemv(&matrices, y);
-            total.cpu_seconds[n] += t.elapsed().as_secs_f64();
-            let mut at = 0;
-            for (slot, (m, _)) in slots.into_iter().zip(&matrices) {
-                sums[slot] = y[at..at + m.rows].iter().map(|&v| v as f64).sum();
-                at += m.rows;
-                total.cpu_bytes[n] += m.bytes() as f64;
-                total.stage_bytes[kind] += m.bytes() as f64;
-            }
         }
     }
 }
@@ -501,12 +628,14 @@ fn prepare(
                 expert: *expert as u32,
             },
             ObjectKind::Trunk { .. } => {
-                let Place::Ram(n) = inst.places[placement[o]] else {
-                    work.push(Work::None);
-                    continue;
+                // In its node's memory in RAM; on a GPU, in host memory
+                // until `bench` copies it to the card.
+                let (pool, bytes) = match inst.places[placement[o]] {
+                    Place::Ram(n) => (Some(&pools[n]), object.ram_bytes),
+                    _ => (None, object.gpu_bytes),
                 };
-                let rows = object.ram_bytes as usize / row_bytes;
-                let mut m = PackedRows::zeroed(packing, hidden, rows, Some(&pools[n]));
+                let rows = bytes as usize / row_bytes;
+                let mut m = PackedRows::zeroed(packing, hidden, rows, pool);
                 // Seeded by object, not by place: the same rows wherever
                 // the plan puts the component.
                 m.fill_generated(seed ^ (o as u64).wrapping_mul(0x2545_f491_4f6c_dd1d));
@@ -593,11 +722,17 @@ fn report(
     // Bytes the cost model streams per token: use rate x bytes of every
     // object in RAM or on a disk, by stage kind, CPU node and drive.
     let mut stage_bytes = [0f64; 3];
+    let mut gpu_bytes = vec![0f64; r.gpus()];
     let mut cpu_bytes = vec![0f64; r.numa_nodes()];
     let mut drive_bytes = vec![0f64; r.drives()];
     for (o, object) in inst.objects.iter().enumerate() {
         let kind = kind_index(inst.stages[object.stage].kind);
         match inst.places[placement[o]] {
+            Place::Gpu(g) if !object.is_kv() => {
+                let b = object.use_rate * object.gpu_bytes as f64;
+                stage_bytes[kind] += b;
+                gpu_bytes[g] += b;
+            }
             Place::Ram(n) if !object.is_kv() => {
                 let b = object.use_rate * object.ram_bytes as f64;
                 stage_bytes[kind] += b;
@@ -636,6 +771,13 @@ fn report(
         bytes_per_token: per_token(total.cpu_bytes[n]),
         predicted_bytes_per_token: cpu_bytes[n],
     });
+    let gpus = (0..r.gpus()).map(|g| Measured {
+        name: format!("gpu:{g}"),
+        measured_seconds: per_token(total.gpu_seconds[g]),
+        predicted_seconds: eval.loads.iter().map(|l| l.gpu[g]).sum(),
+        bytes_per_token: per_token(total.gpu_bytes[g]),
+        predicted_bytes_per_token: gpu_bytes[g],
+    });
     let drives = (0..r.drives()).map(|d| Measured {
         name: format!("drive:{d}"),
         measured_seconds: per_token(total.drive_seconds[d]),
@@ -659,7 +801,7 @@ fn report(
         p99_token_seconds: quantile(0.99),
         predicted_token_seconds: eval.token_seconds,
         stages,
-        resources: cpus.chain(drives).collect(),
+        resources: gpus.chain(cpus).chain(drives).collect(),
         checksum,
         notes,
     }
