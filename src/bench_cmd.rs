@@ -1,95 +1,158 @@
 //! `residency bench`: a plan applied to a checkpoint (`runtime::apply`),
-//! then decode tokens served on the CPU and CUDA GPUs as the plan places the work
-//! (`residency_hwprofile::bench`), measured beside the cost model.
+//! then decode tokens served on the CPU and CUDA GPUs as the plan places
+//! the work (`residency_hwprofile::bench`), measured beside the cost model;
+//! with `--sweep`, the strategies' placements at several VRAM budgets
+//! (`bench_sweep`).
 
+use crate::bench_sweep::SweepArgs;
 use crate::flags::{more_help, BackendArg, ProfileArg};
 use anyhow::{bail, Context, Result};
+use residency_core::cost::Instance;
 use residency_core::plan::Plan;
-use residency_formats::inputs::InputPaths;
-use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, Measured};
+use residency_formats::inputs::{InputPaths, Inputs};
+use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::gpu::{GpuOptions, GpuTier};
-use residency_runtime::storage::open_backend;
-use std::path::PathBuf;
+use residency_runtime::storage::{open_backend, BackendKind};
+use std::path::{Path, PathBuf};
 
+/// One of the two modes, `--plan` or `--sweep`: clap names both when
+/// neither is given and refuses the two together.
 #[derive(clap::Args)]
+#[command(group(clap::ArgGroup::new("mode").required(true).args(["plan", "sweep"])))]
 #[command(mut_arg(
     "profile",
-    more_help("give the one the plan was made with: it prices the prediction")
+    more_help("give the one the plan was made with: it prices the prediction (with --sweep, the budgets set its cards' reserves)")
 ))]
 pub struct BenchArgs {
-    /// Plan file (from `residency plan --model DIR`).
+    /// Plan file (from `residency plan --model DIR`); not with --sweep,
+    /// which makes its own.
     #[arg(long)]
-    plan: PathBuf,
+    pub plan: Option<PathBuf>,
+    /// Instead of one plan: make each of --strategies' placements at each
+    /// of --budgets, apply and bench them in --rounds interleaved rounds,
+    /// and print one table (predicted and measured tok/s, their ratio, the
+    /// fastest at each budget).
+    #[arg(long)]
+    pub sweep: bool,
+    #[command(flatten)]
+    pub sweep_args: SweepArgs,
     /// Checkpoint directory the plan was made for (int4 or int8 experts).
     #[arg(long)]
-    checkpoint: PathBuf,
+    pub checkpoint: PathBuf,
     #[command(flatten)]
-    profile: ProfileArg,
+    pub profile: ProfileArg,
     /// Heat the routed experts are drawn from (default: uniform), as `plan`
     /// reads it; give the plan's own.
     #[arg(long)]
-    heat: Option<PathBuf>,
-    /// Decode tokens to serve, at batch 1.
+    pub heat: Option<PathBuf>,
+    /// Decode tokens to serve, at batch 1 (per run with --sweep).
     #[arg(long, default_value_t = 64)]
-    tokens: usize,
+    pub tokens: usize,
     /// Seed of the routing draws and the generated trunk rows.
     #[arg(long, default_value_t = 0)]
-    seed: u64,
+    pub seed: u64,
     #[command(flatten)]
-    backend: BackendArg,
-    /// Write the report here as JSON.
+    pub backend: BackendArg,
+    /// Write the report here as JSON (with --sweep: every run and the
+    /// summary, `schemas/bench-sweep-output.schema.json`).
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub json: Option<PathBuf>,
+}
+
+impl BenchArgs {
+    /// The planner's inputs for the checkpoint, as `plan --model DIR`
+    /// reads them.
+    pub fn inputs(&self) -> Result<Inputs> {
+        crate::checkpoint_cmd::load_inputs(&InputPaths {
+            profile: self.profile.path.clone(),
+            model: Some(self.checkpoint.clone()),
+            heat: self.heat.clone(),
+            ..InputPaths::default()
+        })
+    }
+
+    pub fn options(&self) -> BenchOptions {
+        BenchOptions {
+            tokens: self.tokens,
+            seed: self.seed,
+        }
+    }
+}
+
+/// How either mode applies a plan: the GPU kernels are CUDA's, so GPU
+/// places go to CUDA devices (opened once for a sweep's every apply).
+pub fn apply_options() -> ApplyOptions {
+    ApplyOptions {
+        gpus: Some(GpuTier::cuda(&GpuOptions::default())),
+        ..ApplyOptions::default()
+    }
+}
+
+/// One run of either mode: `plan` (`placement` of `inst`, read from or
+/// written to `plan_path`) applied to `checkpoint`, then benched; the
+/// apply's notes beside the report. The applied store is dropped on
+/// return, so a sweep's next configuration starts with this one's memory
+/// freed.
+pub fn apply_and_bench(
+    inst: &Instance,
+    placement: &[usize],
+    (plan, plan_path): (&Plan, &Path),
+    checkpoint: &Checkpoint,
+    (apply_options, backend): (&ApplyOptions, BackendKind),
+    options: &BenchOptions,
+) -> Result<(BenchReport, Vec<String>)> {
+    // Refused before loading anything.
+    check_runnable(inst, placement, plan_path, checkpoint)?;
+    let applied = apply(
+        plan,
+        plan_path,
+        checkpoint,
+        apply_options,
+        open_backend(backend),
+        &|_| {},
+    )?;
+    let report = bench(inst, placement, plan_path, checkpoint, &applied, options)?;
+    Ok((report, applied.notes))
 }
 
 pub fn run(args: &BenchArgs) -> Result<()> {
     if args.tokens == 0 {
         bail!("--tokens 0: give at least one token");
     }
-    let plan = Plan::read(&args.plan)?;
+    // Said before the runs, not after them (a sweep's take minutes).
+    if let Some(dir) = args.json.as_deref().and_then(Path::parent) {
+        if !dir.as_os_str().is_empty() && !dir.is_dir() {
+            bail!(
+                "--json {}: {} is not a directory; create it or give another path",
+                args.json.as_deref().unwrap_or(dir).display(),
+                dir.display()
+            );
+        }
+    }
+    let Some(plan_path) = &args.plan else {
+        return crate::bench_sweep::run(args);
+    };
+    let plan = Plan::read(plan_path)?;
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
-    let mut inputs = crate::checkpoint_cmd::load_inputs(&InputPaths {
-        profile: args.profile.path.clone(),
-        model: Some(args.checkpoint.clone()),
-        heat: args.heat.clone(),
-        ..InputPaths::default()
-    })?;
+    let mut inputs = args.inputs()?;
     let inst = inputs.instance()?;
     crate::notes(&inputs.notes);
-    let placement = plan.placement(&inst, &args.plan)?;
-    // Refused before loading anything.
-    check_runnable(&inst, &placement, &args.plan, &checkpoint)?;
-    let applied = apply(
-        &plan,
-        &args.plan,
-        &checkpoint,
-        &ApplyOptions {
-            // The GPU kernels are CUDA's: GPU places go to CUDA devices.
-            gpus: Some(GpuTier::cuda(&GpuOptions::default())),
-            ..ApplyOptions::default()
-        },
-        open_backend(args.backend.backend),
-        &|_| {},
-    )?;
-    crate::notes(&applied.notes);
-    let options = BenchOptions {
-        tokens: args.tokens,
-        seed: args.seed,
-    };
-    let report = bench(
+    let placement = plan.placement(&inst, plan_path)?;
+    let (report, apply_notes) = apply_and_bench(
         &inst,
         &placement,
-        &args.plan,
+        (&plan, plan_path),
         &checkpoint,
-        &applied,
-        &options,
+        (&apply_options(), args.backend.backend),
+        &args.options(),
     )?;
+    crate::notes(&apply_notes);
     crate::notes(&report.notes);
     println!(
         "bench {} on {}: {} tokens, seed {}",
-        args.plan.display(),
+        plan_path.display(),
         args.checkpoint.display(),
         report.tokens,
         report.seed

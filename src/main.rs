@@ -3,6 +3,7 @@
 
 mod apply_cmd;
 mod bench_cmd;
+mod bench_sweep;
 mod checkpoint_cmd;
 mod flags;
 mod kv_cmd;
@@ -13,7 +14,7 @@ mod replay_cmd;
 mod simulate;
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use flags::{more_help, named, ModelArg, ProfileArg};
 use residency_core::cost::Instance;
 use residency_core::kv::KvGroupsFile;
@@ -114,11 +115,11 @@ enum Command {
         out: Option<PathBuf>,
         /// Wall-clock seconds the solver may use, setup included; it returns
         /// earlier once the plan is within --gap of the bound.
-        #[arg(long, default_value_t = 10.0)]
+        #[arg(long, default_value_t = PLAN_TIME_LIMIT_SECONDS)]
         time_limit: f64,
         /// Stop once the plan is proven within this much of the optimum: a
         /// share (0.001) or a percentage (0.1%).
-        #[arg(long, default_value = "0.1%", value_parser = parse_gap)]
+        #[arg(long, default_value = PLAN_GAP, value_parser = parse_gap)]
         gap: f64,
         /// Also write engine settings for the plan: coli-place (Colibri's
         /// COLI_PLACE and a HEAT_FILE), llama-cpp (--override-tensor rules),
@@ -196,7 +197,8 @@ enum Command {
     Apply(apply_cmd::ApplyArgs),
     /// Apply a plan and serve decode tokens on the CPU where it puts the
     /// work: measured tok/s and seconds per stage and resource beside the
-    /// cost model's.
+    /// cost model's; with --sweep, the planner against greedy, llama.cpp's
+    /// flags and the CPU alone at several VRAM budgets.
     Bench(bench_cmd::BenchArgs),
     /// Serve a routing trace from a checkpoint through the executor, per
     /// policy: tok/s, latency, felt wait, bytes read.
@@ -224,6 +226,19 @@ enum Command {
     },
 }
 
+/// `plan`'s default `--time-limit` and `--gap`, which `bench --sweep`'s
+/// `plan` strategy solves with too (`default_solve_options`).
+const PLAN_TIME_LIMIT_SECONDS: f64 = 10.0;
+const PLAN_GAP: &str = "0.1%";
+
+/// What `residency plan` solves with when given no `--time-limit` or `--gap`.
+fn default_solve_options() -> SolveOptions {
+    SolveOptions {
+        time_limit_seconds: PLAN_TIME_LIMIT_SECONDS,
+        gap: parse_gap(PLAN_GAP).expect("the default gap parses"),
+    }
+}
+
 /// A gap as a share (`0.001`) or a percentage (`0.1%`), not negative.
 fn parse_gap(text: &str) -> std::result::Result<f64, String> {
     let (number, scale) = match text.strip_suffix('%') {
@@ -248,7 +263,21 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // Help and version (to standard output, exit 0), and the help a
+        // bare `residency` gets, are clap's to print.
+        Err(e)
+            if !e.use_stderr()
+                || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand =>
+        {
+            e.exit()
+        }
+        Err(e) => {
+            eprintln!("{}", one_line(&e));
+            return ExitCode::FAILURE;
+        }
+    };
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -257,6 +286,44 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// A flag clap refuses, as every other bad input is said: one `error:`
+/// line with the fix (clap's own tip where it gives one, else what to do
+/// and where the flags are listed) and exit code 1, not clap's usage block
+/// and code 2. Lines before the usage continue the message (the names of
+/// missing arguments).
+fn one_line(e: &clap::Error) -> String {
+    use clap::error::ErrorKind;
+    let text = e.render().to_string();
+    let mut message = Vec::new();
+    let mut tips = Vec::new();
+    for line in text.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if line.starts_with("Usage:") || line.starts_with("For more information") {
+            break;
+        }
+        match line.strip_prefix("tip: ") {
+            Some(tip) => tips.push(tip),
+            None => message.push(line),
+        }
+    }
+    // The subcommand's own help, where the command line names one.
+    let command = std::env::args()
+        .nth(1)
+        .filter(|a| Cli::command().find_subcommand(a).is_some())
+        .map(|c| format!(" {c}"))
+        .unwrap_or_default();
+    let help = format!("see `residency{command} --help`");
+    let fix = match e.kind() {
+        _ if !tips.is_empty() => tips.join("; "),
+        ErrorKind::ArgumentConflict => format!("give one of them, not both ({help})"),
+        _ => help,
+    };
+    let message = match message.join(" ") {
+        m if m.is_empty() => "error: the command line is not understood".to_string(),
+        m => m,
+    };
+    format!("{message}; {fix}")
 }
 
 fn run(command: Command) -> Result<()> {
@@ -367,6 +434,10 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         (
             "bench-output.schema.json",
             render(schema_for!(residency_hwprofile::bench::BenchReport)),
+        ),
+        (
+            "bench-sweep-output.schema.json",
+            render(schema_for!(bench_sweep::SweepReport)),
         ),
     ]);
     all

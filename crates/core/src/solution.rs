@@ -18,7 +18,31 @@ pub struct Solution {
     pub proven_optimal: bool,
 }
 
+/// What a fixed placement's plan file says of its bound.
+pub const FIXED_BOUND_METHOD: &str = "none: a fixed rule's placement, priced, not searched";
+
 impl Solution {
+    /// A placement made by a fixed rule (greedy, a llama.cpp flag, all on
+    /// the CPU), priced by the cost model so that a plan file can carry it
+    /// (`residency bench --sweep` applies each). Nothing bounds it without
+    /// a solve, so its bound is its own time (a plan file holds finite
+    /// numbers), said by `bound_method` and `proven_optimal: false`; it is
+    /// its own greedy baseline.
+    pub fn fixed(inst: &Instance, placement: Vec<usize>, method: &str) -> Solution {
+        let token_seconds = inst.evaluate(&placement).token_seconds;
+        Solution {
+            greedy_placement: placement.clone(),
+            placement,
+            token_seconds,
+            lower_bound_seconds: token_seconds,
+            bound_method: FIXED_BOUND_METHOD,
+            greedy_token_seconds: token_seconds,
+            method: method.to_string(),
+            solve_seconds: 0.0,
+            proven_optimal: false,
+        }
+    }
+
     /// `token_seconds / lower_bound - 1`.
     pub fn gap(&self) -> f64 {
         if self.lower_bound_seconds > 0.0 {

@@ -7,7 +7,7 @@ use residency_core::cost::{Instance, Place};
 use residency_core::heat::HeatTable;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
-use residency_formats::export::baselines::llama_cpp_strategies;
+use residency_formats::export::baselines::{llama_cpp_strategies, LlamaCppStrategy};
 use std::path::Path;
 
 // The box's model in YAML's flow style: four MoE layers of two 10 MB
@@ -67,6 +67,9 @@ fn n_cpu_moe_exps_on_cpu_and_fit_place_whole_layers() {
             "fit: trunk, then whole layers in order (like --fit)"
         ]
     );
+    // Each says which it is, so that a caller picks one without its flags.
+    let kinds: Vec<LlamaCppStrategy> = strategies.iter().map(|s| s.kind).collect();
+    assert_eq!(kinds, LlamaCppStrategy::ALL);
     let on_card = |placement: &[usize]| -> Vec<usize> {
         (0..4)
             .filter(|&m| {

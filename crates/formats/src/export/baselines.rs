@@ -17,9 +17,24 @@
 use residency_core::cost::{Instance, Place};
 use residency_core::Result;
 
-/// One strategy: the flags that give it and its placement.
+residency_core::named! {
+    /// Which of llama.cpp's ways a strategy is, for callers that pick one
+    /// (`residency bench --strategies`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum LlamaCppStrategy("llama.cpp strategy") {
+        /// `--n-cpu-moe N`.
+        NCpuMoe = "n-cpu-moe",
+        /// `-ot exps=CPU`.
+        ExpsCpu = "exps-cpu",
+        /// The `--fit`-like greedy.
+        Fit = "fit",
+    }
+}
+
+/// One strategy: which it is, the flags that give it and its placement.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Strategy {
+    pub kind: LlamaCppStrategy,
     pub flags: String,
     pub placement: Vec<usize>,
 }
@@ -38,18 +53,21 @@ pub fn llama_cpp_strategies(inst: &Instance) -> Result<Vec<Strategy>> {
         .next()
     {
         out.push(Strategy {
+            kind: LlamaCppStrategy::NCpuMoe,
             flags: format!("-ngl 999 --n-cpu-moe {n}"),
             placement,
         });
     }
     if let Some(placement) = layers.place(inst, |_| true) {
         out.push(Strategy {
+            kind: LlamaCppStrategy::ExpsCpu,
             flags: "-ngl 999 -ot exps=CPU".into(),
             placement,
         });
     }
     if let Some(placement) = layers.fit(inst) {
         out.push(Strategy {
+            kind: LlamaCppStrategy::Fit,
             flags: "fit: trunk, then whole layers in order (like --fit)".into(),
             placement,
         });
