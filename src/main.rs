@@ -195,8 +195,8 @@ enum Command {
     },
     /// Load a plan's residents from a checkpoint through the executor.
     Apply(apply_cmd::ApplyArgs),
-    /// Apply a plan and serve decode tokens on the CPU where it puts the
-    /// work: measured tok/s and seconds per stage and resource beside the
+    /// Apply a plan and serve decode tokens where it puts the work (CPU
+    /// threads, CUDA GPUs, drives): measured tok/s and seconds per stage and resource beside the
     /// cost model's; with --sweep, the planner against greedy, llama.cpp's
     /// flags and the CPU alone at several VRAM budgets.
     Bench(bench_cmd::BenchArgs),

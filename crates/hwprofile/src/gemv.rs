@@ -193,7 +193,7 @@ pub struct PackedView<'a> {
     pub scales: &'a [u8],
 }
 
-impl PackedView<'_> {
+impl<'a> PackedView<'a> {
     pub fn groups(&self) -> usize {
         self.cols / self.packing.group
     }
@@ -221,6 +221,18 @@ impl PackedView<'_> {
 
     /// `y[i] = W[first + i] . x` for every `i` of `y`: one thread's share
     /// of a GEMV's output.
+    /// Rows `range` of the matrix, as a matrix of their own.
+    pub fn rows_range(&self, range: Range<usize>) -> PackedView<'a> {
+        let row_bytes = self.packing.row_bytes(self.cols);
+        let scale_bytes = self.groups() * 2;
+        PackedView {
+            rows: range.len(),
+            weights: &self.weights[range.start * row_bytes..range.end * row_bytes],
+            scales: &self.scales[range.start * scale_bytes..range.end * scale_bytes],
+            ..*self
+        }
+    }
+
     pub fn rows_into(&self, x: &QuantizedInput, first: usize, y: &mut [f32]) {
         for (i, out) in y.iter_mut().enumerate() {
             *out = self.row_dot(x, first + i);

@@ -292,16 +292,16 @@ pub fn bench(
     let mut cards = open_cards(inst, placement, &work, checkpoint.config.top_k, &inputs)?;
     // Held for the run: the plan pins residents, and an engine maps its
     // weights once at load.
-    let mut leases = BTreeMap::new();
+    let mut leases: Vec<Option<Lease>> = (0..work.len()).map(|_| None).collect();
     for (o, w) in work.iter_mut().enumerate() {
         match (inst.places[placement[o]], &*w) {
             (Place::Ram(_), Work::Expert { object, .. }) => {
-                leases.insert(o, applied.store.acquire(*object)?);
+                leases[o] = Some(applied.store.acquire(*object)?);
             }
             (Place::Gpu(g), Work::Expert { object, at }) => {
                 let lease = applied.store.acquire(*object)?;
                 on_card(&lease, g, at, *object)?;
-                leases.insert(o, lease);
+                leases[o] = Some(lease);
             }
             (Place::Gpu(g), Work::Generated(m)) => {
                 *w = Work::OnCard(card(&cards, g)?.matrix(m)?);
@@ -315,60 +315,65 @@ pub fn bench(
         inputs: &inputs,
     };
     let mut rng = Rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    // The routing of every token, drawn before the clock starts: it is the
+    // run's input, as a recorded trace would be, not work a decoder does.
+    let routes: Vec<Vec<Vec<usize>>> = (0..options.tokens)
+        .map(|_| route(inst, &mut rng, checkpoint.config.top_k))
+        .collect();
+    let trunk_of: Vec<Vec<usize>> = inst
+        .stages
+        .iter()
+        .map(|stage| {
+            let trunk = stage.objects.iter().copied();
+            trunk.filter(|&o| inst.objects[o].is_trunk()).collect()
+        })
+        .collect();
     let mut total = Tally::new(inst);
     let mut token_seconds = Vec::with_capacity(options.tokens);
     let mut checksum = 0f64;
     let mut y = Vec::new();
-    for _ in 0..options.tokens {
+    for drawn_in in &routes {
         let mut sums: Vec<Vec<f64>> = Vec::with_capacity(inst.stages.len());
         let started = Instant::now();
         for (s, stage) in inst.stages.iter().enumerate() {
             let stage_started = Instant::now();
             let kind = kind_index(stage.kind);
-            let drawn = match stage.objects.first().map(|&o| &inst.objects[o].kind) {
-                Some(ObjectKind::Expert { moe, .. }) => {
-                    let rates: Vec<f64> = inst.expert_ids[*moe]
-                        .iter()
-                        .map(|&o| inst.objects[o].use_rate)
-                        .collect();
-                    draw(&mut rng, &rates, checkpoint.config.top_k)
-                        .into_iter()
-                        .map(|e| inst.expert_ids[*moe][e])
-                        .collect()
-                }
-                _ => Vec::new(),
-            };
+            let drawn = &drawn_in[s];
             // The stage's outputs in a fixed order (trunk, then the experts
-            // as drawn), whatever tier each comes from.
-            let trunk = stage
-                .objects
-                .iter()
-                .filter(|&&o| inst.objects[o].is_trunk());
-            let mut first_slot = BTreeMap::new();
+            // as drawn), whatever tier each comes from: (object, first slot).
+            let mut first_slot = Vec::with_capacity(trunk_of[s].len() + drawn.len());
             let mut slots = 0;
-            for &o in trunk.chain(&drawn) {
-                first_slot.insert(o, slots);
+            for &o in trunk_of[s].iter().chain(drawn) {
+                first_slot.push((o, slots));
                 slots += work[o].outputs();
             }
             sums.push(vec![0f64; slots]);
             // The cards' share first: queued, it runs while the CPU works.
-            for (&o, &slot) in &first_slot {
+            for &(o, slot) in &first_slot {
                 if let Place::Gpu(g) = inst.places[placement[o]] {
                     let card = card_mut(&mut cards, g)?;
-                    let bytes = queue(card, &work[o], leases.get(&o), packing, (s, slot))?;
+                    let bytes = queue(card, &work[o], leases[o].as_ref(), packing, (s, slot))?;
                     total.gpu_bytes[g] += bytes;
                     total.stage_bytes[kind] += bytes;
                 }
             }
-            // What bench itself spent on the stage: drawing, lists, queueing.
+            // What bench itself spent on the stage: its lists and queueing.
             total.bench_seconds += stage_started.elapsed().as_secs_f64();
             for card in cards.iter_mut().flatten() {
                 card.launch_stage()?;
             }
-            let streamed: Vec<(usize, usize, ObjectIndex)> = drawn
+            // (object, first slot, drive) of the drawn experts on a drive.
+            let streamed: Vec<(usize, usize, usize)> = first_slot
                 .iter()
-                .filter_map(|&o| match (inst.places[placement[o]], &work[o]) {
-                    (Place::Disk(d), Work::Expert { object, .. }) => Some((o, d, *object)),
+                .filter_map(|&(o, slot)| match inst.places[placement[o]] {
+                    Place::Disk(d) => Some((o, slot, d)),
+                    _ => None,
+                })
+                .collect();
+            let objects: Vec<ObjectIndex> = streamed
+                .iter()
+                .filter_map(|&(o, _, _)| match &work[o] {
+                    Work::Expert { object, .. } => Some(*object),
                     _ => None,
                 })
                 .collect();
@@ -377,16 +382,16 @@ pub fn bench(
                 // The drive reads the stage's streamed experts while the
                 // CPU computes its residents, as a pipelined engine
                 // overlaps them (`io_overlaps_compute`).
-                let reader = (!streamed.is_empty())
-                    .then(|| scope.spawn(|| read_all(&applied.loader, &streamed)));
+                let reader = (!objects.is_empty())
+                    .then(|| scope.spawn(|| read_all(&applied.loader, &objects)));
                 let mut resident = Vec::new();
-                for &o in first_slot.keys() {
+                for &(o, slot) in &first_slot {
                     if let Place::Ram(n) = inst.places[placement[o]] {
                         resident.push(Gemv {
-                            slot: first_slot[&o],
+                            slot,
                             node: n,
                             work: &work[o],
-                            bytes: leases.get(&o).and_then(|l| l.host()),
+                            bytes: leases[o].as_ref().and_then(|l| l.host()),
                         });
                     }
                 }
@@ -396,13 +401,13 @@ pub fn bench(
                 };
                 let read = reader.join().expect("the reader thread")?;
                 let mut fresh = Vec::new();
-                for ((o, d, _), (seconds, bytes)) in streamed.iter().zip(&read) {
-                    total.drive_seconds[*d] += seconds;
-                    total.drive_bytes[*d] += bytes.len() as f64;
+                for (&(o, slot, d), (seconds, bytes)) in streamed.iter().zip(&read) {
+                    total.drive_seconds[d] += seconds;
+                    total.drive_bytes[d] += bytes.len() as f64;
                     fresh.push(Gemv {
-                        slot: first_slot[o],
-                        node: r.drive_numa[*d],
-                        work: &work[*o],
+                        slot,
+                        node: r.drive_numa[d],
+                        work: &work[o],
                         bytes: bytes.host(),
                     });
                 }
@@ -594,15 +599,15 @@ impl Tally {
 /// A streamed expert read: the seconds it took, and its bytes.
 type FreshRead = (f64, Box<dyn ObjectBytes>);
 
-/// Reads each streamed expert afresh with the store's reader, one after
+/// Reads each of `objects` afresh with the store's reader, one after
 /// another: the seconds each read took, and its bytes.
 fn read_all(
     loader: &CheckpointLoader,
-    streamed: &[(usize, usize, ObjectIndex)],
+    objects: &[ObjectIndex],
 ) -> Result<Vec<FreshRead>, BenchError> {
-    streamed
+    objects
         .iter()
-        .map(|&(_, _, object)| {
+        .map(|&object| {
             let t = Instant::now();
             let bytes = loader.load(object).map_err(BenchError::Read)?;
             Ok((t.elapsed().as_secs_f64(), bytes))
@@ -677,6 +682,27 @@ fn prepare(
         work.push(Work::Expert { object, at });
     }
     Ok(work)
+}
+
+/// One token's routed experts, per stage: `top_k` of each experts stage's
+/// layer drawn by use rate (`draw`), none elsewhere.
+fn route(inst: &Instance, rng: &mut Rng, top_k: usize) -> Vec<Vec<usize>> {
+    inst.stages
+        .iter()
+        .map(
+            |stage| match stage.objects.first().map(|&o| &inst.objects[o].kind) {
+                Some(ObjectKind::Expert { moe, .. }) => {
+                    let ids = &inst.expert_ids[*moe];
+                    let rates: Vec<f64> = ids.iter().map(|&o| inst.objects[o].use_rate).collect();
+                    draw(rng, &rates, top_k)
+                        .into_iter()
+                        .map(|e| ids[e])
+                        .collect()
+                }
+                _ => Vec::new(),
+            },
+        )
+        .collect()
 }
 
 /// `k` distinct indices drawn one after another, each with probability

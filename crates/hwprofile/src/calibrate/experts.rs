@@ -167,6 +167,16 @@ impl ExpertSource {
         })
     }
 
+    /// Rows of one expert's projections that take `cols` inputs (stacked in
+    /// one matrix by `expert_rows`).
+    pub(super) fn rows_of_width(&self, cols: usize) -> usize {
+        self.shapes
+            .iter()
+            .filter(|s| s.1 == cols)
+            .map(|s| s.0)
+            .sum()
+    }
+
     /// Bytes of one expert in `packing`: weights and F16 scales.
     pub(super) fn expert_bytes(&self, packing: Packing) -> u64 {
         self.shapes

@@ -114,14 +114,6 @@ impl Run<'_> {
             )
             .map_err(|e| e.to_string())?;
         let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
-        let rows_per_expert = |cols: usize| -> usize {
-            self.source
-                .shapes
-                .iter()
-                .filter(|s| s.1 == cols)
-                .map(|s| s.0)
-                .sum()
-        };
         // Expert e's projection p lies at e x (its width's rows an expert)
         // + the rows of the projections of its width before it
         // (`expert_rows` stacks them so).
@@ -130,7 +122,7 @@ impl Run<'_> {
             let mut before = vec![0usize; widths.len()];
             for &(r, c) in &self.source.shapes {
                 let m = widths.iter().position(|&w| w == c).expect("every width");
-                let first = e * rows_per_expert(c) + before[m];
+                let first = e * self.source.rows_of_width(c) + before[m];
                 parts.push((m, first..first + r));
                 before[m] += r;
             }
