@@ -362,28 +362,25 @@ pub fn bench(
             for card in cards.iter_mut().flatten() {
                 card.launch_stage()?;
             }
-            // (object, first slot, drive) of the drawn experts on a drive.
-            let streamed: Vec<(usize, usize, usize)> = first_slot
+            // (object, first slot, drive) of the drawn experts on a drive,
+            // and their store indices.
+            let (streamed, objects): (Vec<(usize, usize, usize)>, Vec<ObjectIndex>) = first_slot
                 .iter()
-                .filter_map(|&(o, slot)| match inst.places[placement[o]] {
-                    Place::Disk(d) => Some((o, slot, d)),
+                .filter_map(|&(o, slot)| match (inst.places[placement[o]], &work[o]) {
+                    (Place::Disk(d), Work::Expert { object, .. }) => Some(((o, slot, d), *object)),
                     _ => None,
                 })
-                .collect();
-            let objects: Vec<ObjectIndex> = streamed
-                .iter()
-                .filter_map(|&(o, _, _)| match &work[o] {
-                    Work::Expert { object, .. } => Some(*object),
-                    _ => None,
-                })
-                .collect();
+                .unzip();
             let stage_sums = sums.last_mut().expect("pushed above");
             std::thread::scope(|scope| -> Result<(), BenchError> {
                 // The drive reads the stage's streamed experts while the
                 // CPU computes its residents, as a pipelined engine
-                // overlaps them (`io_overlaps_compute`).
+                // overlaps them (`io_overlaps_compute`); each read is
+                // handed over as it lands.
+                let (landed, arrivals) = std::sync::mpsc::channel();
+                let (loader, objects) = (&applied.loader, &objects);
                 let reader = (!objects.is_empty())
-                    .then(|| scope.spawn(|| read_all(&applied.loader, &objects)));
+                    .then(|| scope.spawn(move || read_each(loader, objects, landed)));
                 let mut resident = Vec::new();
                 for &(o, slot) in &first_slot {
                     if let Place::Ram(n) = inst.places[placement[o]] {
@@ -399,19 +396,33 @@ pub fn bench(
                 let Some(reader) = reader else {
                     return Ok(());
                 };
-                let read = reader.join().expect("the reader thread")?;
-                let mut fresh = Vec::new();
-                for (&(o, slot, d), (seconds, bytes)) in streamed.iter().zip(&read) {
-                    total.drive_seconds[d] += seconds;
-                    total.drive_bytes[d] += bytes.len() as f64;
-                    fresh.push(Gemv {
-                        slot,
-                        node: r.drive_numa[d],
-                        work: &work[o],
-                        bytes: bytes.host(),
-                    });
+                // The streamed experts computed as they land: wait for the
+                // next read, then run it with every other one landed by
+                // then, in one fork-join.
+                let mut computed = 0;
+                while computed < streamed.len() {
+                    let next = arrivals
+                        .recv()
+                        .map_err(|_| BenchError::Read("the reader thread stopped".into()))?;
+                    let batch: Vec<(usize, FreshRead)> = std::iter::once(next)
+                        .chain(arrivals.try_iter())
+                        .collect::<Result<_, _>>()?;
+                    let mut fresh = Vec::with_capacity(batch.len());
+                    for (i, (seconds, bytes)) in &batch {
+                        let (o, slot, d) = streamed[*i];
+                        total.drive_seconds[d] += seconds;
+                        total.drive_bytes[d] += bytes.len() as f64;
+                        fresh.push(Gemv {
+                            slot,
+                            node: r.drive_numa[d],
+                            work: &work[o],
+                            bytes: bytes.host(),
+                        });
+                    }
+                    kernel.run(&fresh, stage_sums, &mut total, kind, &mut y);
+                    computed += batch.len();
                 }
-                kernel.run(&fresh, stage_sums, &mut total, kind, &mut y);
+                reader.join().expect("the reader thread");
                 Ok(())
             })?;
             for (g, card) in cards.iter_mut().enumerate() {
@@ -600,19 +611,24 @@ impl Tally {
 type FreshRead = (f64, Box<dyn ObjectBytes>);
 
 /// Reads each of `objects` afresh with the store's reader, one after
-/// another: the seconds each read took, and its bytes.
-fn read_all(
+/// another, sending each (its index, the seconds the read took, its bytes)
+/// as it lands; stops at the first error, which it sends.
+fn read_each(
     loader: &CheckpointLoader,
     objects: &[ObjectIndex],
-) -> Result<Vec<FreshRead>, BenchError> {
-    objects
-        .iter()
-        .map(|&object| {
-            let t = Instant::now();
-            let bytes = loader.load(object).map_err(BenchError::Read)?;
-            Ok((t.elapsed().as_secs_f64(), bytes))
-        })
-        .collect()
+    landed: std::sync::mpsc::Sender<Result<(usize, FreshRead), BenchError>>,
+) {
+    for (i, &object) in objects.iter().enumerate() {
+        let t = Instant::now();
+        let read = loader
+            .load(object)
+            .map(|bytes| (i, (t.elapsed().as_secs_f64(), bytes)))
+            .map_err(BenchError::Read);
+        let failed = read.is_err();
+        if landed.send(read).is_err() || failed {
+            return;
+        }
+    }
 }
 
 /// Per instance object, its work: expert layouts (checked against the
