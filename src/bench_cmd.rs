@@ -179,13 +179,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     }
     println!("  checksum {:.6e}", report.checksum);
     if let Some(path) = &args.json {
-        residency_core::error::write_atomic(
-            path,
-            serde_json::to_string_pretty(&report)?.as_bytes(),
-        )
-        .with_context(|| format!("{}: writing the report", path.display()))?;
-        println!("wrote {}", path.display());
+        write_report(path, &report)?;
     }
+    Ok(())
+}
+
+/// Writes a `--json` report atomically and says so.
+pub fn write_report(path: &Path, report: &impl serde::Serialize) -> Result<()> {
+    residency_core::error::write_atomic(path, serde_json::to_string_pretty(report)?.as_bytes())
+        .with_context(|| format!("{}: writing the report", path.display()))?;
+    println!("wrote {}", path.display());
     Ok(())
 }
 

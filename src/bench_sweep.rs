@@ -516,12 +516,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     print_table(&report, &budgets);
     if let Some(path) = &args.json {
-        residency_core::error::write_atomic(
-            path,
-            serde_json::to_string_pretty(&report)?.as_bytes(),
-        )
-        .with_context(|| format!("{}: writing the report", path.display()))?;
-        println!("wrote {}", path.display());
+        crate::bench_cmd::write_report(path, &report)?;
     }
     Ok(())
 }

@@ -116,6 +116,34 @@ fn bench_args<'a>(s_: &'a Setup, plan: &'a Path, json: &'a Path) -> Vec<&'a str>
     ]
 }
 
+/// The one-card desktop profile, and a plan of the checkpoint with it.
+fn gpu_plan(su: &Setup) -> (String, PathBuf) {
+    let gpu_profile = profile("desktop-1gpu-8gb");
+    let gpu_plan = su.dir.join("gpu.json");
+    run_ok(&[
+        "plan",
+        "--model",
+        s(&su.ckpt),
+        "--profile",
+        &gpu_profile,
+        "--time-limit",
+        "1",
+        "--out",
+        s(&gpu_plan),
+    ]);
+    (gpu_profile, gpu_plan)
+}
+
+/// Index of place `name` in a plan's `places`.
+fn place_of(plan: &Value, name: &str) -> usize {
+    plan["places"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|p| p == name)
+        .unwrap()
+}
+
 fn entry<'a>(doc: &'a Value, list: &str, name: &str) -> &'a Value {
     doc[list]
         .as_array()
@@ -195,12 +223,7 @@ fn bench_prediction_work_and_checksum_by_hand() {
     // stage is now the drive's 2 x 0.5 x (1 ms + bytes / 1 GB/s), above
     // the CPU's (shared + 4 x 0.5 x bytes) / 1 GB/s.
     let mut doc = plan.clone();
-    let disk = doc["places"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|p| p == "disk:0")
-        .unwrap();
+    let disk = place_of(&doc, "disk:0");
     for row in doc["experts"].as_array_mut().unwrap() {
         row[0] = disk.into();
         row[2] = disk.into();
@@ -251,26 +274,9 @@ fn bench_refuses_a_foreign_plan_and_gpu_placements_without_cuda_in_one_line() {
         &json,
     );
     // A plan that puts an expert on a GPU, on a machine without CUDA.
-    let gpu_profile = profile("desktop-1gpu-8gb");
-    let gpu_plan = su.dir.join("gpu.json");
-    run_ok(&[
-        "plan",
-        "--model",
-        s(&su.ckpt),
-        "--profile",
-        &gpu_profile,
-        "--time-limit",
-        "1",
-        "--out",
-        s(&gpu_plan),
-    ]);
+    let (gpu_profile, gpu_plan) = gpu_plan(&su);
     let mut doc = read_json(&gpu_plan);
-    let gpu = doc["places"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|p| p == "gpu:0")
-        .unwrap();
+    let gpu = place_of(&doc, "gpu:0");
     doc["experts"][0][0] = gpu.into();
     std::fs::write(&gpu_plan, serde_json::to_string(&doc).unwrap()).unwrap();
     let mut args = bench_args(&su, &gpu_plan, &json);
@@ -546,16 +552,9 @@ fn sweep_sets_each_budget_through_the_reserve_one_row_per_budget_and_strategy() 
 /// A flag refused: one `error:` line naming `flag` and containing `fix`,
 /// exit code 1, no panic, and `out` not created.
 fn assert_bad_flag(args: &[&str], flag: &str, fix: &str, out: &Path) {
-    let o = run(args);
-    let err = stderr(&o);
-    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
-    let lines: Vec<&str> = err.lines().filter(|l| !l.starts_with("note:")).collect();
-    assert_eq!(lines.len(), 1, "{args:?}: not one line:\n{err}");
-    assert!(lines[0].starts_with("error: "), "{err}");
-    assert!(lines[0].contains(flag), "{args:?}: `{flag}` not in: {err}");
-    assert!(lines[0].contains(fix), "{args:?}: `{fix}` not in: {err}");
-    assert!(!err.contains("panicked"), "{err}");
-    assert!(!out.exists(), "{args:?} left {}", out.display());
+    let line = one_error_line(args, out);
+    assert!(line.contains(flag), "{args:?}: `{flag}` not in: {line}");
+    assert!(line.contains(fix), "{args:?}: `{fix}` not in: {line}");
 }
 
 #[test]
@@ -618,29 +617,9 @@ fn bench_on_a_cuda_gpu_computes_what_the_cpu_does() {
     let ram_json = su.dir.join("ram.json");
     run_ok(&bench_args(&su, &su.plan, &ram_json));
     let ram = read_json(&ram_json);
-    let gpu_profile = profile("desktop-1gpu-8gb");
-    let gpu_plan = su.dir.join("gpu.json");
-    run_ok(&[
-        "plan",
-        "--model",
-        s(&su.ckpt),
-        "--profile",
-        &gpu_profile,
-        "--time-limit",
-        "1",
-        "--out",
-        s(&gpu_plan),
-    ]);
+    let (gpu_profile, gpu_plan) = gpu_plan(&su);
     let mut doc = read_json(&gpu_plan);
-    let place = |doc: &Value, name: &str| {
-        doc["places"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .position(|p| p == name)
-            .unwrap()
-    };
-    let (gpu, ram_place) = (place(&doc, "gpu:0"), place(&doc, "ram:0"));
+    let (gpu, ram_place) = (place_of(&doc, "gpu:0"), place_of(&doc, "ram:0"));
     for row in doc["experts"].as_array_mut().unwrap() {
         for e in row.as_array_mut().unwrap() {
             *e = gpu.into();

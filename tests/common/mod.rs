@@ -92,6 +92,17 @@ pub fn model(name: &str) -> String {
 /// Runs a command that must fail on a bad input: one line on stderr that
 /// names `file` and contains `place`, exit code 1, no panic, and `out` not created.
 pub fn assert_bad_input(args: &[&str], file: &Path, place: &str, out: &Path) {
+    let line = one_error_line(args, out);
+    assert!(
+        line.contains(&file.display().to_string()),
+        "{args:?}: file not named: {line}"
+    );
+    assert!(line.contains(place), "{args:?}: `{place}` not in: {line}");
+}
+
+/// Runs a command that must fail: exit code 1, no panic, `out` not
+/// created, and stderr (notes aside) one `error:` line, which it returns.
+pub fn one_error_line(args: &[&str], out: &Path) -> String {
     let o = run(args);
     let err = stderr(&o);
     assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
@@ -99,18 +110,11 @@ pub fn assert_bad_input(args: &[&str], file: &Path, place: &str, out: &Path) {
     assert_eq!(lines.len(), 1, "{args:?}: not one line:\n{err}");
     assert!(lines[0].starts_with("error: "), "{err}");
     assert!(
-        lines[0].contains(&file.display().to_string()),
-        "{args:?}: file not named: {err}"
-    );
-    assert!(
-        lines[0].contains(place),
-        "{args:?}: `{place}` not in: {err}"
-    );
-    assert!(
         !err.contains("panicked") && !err.contains("RUST_BACKTRACE"),
         "{err}"
     );
     assert!(!out.exists(), "{args:?} left {}", out.display());
+    lines[0].to_string()
 }
 
 pub use residency_testkit::shared_data;
