@@ -10,7 +10,7 @@
 //! on the node's pinned threads (`cpu`). A disk-placed expert is read
 //! afresh from the checkpoint by the store's own reader (O_DIRECT unless
 //! another backend is chosen) on a reader thread while the stage's
-//! residents compute, and computed on the CPU once read. A stage's GPU work
+//! residents compute, and computed on the CPU as it lands. A stage's GPU work
 //! is queued first and runs while the CPU works; the stage waits for each
 //! card once.
 //!
@@ -78,11 +78,13 @@ fn input(file: &Path, place: &str, problem: String, fix: &str) -> BenchError {
 /// Measured beside predicted, per token, for a stage kind or a resource.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Measured {
-    /// `dense`, `experts`, `head`; or `cpu:N`, `drive:N`.
+    /// `dense`, `experts`, `head`; or `gpu:N`, `cpu:N`, `drive:N`.
     pub name: String,
     pub measured_seconds: f64,
     /// The cost model's: stage seconds summed over the stages of the kind;
-    /// for a resource its own work (`C` without felt I/O, `D`).
+    /// for a resource its own time (`G` with its sync, `C` with its stage
+    /// overhead and without felt I/O, `D`). A GPU's measured seconds are
+    /// device time between the stage's events, without the wait.
     pub predicted_seconds: f64,
     /// Bytes the kernel streamed (stages, CPU) or the drive read.
     pub bytes_per_token: f64,
@@ -106,7 +108,7 @@ pub struct BenchReport {
     pub bench_overhead_seconds: f64,
     /// Per stage kind, summed over layers.
     pub stages: Vec<Measured>,
-    /// Per CPU node and drive.
+    /// Per GPU, CPU node and drive.
     pub resources: Vec<Measured>,
     /// Sum of every GEMV output, in a fixed order: equal across placements
     /// of the same checkpoint, heat and seed.
