@@ -620,3 +620,57 @@ impl Upload<'_> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_descriptor_lies_where_the_kernel_reads_it() {
+        // 768 rows of 2048 int4 features in groups of 64: 1024 bytes a row
+        // = 64 chunks of 16; 32 groups; 64 / 32 = 2 chunks a group (shift
+        // 1); the odd inputs start at byte 1024.
+        let shape = GemvLaunch::shape(Packing { bits: 4, group: 64 }, 768, 2048);
+        assert_eq!(
+            (
+                shape.rows,
+                shape.chunks,
+                shape.groups,
+                shape.shift,
+                shape.odd
+            ),
+            (768, 64, 32, 1, 1024)
+        );
+        let launch = GemvLaunch {
+            weights: 1,
+            scales: 2,
+            values: 3,
+            terms: 4,
+            y: 5,
+            ..shape
+        };
+        let mut d = [0u8; GPU_DESCRIPTOR_BYTES];
+        launch.write_descriptor(7, &mut d);
+        let word = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
+        let number = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
+        assert_eq!([0, 8, 16, 24, 32].map(word), [1, 2, 3, 4, 5]);
+        assert_eq!(
+            [40, 44, 48, 52, 56, 60].map(number),
+            [768, 64, 32, 1, 1024, 7]
+        );
+        // The kernel loads the pointers and numbers at those offsets of
+        // the descriptor it found, and scans first blocks 64 bytes apart.
+        let text = ptx();
+        assert!(text.contains("ld.param.u64 %rd1, [%rd22];"));
+        for at in [8, 16, 24, 32, 40, 44, 48, 52, 56, 60] {
+            assert!(text.contains(&format!("[%rd22+{at}]")), "{at}");
+        }
+        assert!(text.contains(&format!(
+            "mul.wide.u32 %rd21, %r34, {GPU_DESCRIPTOR_BYTES};"
+        )));
+        assert!(text.contains(&format!(
+            ".param .align 8 .b8 p_desc[{}]",
+            GPU_BATCH * GPU_DESCRIPTOR_BYTES
+        )));
+    }
+}

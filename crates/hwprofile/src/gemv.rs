@@ -601,10 +601,13 @@ pub fn ptx() -> String {
         .collect();
     let mut text = String::from(".version 6.0\n.target sm_61\n.address_size 64\n");
     for (name, dot) in [("gemv_int8", INT8_DOT), ("gemv_int4", int4_dot.as_str())] {
-        let kernel = KERNEL.replace("SUM_LANES", &sum_lanes).replace(
-            "DESCRIPTORS",
-            &(GPU_BATCH * GPU_DESCRIPTOR_BYTES).to_string(),
-        );
+        let kernel = KERNEL
+            .replace("SUM_LANES", &sum_lanes)
+            .replace(
+                "DESCRIPTORS",
+                &(GPU_BATCH * GPU_DESCRIPTOR_BYTES).to_string(),
+            )
+            .replace("DESCRIPTOR_BYTES", &GPU_DESCRIPTOR_BYTES.to_string());
         text.push_str(&kernel.replace("NAME", name).replace("DOT", dot));
     }
     text
@@ -636,7 +639,7 @@ NAME_find:
     add.u32 %r34, %r33, 1;
     setp.ge.u32 %p1, %r34, %r32;
     @%p1 bra NAME_found;
-    mul.wide.u32 %rd21, %r34, 64;
+    mul.wide.u32 %rd21, %r34, DESCRIPTOR_BYTES;
     add.s64 %rd22, %rd20, %rd21;
     ld.param.u32 %r35, [%rd22+60];
     setp.gt.u32 %p1, %r35, %r6;
@@ -644,7 +647,7 @@ NAME_find:
     mov.u32 %r33, %r34;
     bra NAME_find;
 NAME_found:
-    mul.wide.u32 %rd21, %r33, 64;
+    mul.wide.u32 %rd21, %r33, DESCRIPTOR_BYTES;
     add.s64 %rd22, %rd20, %rd21;
     ld.param.u64 %rd1, [%rd22];
     ld.param.u64 %rd2, [%rd22+8];

@@ -98,5 +98,10 @@ fn halves_and_fits() {
     assert!(
         text.contains(".visible .entry gemv_int8(") && text.contains(".visible .entry gemv_int4(")
     );
-    assert!(!text.contains("NAME") && !text.contains("DOT") && !text.contains("SUM_LANES"));
+    assert!(
+        !text.contains("NAME")
+            && !text.contains("DOT")
+            && !text.contains("SUM_LANES")
+            && !text.contains("DESCRIPTOR")
+    );
 }
