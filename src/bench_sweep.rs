@@ -61,6 +61,11 @@ pub struct SweepArgs {
     /// median and range.
     #[arg(long, default_value_t = 5, conflicts_with = "plan")]
     pub rounds: usize,
+    /// Keep each (budget, strategy)'s plan file in this directory (created
+    /// if absent), to replay a row with `bench --plan`; default: a
+    /// temporary directory, removed at the end.
+    #[arg(long, conflicts_with = "plan")]
+    pub plans_dir: Option<PathBuf>,
 }
 
 /// A VRAM budget: a size above zero (a card with no room for weights is
@@ -441,8 +446,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         sweep.budgets.as_deref(),
         &mut notes,
     )?;
-    let dir = tempfile::tempdir().context("creating a directory for the sweep's plan files")?;
-    let (mut configs, insts) = configurations(&mut inputs, &budgets, &strategies, dir.path())?;
+    let temporary =
+        tempfile::tempdir().context("creating a directory for the sweep's plan files")?;
+    let dir = match &sweep.plans_dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("--plans-dir {}: creating it", dir.display()))?;
+            dir.as_path()
+        }
+        None => temporary.path(),
+    };
+    let (mut configs, insts) = configurations(&mut inputs, &budgets, &strategies, dir)?;
     // Every budget's instance and every run say the same things: each once.
     let mut said = BTreeSet::new();
     let mut say = |notes: &[String]| {

@@ -394,11 +394,19 @@ fn assert_ran(r: &Value, rounds: usize, predicted: f64) -> f64 {
 fn sweep_on_a_cpu_only_profile_runs_each_strategy_once_without_cards() {
     let su = setup();
     let json = su.dir.join("sweep.json");
+    let plans = su.dir.join("plans");
     let args = sweep_args(
         &su,
         &su.profile,
         &json,
-        &["--budgets", "4GiB,8GiB", "--rounds", "2"],
+        &[
+            "--budgets",
+            "4GiB,8GiB",
+            "--rounds",
+            "2",
+            "--plans-dir",
+            s(&plans),
+        ],
     );
     let o = run_ok(&args);
     let err = stderr(&o);
@@ -478,6 +486,17 @@ fn sweep_on_a_cpu_only_profile_runs_each_strategy_once_without_cards() {
     let schema = read_json(&Path::new(ROOT).join("schemas/bench-sweep-output.schema.json"));
     let validator = jsonschema::validator_for(&schema).unwrap();
     assert!(validator.is_valid(&doc));
+    // --plans-dir kept the three plans that ran; one replays with `bench
+    // --plan` at the prediction the sweep gave it.
+    let kept: Vec<_> = std::fs::read_dir(&plans).unwrap().collect();
+    assert_eq!(kept.len(), 3, "{kept:?}");
+    let replay = su.dir.join("replay.json");
+    let plan = kept[0].as_ref().unwrap().path();
+    run_ok(&bench_args(&su, &plan, &replay));
+    assert!(close(
+        read_json(&replay)["predicted_tok_per_s"].as_f64().unwrap(),
+        predicted
+    ));
 }
 
 /// With a card, each budget sets its reserve to vram - budget: 1 GiB -
