@@ -1,7 +1,8 @@
 //! Per CUDA GPU: resident GEMV bandwidth (the PTX kernel over packed
 //! experts in device memory, checked against the CPU kernel first), pinned
-//! upload bandwidth, and the round trip of a memset and a stream
-//! synchronize as the per-stage sync overhead.
+//! upload bandwidth, and what a stage pays beyond its bytes, timed as
+//! `bench` runs a stage: the sync overhead (a stage of one one-row GEMV)
+//! and the overhead of each GEMV in a stage of `top_k` experts.
 
 use super::experts::inputs_for;
 use super::{Run, MAX_GEMV_BYTES, UPLOAD_BYTES};

@@ -13,8 +13,9 @@
 //!   holds that directory.
 //! - Per CUDA GPU: resident GEMV bandwidth (the PTX kernel over packed
 //!   experts in device memory, checked against the CPU kernel first),
-//!   pinned upload bandwidth, and the round trip of a memset and a stream
-//!   synchronize as the per-stage sync overhead.
+//!   pinned upload bandwidth, and a stage's sync and per-GEMV overheads,
+//!   timed as `bench` runs a stage (`gpu`).
+//! - Per NUMA node, after its GEMV rate: its stage overhead (`cpu`).
 //!
 //! Each measurement runs one untimed warm-up, then trials until its share
 //! of `--seconds` is spent (at least `MIN_TRIALS`, at most `MAX_TRIALS`);
