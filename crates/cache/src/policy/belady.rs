@@ -44,6 +44,10 @@ impl Policy for Belady {
     fn remove(&mut self, object: ObjectIndex) {
         self.residents.remove(object);
     }
+
+    fn reads_next_access(&self) -> bool {
+        true
+    }
 }
 
 #[cfg(test)]

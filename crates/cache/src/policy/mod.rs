@@ -63,7 +63,8 @@ pub struct Request {
     /// Position of this request in the replay (0-based): the policies' clock.
     pub time: u64,
     /// Position of the next request for the same object, or [`NEVER`]. Only
-    /// the offline bound (`belady`) looks at it.
+    /// the offline bound (`belady`) looks at it
+    /// ([`Policy::reads_next_access`]); the others may be given [`NEVER`].
     pub next_access: u64,
 }
 
@@ -100,6 +101,12 @@ pub trait Policy {
     /// the object (counters, sketches, ghosts of other objects) stays. Each
     /// policy's `remove` says what it keeps. O(1) or O(log n).
     fn remove(&mut self, object: ObjectIndex);
+    /// Whether `access` reads [`Request::next_access`]. Only the offline
+    /// bound does; a replay builds the next-access index for it alone and
+    /// gives the others [`NEVER`].
+    fn reads_next_access(&self) -> bool {
+        false
+    }
 }
 
 residency_core::named! {

@@ -76,6 +76,8 @@ pub struct Simulator {
     train_counts: Vec<u64>,
     miss_seconds: Vec<f64>,
     options: SimOptions,
+    /// Each layer's requests as a stream of its own, when there are several
+    /// layers; empty for one, which `eval` serves (see `layer_streams`).
     layer_streams: Vec<Stream>,
     /// Misses per slot count per layer, by policy (see `curves`).
     curves: HashMap<PolicyKind, Vec<Vec<u64>>>,
@@ -106,7 +108,7 @@ impl Simulator {
             layer_streams: if eval.layers() > 1 {
                 eval.split_layers()
             } else {
-                vec![eval.clone()]
+                Vec::new()
             },
             curves: HashMap::new(),
             memo: HashMap::new(),
@@ -116,6 +118,16 @@ impl Simulator {
 
     pub fn stream(&self) -> &Stream {
         &self.eval
+    }
+
+    /// The per-layer streams; a one-layer stream (every generic trace) is
+    /// its own only layer rather than a copy of all its requests.
+    fn layer_streams(&self) -> &[Stream] {
+        if self.layer_streams.is_empty() {
+            std::slice::from_ref(&self.eval)
+        } else {
+            &self.layer_streams
+        }
     }
 
     /// Runs one arm with layer `l`'s miss cost scaled by `scale[l]`.
@@ -307,7 +319,7 @@ impl Simulator {
         } else {
             let mut stats = replay(
                 p.as_mut(),
-                &self.layer_streams[layer],
+                &self.layer_streams()[layer],
                 &seeds,
                 &miss_seconds,
             );
@@ -333,7 +345,10 @@ impl Simulator {
             return Ok(c.clone());
         }
         let curves: Vec<Vec<u64>> = if policy == PolicyKind::Lru {
-            self.layer_streams.iter().map(lru_misses_per_slot).collect()
+            self.layer_streams()
+                .iter()
+                .map(lru_misses_per_slot)
+                .collect()
         } else {
             let ones = vec![1.0; self.eval.layers()];
             let points: Vec<(usize, u64)> = (0..self.eval.layers())

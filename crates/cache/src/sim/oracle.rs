@@ -1,62 +1,178 @@
 //! libCacheSim's `oracleGeneral` binary traces: packed little-endian
 //! records `u32 time, u64 obj_id, u32 size, i64 next_access` (24 bytes, no
 //! header). Ids are mapped to dense objects in order of first appearance;
-//! the file's own `next_access` is not trusted (we recompute it).
+//! the file's own `next_access` is not trusted (we recompute it, and only
+//! for the policies that read it: see [`Stream::next_access`]).
 
 use super::stream::Stream;
-use residency_core::error::{read_file, PlannerError, Result};
+use crate::policy::{ObjectIndex, NEVER};
+use residency_core::error::{write_atomic, PlannerError, Result};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::path::Path;
 
 const RECORD_BYTES: usize = 24;
 
+/// Bytes mapped at a time: whole records (24 x 1 Mi) and whole pages, so no
+/// record straddles two windows and every window's offset is page-aligned.
+const WINDOW_BYTES: usize = RECORD_BYTES << 20;
+
 /// Reads a trace; a length that is not a whole number of records, a size-0
 /// record or an object whose size changes is an error naming the record.
+///
+/// The file is memory-mapped and parsed in place, one window at a time: a
+/// 10-million-request trace is 240 MB, reading it into a buffer first cost
+/// more kernel time (faulting in the copy) than the replay took, and a
+/// mapped page counts in the resident set until it is unmapped, so the
+/// whole file mapped at once would weigh six times the requests kept.
 pub fn read_oracle_general(path: &Path) -> Result<Stream> {
-    let bytes = read_file(path)?;
-    if bytes.is_empty() || bytes.len() % RECORD_BYTES != 0 {
+    let file = std::fs::File::open(path).map_err(|e| PlannerError::io(path, e))?;
+    let len = file
+        .metadata()
+        .map_err(|e| PlannerError::io(path, e))?
+        .len() as usize;
+    if len == 0 || !len.is_multiple_of(RECORD_BYTES) {
         return Err(PlannerError::input(
             path,
-            format!("byte {}", bytes.len() - bytes.len() % RECORD_BYTES),
-            format!(
-                "{} bytes is not a whole number of 24-byte oracleGeneral records",
-                bytes.len()
-            ),
+            format!("byte {}", len - len % RECORD_BYTES),
+            format!("{len} bytes is not a whole number of 24-byte oracleGeneral records"),
             "give an uncompressed libCacheSim oracleGeneral file (decompress .zst first)",
         ));
     }
-    let mut dense: HashMap<u64, u32> = HashMap::new();
-    let mut sizes_bytes = Vec::new();
-    let mut requests = Vec::with_capacity(bytes.len() / RECORD_BYTES);
-    for (i, record) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
-        let id = u64::from_le_bytes(record[4..12].try_into().unwrap());
-        let size = u32::from_le_bytes(record[12..16].try_into().unwrap()) as u64;
-        let bad = |problem: String| {
+    let mut parsed = Parsed::with_capacity(len / RECORD_BYTES);
+    for offset in (0..len).step_by(WINDOW_BYTES) {
+        // SAFETY: the map is read-only and a trace is not written while it
+        // is read (the same contract as the runtime's mmap reader of
+        // checkpoints); a file truncated under us would raise SIGBUS on
+        // access, as with any mmap reader. Nothing borrowed from the map
+        // outlives this iteration.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(offset as u64)
+                .len(WINDOW_BYTES.min(len - offset))
+                .map(&file)
+        }
+        .map_err(|e| PlannerError::io(path, e))?;
+        // Records are read once, front to back: ask for read-ahead. Advice
+        // is a hint; a kernel that ignores it only reads more slowly.
+        let _ = map.advise(memmap2::Advice::Sequential);
+        parsed.records(path, offset / RECORD_BYTES, &map)?;
+    }
+    let objects = parsed.sizes_bytes.len() as u32;
+    let tokens = parsed.requests.len() as u64;
+    Ok(Stream::new(
+        parsed.sizes_bytes,
+        vec![0, objects],
+        parsed.requests,
+        tokens,
+    ))
+}
+
+/// What the records read so far made: dense objects by id, their sizes,
+/// the requests.
+struct Parsed {
+    /// Looked up once per request, so hashed with [`IdHasher`] rather than
+    /// SipHash (std's default, tens of cycles a lookup). Ids come from the
+    /// file, but a hostile trace can only make its own replay slow.
+    dense: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    sizes_bytes: Vec<u64>,
+    requests: Vec<ObjectIndex>,
+}
+
+impl Parsed {
+    fn with_capacity(records: usize) -> Parsed {
+        Parsed {
+            dense: HashMap::default(),
+            sizes_bytes: Vec::new(),
+            requests: Vec::with_capacity(records),
+        }
+    }
+
+    /// Parses whole records, the first of which is record `first` of the file.
+    fn records(&mut self, path: &Path, first: usize, bytes: &[u8]) -> Result<()> {
+        for (k, record) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
+            let i = first + k;
+            let id = u64::from_le_bytes(record[4..12].try_into().unwrap());
+            let size = u32::from_le_bytes(record[12..16].try_into().unwrap()) as u64;
+            let bad = |problem: String| {
+                PlannerError::input(
+                    path,
+                    format!("record {i} (byte {})", i * RECORD_BYTES),
+                    problem,
+                    "objects must have one non-zero size; check the trace was written as oracleGeneral",
+                )
+            };
+            if size == 0 {
+                return Err(bad(format!("object {id} has size 0")));
+            }
+            let next = self.dense.len() as u32;
+            let o = *self.dense.entry(id).or_insert(next);
+            if o == next {
+                self.sizes_bytes.push(size);
+            } else if self.sizes_bytes[o as usize] != size {
+                return Err(bad(format!(
+                    "object {id} changes size from {} to {size} bytes",
+                    self.sizes_bytes[o as usize]
+                )));
+            }
+            self.requests.push(o);
+        }
+        Ok(())
+    }
+}
+
+/// Writes `stream` as an oracleGeneral file that [`read_oracle_general`]
+/// reads back as the same stream: object `o` is id `o`, the time is the
+/// request's index and `next_access` the index of the object's next request
+/// (-1: none), as libCacheSim's oracle policies expect. For generated
+/// traces (`examples/oracle_trace.rs`).
+pub fn write_oracle_general(path: &Path, stream: &Stream) -> Result<()> {
+    let mut bytes = Vec::with_capacity(stream.requests.len() * RECORD_BYTES);
+    for (i, (&o, &next)) in stream.requests.iter().zip(stream.next_access()).enumerate() {
+        let size = u32::try_from(stream.sizes_bytes[o as usize]).map_err(|_| {
             PlannerError::input(
                 path,
-                format!("record {i} (byte {})", i * RECORD_BYTES),
-                problem,
-                "objects must have one non-zero size; check the trace was written as oracleGeneral",
+                format!("request {i}"),
+                format!(
+                    "object {o} has {} bytes, more than an oracleGeneral record holds",
+                    stream.sizes_bytes[o as usize]
+                ),
+                "give objects below 4 GiB",
             )
-        };
-        if size == 0 {
-            return Err(bad(format!("object {id} has size 0")));
-        }
-        let next = dense.len() as u32;
-        let o = *dense.entry(id).or_insert(next);
-        if o == next {
-            sizes_bytes.push(size);
-        } else if sizes_bytes[o as usize] != size {
-            return Err(bad(format!(
-                "object {id} changes size from {} to {size} bytes",
-                sizes_bytes[o as usize]
-            )));
-        }
-        requests.push(o);
+        })?;
+        let next = if next == NEVER { -1 } else { next as i64 };
+        bytes.extend((i as u32).to_le_bytes());
+        bytes.extend(u64::from(o).to_le_bytes());
+        bytes.extend(size.to_le_bytes());
+        bytes.extend(next.to_le_bytes());
     }
-    let objects = sizes_bytes.len() as u32;
-    let tokens = requests.len() as u64;
-    Ok(Stream::new(sizes_bytes, vec![0, objects], requests, tokens))
+    write_atomic(path, &bytes)
+}
+
+/// A folded multiply (the full 128-bit product of the id and an odd
+/// constant, its halves xored): ids are hashed once per request, so the hash
+/// must cost a cycle or two, and folding the high half in makes the low
+/// bits hashbrown indexes by depend on every bit of the id (a plain
+/// multiply would put ids that are multiples of a power of two, such as
+/// block addresses, in a few buckets).
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(b as u64);
+        }
+    }
+
+    fn write_u64(&mut self, id: u64) {
+        let product = u128::from(self.0 ^ id) * 0x9e37_79b9_7f4a_7c15;
+        self.0 = product as u64 ^ (product >> 64) as u64;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
 }
 
 #[cfg(test)]
@@ -83,7 +199,46 @@ mod tests {
         let s = read_oracle_general(&path).unwrap();
         assert_eq!(s.requests, vec![0, 1, 0]);
         assert_eq!(s.sizes_bytes, vec![5, 8]);
-        assert_eq!(s.next_access[0], 2);
+        assert_eq!(s.next_access()[0], 2);
+    }
+
+    #[test]
+    fn written_traces_read_back_with_libcachesim_next_accesses() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        let stream = Stream::new(vec![5, 8, 3], vec![0, 3], vec![1, 0, 1, 2], 4);
+        write_oracle_general(&path, &stream).unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        let next: Vec<i64> = bytes
+            .chunks_exact(RECORD_BYTES)
+            .map(|r| i64::from_le_bytes(r[16..24].try_into().unwrap()))
+            .collect();
+        assert_eq!(next, vec![2, -1, -1, -1]);
+        let back = read_oracle_general(&path).unwrap();
+        // Ids 1 0 1 2 become dense in order of first appearance: 0 1 0 2.
+        assert_eq!(back.requests, vec![0, 1, 0, 2]);
+        assert_eq!(back.sizes_bytes, vec![8, 5, 3]);
+    }
+
+    #[test]
+    fn records_past_the_first_window_are_read_and_named() {
+        // One record more than a window (24 MiB): the last one lies in the
+        // second window and changes its object's size.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        let n = WINDOW_BYTES / RECORD_BYTES + 1;
+        let requests: Vec<u32> = (0..n as u32).map(|i| i % 7).collect();
+        let stream = Stream::new(vec![5; 7], vec![0, 7], requests.clone(), n as u64);
+        write_oracle_general(&path, &stream).unwrap();
+        assert_eq!(read_oracle_general(&path).unwrap().requests, requests);
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[(n - 1) * RECORD_BYTES + 12] = 6;
+        std::fs::write(&path, &bytes).unwrap();
+        let e = read_oracle_general(&path).unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("record {}", n - 1)) && e.contains("from 5 to 6"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -113,7 +113,11 @@ pub fn replay(
             }
         }
     }
-    for (i, (&o, &next)) in stream.requests.iter().zip(&stream.next_access).enumerate() {
+    // Building the next-access index costs more than an LRU replay; only
+    // the policies that read it pay for it, the others see NEVER.
+    let next_access = policy.reads_next_access().then(|| stream.next_access());
+    for (i, &o) in stream.requests.iter().enumerate() {
+        let next = next_access.map_or(NEVER, |n| n[i]);
         let size = stream.sizes_bytes[o as usize];
         stats.requested_bytes += size;
         let request = Request {

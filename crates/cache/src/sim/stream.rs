@@ -5,8 +5,11 @@
 
 use crate::policy::{ObjectIndex, NEVER};
 use residency_formats::heat::TokenRoutes;
+use std::sync::OnceLock;
 
-#[derive(Debug, Clone, PartialEq)]
+/// Not `PartialEq`: two equal streams may differ in whether their
+/// next-access index has been built yet.
+#[derive(Debug, Clone)]
 pub struct Stream {
     /// Size of each object in the cached tier's format.
     pub sizes_bytes: Vec<u64>,
@@ -15,9 +18,8 @@ pub struct Stream {
     /// Layer of each object (derived from `layer_start`; kept for speed).
     pub layer_of: Vec<u32>,
     pub requests: Vec<ObjectIndex>,
-    /// For each request, the index of the next request for the same object,
-    /// or [`NEVER`].
-    pub next_access: Vec<u64>,
+    /// See [`Stream::next_access`]: built on first use, from `requests`.
+    next_access: OnceLock<Vec<u64>>,
     /// Tokens the requests came from (generic traces: one per request).
     pub tokens: u64,
 }
@@ -35,15 +37,25 @@ impl Stream {
         for (l, w) in layer_start.windows(2).enumerate() {
             layer_of[w[0] as usize..w[1] as usize].fill(l as u32);
         }
-        let next_access = next_accesses(&requests, sizes_bytes.len());
         Stream {
             sizes_bytes,
             layer_start,
             layer_of,
             requests,
-            next_access,
+            next_access: OnceLock::new(),
             tokens,
         }
+    }
+
+    /// For each request, the index of the next request for the same object,
+    /// or [`NEVER`]. Only the offline bound reads it (see
+    /// `Policy::reads_next_access`), and it is 8 bytes a request, twice the
+    /// requests themselves, so it is built on the first call rather than
+    /// with the stream. It is kept: `requests` must not change afterwards
+    /// (nothing changes a stream's requests once it is built).
+    pub fn next_access(&self) -> &[u64] {
+        self.next_access
+            .get_or_init(|| next_accesses(&self.requests, self.sizes_bytes.len()))
     }
 
     /// The requests of MoE tokens: each token asks, layer by layer, for the
@@ -160,11 +172,11 @@ mod tests {
         assert_eq!(s.sizes_bytes, vec![10, 10, 10, 20, 20]);
         assert_eq!(s.layer_of, vec![0, 0, 0, 1, 1]);
         // Object 2 again at index 3, object 4 again at 4, the rest never.
-        assert_eq!(s.next_access, vec![3, NEVER, 4, NEVER, NEVER, NEVER]);
+        assert_eq!(s.next_access(), vec![3, NEVER, 4, NEVER, NEVER, NEVER]);
         assert_eq!(s.tokens, 2);
         let l1 = &s.split_layers()[1];
         assert_eq!(l1.requests, vec![1, 1, 0]);
         assert_eq!(l1.sizes_bytes, vec![20, 20]);
-        assert_eq!(l1.next_access, vec![1, NEVER, NEVER]);
+        assert_eq!(l1.next_access(), vec![1, NEVER, NEVER]);
     }
 }
