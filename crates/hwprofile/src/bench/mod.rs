@@ -306,7 +306,7 @@ pub fn bench(
                 leases[o] = Some(lease);
             }
             (Place::Gpu(g), Work::Generated(m)) => {
-                *w = Work::OnCard(card(&cards, g)?.matrix(m)?);
+                *w = Work::OnCard(card_mut(&mut cards, g)?.matrix(m)?);
             }
             _ => {}
         }
@@ -513,14 +513,6 @@ fn open_cards(
         .enumerate()
         .map(|(g, rows)| rows.map(|rows| Card::open(g, inputs, rows)).transpose())
         .collect()
-}
-
-fn card(cards: &[Option<Card>], g: usize) -> Result<&Card, BenchError> {
-    cards.get(g).and_then(Option::as_ref).ok_or_else(|| {
-        BenchError::Gpu(format!(
-            "gpu:{g} was not opened; a bench bug, please report it"
-        ))
-    })
 }
 
 fn card_mut(cards: &mut [Option<Card>], g: usize) -> Result<&mut Card, BenchError> {
@@ -817,26 +809,44 @@ fn report(
             predicted_bytes_per_token: stage_bytes[k],
         })
         .collect();
-    let cpus = (0..r.numa_nodes()).map(|n| Measured {
-        name: format!("cpu:{n}"),
-        measured_seconds: per_token(total.cpu_seconds[n]),
-        predicted_seconds: eval.loads.iter().map(|l| l.cpu_seconds(r, n)).sum(),
-        bytes_per_token: per_token(total.cpu_bytes[n]),
-        predicted_bytes_per_token: cpu_bytes[n],
+    // A resource's row: its measured and predicted seconds and bytes.
+    let resource =
+        |name: String, seconds: f64, predicted: f64, bytes: f64, predicted_bytes| Measured {
+            name,
+            measured_seconds: per_token(seconds),
+            predicted_seconds: predicted,
+            bytes_per_token: per_token(bytes),
+            predicted_bytes_per_token: predicted_bytes,
+        };
+    let gpus = (0..r.gpus()).map(|g| {
+        let predicted = eval.loads.iter().map(|l| l.gpu_seconds(r, g)).sum();
+        resource(
+            format!("gpu:{g}"),
+            total.gpu_seconds[g],
+            predicted,
+            total.gpu_bytes[g],
+            gpu_bytes[g],
+        )
     });
-    let gpus = (0..r.gpus()).map(|g| Measured {
-        name: format!("gpu:{g}"),
-        measured_seconds: per_token(total.gpu_seconds[g]),
-        predicted_seconds: eval.loads.iter().map(|l| l.gpu_seconds(r, g)).sum(),
-        bytes_per_token: per_token(total.gpu_bytes[g]),
-        predicted_bytes_per_token: gpu_bytes[g],
+    let cpus = (0..r.numa_nodes()).map(|n| {
+        let predicted = eval.loads.iter().map(|l| l.cpu_seconds(r, n)).sum();
+        resource(
+            format!("cpu:{n}"),
+            total.cpu_seconds[n],
+            predicted,
+            total.cpu_bytes[n],
+            cpu_bytes[n],
+        )
     });
-    let drives = (0..r.drives()).map(|d| Measured {
-        name: format!("drive:{d}"),
-        measured_seconds: per_token(total.drive_seconds[d]),
-        predicted_seconds: eval.loads.iter().map(|l| l.drive[d]).sum(),
-        bytes_per_token: per_token(total.drive_bytes[d]),
-        predicted_bytes_per_token: drive_bytes[d],
+    let drives = (0..r.drives()).map(|d| {
+        let predicted = eval.loads.iter().map(|l| l.drive[d]).sum();
+        resource(
+            format!("drive:{d}"),
+            total.drive_seconds[d],
+            predicted,
+            total.drive_bytes[d],
+            drive_bytes[d],
+        )
     });
     let all: f64 = token_seconds.iter().sum();
     token_seconds.sort_by(f64::total_cmp);
