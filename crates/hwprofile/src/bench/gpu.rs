@@ -1,13 +1,16 @@
 //! The GPU side of `bench`: per card, the GEMV kernels (`gemv::ptx`), the
 //! run's input vectors and one token's outputs in device memory.
 //!
-//! A stage's GEMVs on a card go out in one launch (`GPU_BATCH` matrices a
-//! launch, as a fused engine runs a layer's experts at once) on the card's
-//! stream before the CPU starts its share, so both run at once as an
-//! engine overlaps them; the stage then waits once for the card (one
-//! synchronisation per stage, which the cost model charges as
-//! `sync_overhead`). Device time is timed with events around the launch. Outputs stay on the card until
-//! the token is over: reading them back is the checksum's, not the token's.
+//! A token's launches are made before its clock starts (`queue`: device
+//! addresses and output places), as an engine that routes on the device
+//! builds nothing per stage. A stage's GEMVs on a card go out in one launch
+//! (`GPU_BATCH` matrices a launch, as a fused engine runs a layer's experts
+//! at once) on the card's stream before the CPU starts its share, so both
+//! run at once as an engine overlaps them; the stage then waits once for
+//! the card (one synchronisation per stage, which the cost model charges
+//! as `sync_overhead`). Device time is timed with events around the
+//! launch. Outputs stay on the card until the token is over: reading them
+//! back is the checksum's, not the token's.
 
 use super::BenchError;
 use crate::cuda_bench::{CudaBench, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch};
@@ -27,8 +30,6 @@ pub(super) struct Card {
     /// Where each output of this token lies in `y`.
     written: Vec<Written>,
     written_rows: usize,
-    /// The stage's GEMVs, not yet launched.
-    queued: Vec<GemvLaunch>,
     start: CudaEvent,
     end: CudaEvent,
     /// Whether the stage in progress launched anything.
@@ -72,7 +73,6 @@ impl Card {
             y,
             written: Vec::new(),
             written_rows: 0,
-            queued: Vec::new(),
             busy: false,
             bench,
         })
@@ -83,10 +83,10 @@ impl Card {
         self.bench.matrix(rows).map_err(gpu_error)
     }
 
-    /// Queues the GEMV of `shape` over weights and scales at device
-    /// addresses `weights`, `scales` with the run's input of `cols`
-    /// features, for `launch_stage`; its outputs are checksum slot `slot`
-    /// of stage `stage`.
+    /// Adds to `launches` (a stage's, for `launch_stage`) the GEMV of
+    /// `shape` over weights and scales at device addresses `weights`,
+    /// `scales` with the run's input of `cols` features; its outputs are
+    /// checksum slot `slot` of stage `stage` of the token.
     ///
     /// # Safety
     /// `weights` and `scales` are device memory of this card holding the
@@ -97,6 +97,7 @@ impl Card {
         (weights, scales): (u64, u64),
         cols: usize,
         (stage, slot): (usize, usize),
+        launches: &mut Vec<GemvLaunch>,
     ) -> Result<(), BenchError> {
         let rows = shape.rows as usize;
         if self.written_rows + rows > self.y.len() {
@@ -107,8 +108,7 @@ impl Card {
             )));
         }
         let y = self.y_address + (self.written_rows * size_of::<f32>()) as u64;
-        self.queued
-            .push(shape.at(weights, scales, &self.inputs[&cols], y));
+        launches.push(shape.at(weights, scales, &self.inputs[&cols], y));
         self.written.push(Written {
             stage,
             slot,
@@ -119,9 +119,10 @@ impl Card {
         Ok(())
     }
 
-    /// Launches the stage's queued GEMVs between two timing events.
-    pub(super) fn launch_stage(&mut self) -> Result<(), BenchError> {
-        if self.queued.is_empty() {
+    /// Launches a stage's GEMVs (made by `queue`) between two timing
+    /// events.
+    pub(super) fn launch_stage(&mut self, launches: &[GemvLaunch]) -> Result<(), BenchError> {
+        if launches.is_empty() {
             return Ok(());
         }
         let stream = self.bench.stream();
@@ -135,9 +136,8 @@ impl Card {
         // SAFETY: the inputs and `y` are this card's, alive while it is;
         // `queue`'s callers vouch for the weights and scales until
         // `finish_stage`, which waits for the kernels.
-        unsafe { self.kernels.launch(stream, &self.queued) }.map_err(gpu_error)?;
+        unsafe { self.kernels.launch(stream, launches) }.map_err(gpu_error)?;
         self.end.record(stream).map_err(timing)?;
-        self.queued.clear();
         self.busy = true;
         Ok(())
     }

@@ -31,7 +31,7 @@ use crate::calibrate::experts::{projections, tensor_specs};
 use crate::cuda_bench::{CudaBench, DeviceMatrix, GemvLaunch};
 use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
 use crate::system;
-use cpu::{Gemv, Kernel};
+use cpu::{Gemv, Kernel, NodeShare};
 use gpu::Card;
 use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
@@ -103,8 +103,9 @@ pub struct BenchReport {
     pub p99_token_seconds: f64,
     pub predicted_token_seconds: f64,
     /// Per token, bench's own work on the critical path: each stage's time
-    /// before its first kernel starts (drawing the experts, building the
-    /// stage's lists, queueing its GPU work), which an engine would not pay.
+    /// outside the calls and waits of its kernels (the launches, the CPU
+    /// GEMVs, the waits for the cards and for the drives' reads), which the
+    /// bare kernels do not pay.
     pub bench_overhead_seconds: f64,
     /// Per stage kind, summed over layers.
     pub stages: Vec<Measured>,
@@ -228,8 +229,7 @@ struct Tally {
     cpu_bytes: Vec<f64>,
     drive_seconds: Vec<f64>,
     drive_bytes: Vec<f64>,
-    /// The stages' time before their first launch: drawing the experts,
-    /// building the stage's lists and queueing its GPU work.
+    /// The stages' time outside their kernels' calls and waits.
     bench_seconds: f64,
 }
 
@@ -335,66 +335,48 @@ pub fn bench(
     let mut checksum = 0f64;
     let mut y = Vec::new();
     for drawn_in in &routes {
+        // The token's lists, before its clock starts (see `StageRun`).
+        let mut runs = Vec::with_capacity(inst.stages.len());
         let mut sums: Vec<Vec<f64>> = Vec::with_capacity(inst.stages.len());
-        let started = Instant::now();
         for (s, stage) in inst.stages.iter().enumerate() {
+            let run = StageRun::new(
+                s,
+                kind_index(stage.kind),
+                trunk_of[s].iter().chain(&drawn_in[s]).copied(),
+                (inst, placement, &work, &leases, packing),
+                &kernel,
+                &mut cards,
+                &mut total,
+            )?;
+            sums.push(vec![0f64; run.slots]);
+            runs.push(run);
+        }
+        let started = Instant::now();
+        for (run, stage_sums) in runs.iter().zip(&mut sums) {
             let stage_started = Instant::now();
-            let kind = kind_index(stage.kind);
-            let drawn = &drawn_in[s];
-            // The stage's outputs in a fixed order (trunk, then the experts
-            // as drawn), whatever tier each comes from: (object, first slot).
-            let mut first_slot = Vec::with_capacity(trunk_of[s].len() + drawn.len());
-            let mut slots = 0;
-            for &o in trunk_of[s].iter().chain(drawn) {
-                first_slot.push((o, slots));
-                slots += work[o].outputs();
-            }
-            sums.push(vec![0f64; slots]);
-            // The cards' share first: queued, it runs while the CPU works.
-            for &(o, slot) in &first_slot {
-                if let Place::Gpu(g) = inst.places[placement[o]] {
-                    let card = card_mut(&mut cards, g)?;
-                    let bytes = queue(card, &work[o], leases[o].as_ref(), packing, (s, slot))?;
-                    total.gpu_bytes[g] += bytes;
-                    total.stage_bytes[kind] += bytes;
+            // Seconds inside the kernels' calls and waits (launches, CPU
+            // GEMVs, waits for the cards and the drives): the rest of the
+            // stage is bench's own.
+            let mut inside = 0.0;
+            // The cards' share first: launched, it runs while the CPU works.
+            for (g, launches) in run.launches.iter().enumerate() {
+                if !launches.is_empty() {
+                    let t = Instant::now();
+                    card_mut(&mut cards, g)?.launch_stage(launches)?;
+                    inside += t.elapsed().as_secs_f64();
                 }
             }
-            // What bench itself spent on the stage: its lists and queueing.
-            total.bench_seconds += stage_started.elapsed().as_secs_f64();
-            for card in cards.iter_mut().flatten() {
-                card.launch_stage()?;
-            }
-            // (object, first slot, drive) of the drawn experts on a drive,
-            // and their store indices.
-            let (streamed, objects): (Vec<(usize, usize, usize)>, Vec<ObjectIndex>) = first_slot
-                .iter()
-                .filter_map(|&(o, slot)| match (inst.places[placement[o]], &work[o]) {
-                    (Place::Disk(d), Work::Expert { object, .. }) => Some(((o, slot, d), *object)),
-                    _ => None,
-                })
-                .unzip();
-            let stage_sums = sums.last_mut().expect("pushed above");
+            let kind = run.kind;
             std::thread::scope(|scope| -> Result<(), BenchError> {
                 // The drive reads the stage's streamed experts while the
                 // CPU computes its residents, as a pipelined engine
                 // overlaps them (`io_overlaps_compute`); each read is
                 // handed over as it lands.
                 let (landed, arrivals) = std::sync::mpsc::channel();
-                let (loader, objects) = (&applied.loader, &objects);
+                let (loader, objects) = (&applied.loader, &run.objects);
                 let reader = (!objects.is_empty())
                     .then(|| scope.spawn(move || read_each(loader, objects, landed)));
-                let mut resident = Vec::new();
-                for &(o, slot) in &first_slot {
-                    if let Place::Ram(n) = inst.places[placement[o]] {
-                        resident.push(Gemv {
-                            slot,
-                            node: n,
-                            work: &work[o],
-                            bytes: leases[o].as_ref().and_then(|l| l.host()),
-                        });
-                    }
-                }
-                kernel.run(&resident, stage_sums, &mut total, kind, &mut y);
+                inside += kernel.run(&run.resident, stage_sums, &mut total, kind, &mut y);
                 let Some(reader) = reader else {
                     return Ok(());
                 };
@@ -402,16 +384,18 @@ pub fn bench(
                 // next read, then run it with every other one landed by
                 // then, in one fork-join.
                 let mut computed = 0;
-                while computed < streamed.len() {
+                while computed < run.streamed.len() {
+                    let t = Instant::now();
                     let next = arrivals
                         .recv()
                         .map_err(|_| BenchError::Read("the reader thread stopped".into()))?;
+                    inside += t.elapsed().as_secs_f64();
                     let batch: Vec<(usize, FreshRead)> = std::iter::once(next)
                         .chain(arrivals.try_iter())
                         .collect::<Result<_, _>>()?;
                     let mut fresh = Vec::with_capacity(batch.len());
                     for (i, (seconds, bytes)) in &batch {
-                        let (o, slot, d) = streamed[*i];
+                        let (o, slot, d) = run.streamed[*i];
                         total.drive_seconds[d] += seconds;
                         total.drive_bytes[d] += bytes.len() as f64;
                         fresh.push(Gemv {
@@ -421,19 +405,24 @@ pub fn bench(
                             bytes: bytes.host(),
                         });
                     }
-                    kernel.run(&fresh, stage_sums, &mut total, kind, &mut y);
+                    let shares = kernel.shares(&fresh);
+                    inside += kernel.run(&shares, stage_sums, &mut total, kind, &mut y);
                     computed += batch.len();
                 }
                 reader.join().expect("the reader thread");
                 Ok(())
             })?;
             for (g, card) in cards.iter_mut().enumerate() {
+                let t = Instant::now();
                 if let Some(seconds) = card.as_mut().map(Card::finish_stage).transpose()?.flatten()
                 {
+                    inside += t.elapsed().as_secs_f64();
                     total.gpu_seconds[g] += seconds;
                 }
             }
-            total.stage_seconds[kind] += stage_started.elapsed().as_secs_f64();
+            let stage_seconds = stage_started.elapsed().as_secs_f64();
+            total.stage_seconds[kind] += stage_seconds;
+            total.bench_seconds += stage_seconds - inside;
         }
         token_seconds.push(started.elapsed().as_secs_f64());
         for card in cards.iter_mut().flatten() {
@@ -480,6 +469,94 @@ pub fn bench(
 /// others), each with room for the most outputs a token can give it:
 /// per stage its trunk components' rows and `top_k` times its largest
 /// expert's.
+/// One stage of one token as bench runs it, made before the token's clock
+/// starts from the token's routing: an engine that routes on the device
+/// builds nothing per stage, so the clock holds only the kernels' calls
+/// and what bench cannot do ahead (the reads, and the lists of what they
+/// return).
+struct StageRun<'a> {
+    kind: usize,
+    /// Checksum slots: the stage's outputs in a fixed order (trunk, then
+    /// the experts as drawn), whatever tier each comes from.
+    slots: usize,
+    /// Per card, the stage's launches (none where it has no work there).
+    launches: Vec<Vec<GemvLaunch>>,
+    /// What each node computes on the residents in RAM.
+    resident: Vec<NodeShare<'a>>,
+    /// (object, first slot, drive) of the drawn experts on a drive, and
+    /// their store indices.
+    streamed: Vec<(usize, usize, usize)>,
+    objects: Vec<ObjectIndex>,
+}
+
+/// What a stage's lists are made of: the instance, the placement, each
+/// object's work and lease, the experts' packing.
+type Layout<'a> = (
+    &'a Instance,
+    &'a [usize],
+    &'a [Work],
+    &'a [Option<Lease>],
+    Packing,
+);
+
+impl<'a> StageRun<'a> {
+    /// Stage `stage` (of stage kind `kind`) computing `objects`: the GPU
+    /// ones queued on their cards (their bytes tallied, as they are per
+    /// token whatever the clock), the RAM ones gathered by node, the disk
+    /// ones listed for the reader.
+    fn new(
+        stage: usize,
+        kind: usize,
+        objects: impl Iterator<Item = usize>,
+        (inst, placement, work, leases, packing): Layout<'a>,
+        kernel: &Kernel<'a>,
+        cards: &mut [Option<Card>],
+        total: &mut Tally,
+    ) -> Result<StageRun<'a>, BenchError> {
+        let mut run = StageRun {
+            kind,
+            slots: 0,
+            launches: vec![Vec::new(); cards.len()],
+            resident: Vec::new(),
+            streamed: Vec::new(),
+            objects: Vec::new(),
+        };
+        let mut resident = Vec::new();
+        for o in objects {
+            let slot = run.slots;
+            run.slots += work[o].outputs();
+            match (inst.places[placement[o]], &work[o]) {
+                (Place::Gpu(g), w) => {
+                    let card = card_mut(cards, g)?;
+                    let bytes = queue(
+                        card,
+                        w,
+                        leases[o].as_ref(),
+                        packing,
+                        (stage, slot),
+                        &mut run.launches[g],
+                    )?;
+                    total.gpu_bytes[g] += bytes;
+                    total.stage_bytes[kind] += bytes;
+                }
+                (Place::Ram(n), w) => resident.push(Gemv {
+                    slot,
+                    node: n,
+                    work: w,
+                    bytes: leases[o].as_ref().and_then(|l| l.host()),
+                }),
+                (Place::Disk(d), Work::Expert { object, .. }) => {
+                    run.streamed.push((o, slot, d));
+                    run.objects.push(*object);
+                }
+                _ => {}
+            }
+        }
+        run.resident = kernel.shares(&resident);
+        Ok(run)
+    }
+}
+
 fn open_cards(
     inst: &Instance,
     placement: &[usize],
@@ -552,19 +629,20 @@ fn on_card(
     }
 }
 
-/// Queues `work`'s GEMVs (a GPU-placed object's) on `card`: the bytes they
-/// read.
+/// Adds the GEMVs of `work` (a GPU-placed object's) on `card` to a stage's
+/// `launches`: the bytes they read.
 fn queue(
     card: &mut Card,
     work: &Work,
     lease: Option<&Lease>,
     packing: Packing,
     (stage, slot): (usize, usize),
+    launches: &mut Vec<GemvLaunch>,
 ) -> Result<f64, BenchError> {
     match (work, lease.and_then(Lease::device)) {
         (Work::OnCard(m), _) => {
             // SAFETY: `m` is this card's memory, alive for the run.
-            unsafe { card.queue(&m.shape, m.addresses(), m.cols, (stage, slot)) }?;
+            unsafe { card.queue(&m.shape, m.addresses(), m.cols, (stage, slot), launches) }?;
             Ok(m.bytes() as f64)
         }
         (Work::Expert { at, .. }, Some((_, address))) => {
@@ -577,7 +655,7 @@ fn queue(
                 );
                 // SAFETY: the lease keeps the expert on this card (checked
                 // by `on_card`) for the run; its projection lies inside it.
-                unsafe { card.queue(&shape, addresses, p.cols, (stage, slot + i)) }?;
+                unsafe { card.queue(&shape, addresses, p.cols, (stage, slot + i), launches) }?;
                 bytes += p.weights.len() + p.scales.len();
             }
             Ok(bytes as f64)
