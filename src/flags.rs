@@ -146,9 +146,11 @@ impl OnlineArgs {
             hysteresis: self.online_hysteresis,
             bytes_per_token: self.online_allowance.0,
         };
-        params
-            .check()
-            .map_err(|e| anyhow::anyhow!("{e} (--online-window, --online-every, --online-horizon, --online-hysteresis)"))?;
+        params.check().map_err(|e| {
+            anyhow::anyhow!(
+                "{e} (--online-window, --online-every, --online-horizon, --online-hysteresis)"
+            )
+        })?;
         Ok(params)
     }
 }

@@ -595,81 +595,102 @@ fn shrinking_a_place_evicts_its_coldest_and_bad_capacities_change_nothing() {
     assert!(e.contains("`lfu` cannot change its capacity"), "{e}");
 }
 
+/// Serves a drift through `layered_store` with the online allocator
+/// moving its places' capacities: traffic on layer 0 (3 experts a token
+/// cycling over 6, which LRU needs 6 slots for) and one expert of layer 1,
+/// moving to layer 1 after 60 tokens; a pass every 4 tokens, applied while
+/// the token's last lease is still held, so shrinks meet leased victims.
+/// Checks after every acquire and every move that the tier holds at most
+/// 80 bytes and the places' capacities sum to at most 80, and at the end,
+/// with no lease held, that every place holds at most its capacity.
+/// Returns the capacities after each move and the store's misses.
+fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
+    use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
+    let loader = PatternLoader::new(vec![10; 16]);
+    let s = layered_store(&loader, policy);
+    let shape = LayerShape {
+        slot_bytes: 10,
+        experts: 8,
+        miss_seconds: 1.0,
+    };
+    let params = OnlineParams {
+        window_accesses: 64,
+        every_tokens: 4,
+        ..OnlineParams::default()
+    };
+    let mut allocator = OnlineAllocator::new(params, vec![shape.clone(), shape], 80).unwrap();
+    let capacities = |s: &Store| -> (u64, u64, Vec<(u64, u64)>) {
+        let t = s.telemetry();
+        let of = |name: &str| t.budgets.iter().find(|b| b.place == name).unwrap();
+        let places: Vec<(u64, u64)> = ["layer:0", "layer:1"]
+            .iter()
+            .map(|n| (of(n).used_bytes, of(n).budget_bytes))
+            .collect();
+        (
+            of("ram").used_bytes,
+            places.iter().map(|p| p.1).sum(),
+            places,
+        )
+    };
+    let mut moves = Vec::new();
+    for t in 0..120u64 {
+        let hot = usize::from(t >= 60);
+        let mut route: Vec<(usize, ObjectIndex)> =
+            (0..3).map(|i| (hot, ((3 * t + i) % 6) as u32)).collect();
+        route.push((1 - hot, 0));
+        // Each lease is released before the next acquire (a holder of
+        // leases must not wait for a load: `serve::replay::layer`).
+        let mut last = None;
+        for (l, e) in route {
+            drop(last.take());
+            last = Some(s.acquire((l * 8) as u32 + e).unwrap());
+            allocator.record(l, e);
+            let (tier_used, capacity, _) = capacities(&s);
+            assert!(
+                tier_used <= 80 && capacity <= 80,
+                "{policy}: {tier_used} {capacity}"
+            );
+        }
+        if allocator.due(t + 1) && allocator.pass(t + 1).moved {
+            s.set_capacities(&allocator.capacities_bytes()).unwrap();
+            moves.push(allocator.capacities_bytes());
+        }
+        let (tier_used, capacity, _) = capacities(&s);
+        assert!(
+            tier_used <= 80 && capacity <= 80,
+            "{policy}: {tier_used} {capacity}"
+        );
+        drop(last);
+    }
+    let (_, _, places) = capacities(&s);
+    assert!(
+        places.iter().all(|&(used, capacity)| used <= capacity),
+        "{policy}: {places:?}"
+    );
+    assert_eq!(
+        allocator.slots()[1],
+        6,
+        "{policy}: layer 1 took the slots it needs"
+    );
+    (moves, s.telemetry().physical_misses)
+}
+
 #[test]
 fn budgets_are_never_exceeded_while_the_online_allocator_moves_them() {
-    use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
-    // Traffic on layer 0 (3 experts a token cycling over 6, which LRU
-    // needs 6 slots for), one expert of layer 1; it moves to layer 1
-    // after 60 tokens. The allocator re-allocates every 4 tokens while the
-    // token's last lease is still held, so shrinks meet leased victims.
-    // After every acquire: the tier holds at most 80 bytes and the places'
-    // capacities sum to at most 80; with no lease held, every place holds
-    // at most its capacity.
-    let loader = PatternLoader::new(vec![10; 16]);
     for policy in [PolicyKind::Lru, PolicyKind::Sieve, PolicyKind::S3Fifo] {
-        let s = layered_store(&loader, policy);
-        let shape = LayerShape {
-            slot_bytes: 10,
-            experts: 8,
-            miss_seconds: 1.0,
-        };
-        let params = OnlineParams {
-            window_accesses: 64,
-            every_tokens: 4,
-            ..OnlineParams::default()
-        };
-        let mut allocator = OnlineAllocator::new(params, vec![shape.clone(), shape], 80).unwrap();
-        let capacities = |s: &Store| -> (u64, u64, Vec<(u64, u64)>) {
-            let t = s.telemetry();
-            let of = |name: &str| t.budgets.iter().find(|b| b.place == name).unwrap();
-            let places: Vec<(u64, u64)> = ["layer:0", "layer:1"]
-                .iter()
-                .map(|n| (of(n).used_bytes, of(n).budget_bytes))
-                .collect();
-            (
-                of("ram").used_bytes,
-                places.iter().map(|p| p.1).sum(),
-                places,
-            )
-        };
-        let mut moves = 0;
-        for t in 0..120u64 {
-            let hot = usize::from(t >= 60);
-            let mut route: Vec<(usize, ObjectIndex)> =
-                (0..3).map(|i| (hot, ((3 * t + i) % 6) as u32)).collect();
-            route.push((1 - hot, 0));
-            // Each lease is released before the next acquire (a holder of
-            // leases must not wait for a load: `serve::replay::layer`),
-            // but the token's last one is held across the re-allocation.
-            let mut last = None;
-            for (l, e) in route {
-                drop(last.take());
-                last = Some(s.acquire((l * 8) as u32 + e).unwrap());
-                allocator.record(l, e);
-                let (tier_used, capacity, _) = capacities(&s);
-                assert!(
-                    tier_used <= 80 && capacity <= 80,
-                    "{policy}: {tier_used} {capacity}"
-                );
-            }
-            if allocator.due(t + 1) && allocator.pass(t + 1).moved {
-                moves += 1;
-                s.set_capacities(&allocator.capacities_bytes()).unwrap();
-            }
-            let (tier_used, capacity, _) = capacities(&s);
-            assert!(tier_used <= 80 && capacity <= 80);
-            drop(last);
-        }
-        let (_, _, places) = capacities(&s);
-        assert!(
-            places.iter().all(|&(used, capacity)| used <= capacity),
-            "{policy}: {places:?}"
-        );
-        assert!(moves >= 2, "{policy}: the drift moved budgets");
+        let (moves, _) = drift_through_layered_store(policy);
+        assert!(moves.len() >= 2, "{policy}: the drift moved budgets");
+    }
+}
+
+#[test]
+fn the_same_traffic_moves_the_same_budgets_and_misses_the_same() {
+    // One thread, the same routes: the allocations after every move and
+    // the misses must repeat exactly.
+    for policy in [PolicyKind::Lru, PolicyKind::S3Fifo] {
         assert_eq!(
-            allocator.slots()[1],
-            6,
-            "{policy}: layer 1 took the slots it needs"
+            drift_through_layered_store(policy),
+            drift_through_layered_store(policy)
         );
     }
 }
