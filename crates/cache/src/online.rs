@@ -16,6 +16,8 @@
 //! loss is already in their curves). The bytes of the new slots are further
 //! bounded by an allowance that accrues per token. A move is all or
 //! nothing, so the slots are always a water-filled allocation of the budget.
+//! Bytes the window cannot price (slots that save nothing in it) stay where
+//! they are, then go round the layers, rather than stay empty.
 //!
 //! The curves are LRU's whatever the policy inside a layer (FIFO, SIEVE,
 //! S3-FIFO are recency-like): stack distances price every capacity in one
@@ -206,7 +208,7 @@ impl OnlineAllocator {
             .min(self.budget_bytes);
         self.last_pass = token;
         let curves = self.curves();
-        let target = water_fill(&curves, self.budget_bytes);
+        let target = self.fill_rest(water_fill(&curves, self.budget_bytes));
         let felt = |slots: &[usize]| -> f64 {
             slots
                 .iter()
@@ -239,6 +241,38 @@ impl OnlineAllocator {
             move_seconds,
             move_bytes,
             moved,
+        }
+    }
+
+    /// The bytes water-filling leaves unused (slots that save nothing in the
+    /// window, which is shorter than a whole trace, are not bought) are not
+    /// left empty: a layer first keeps what it has now, up to its current
+    /// slots (so moves are only those water-filling asks for), then every
+    /// layer gets one more slot in turn while one fits.
+    fn fill_rest(&self, mut target: Vec<usize>) -> Vec<usize> {
+        let used: u64 = target
+            .iter()
+            .zip(&self.layers)
+            .map(|(&k, l)| k as u64 * l.slot_bytes)
+            .sum();
+        let mut left = self.budget_bytes - used;
+        for ((k, &now), layer) in target.iter_mut().zip(&self.slots).zip(&self.layers) {
+            let keep = (now.saturating_sub(*k) as u64).min(left / layer.slot_bytes.max(1));
+            *k += keep as usize;
+            left -= keep * layer.slot_bytes;
+        }
+        loop {
+            let mut added = false;
+            for (k, layer) in target.iter_mut().zip(&self.layers) {
+                if *k < layer.experts && layer.slot_bytes <= left {
+                    *k += 1;
+                    left -= layer.slot_bytes;
+                    added = true;
+                }
+            }
+            if !added {
+                return target;
+            }
         }
     }
 
