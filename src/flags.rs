@@ -5,9 +5,11 @@
 use crate::checkpoint_cmd::model_from_path;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
+use residency_cache::online::OnlineParams;
 use residency_core::model::Model;
 use residency_core::names::Named;
 use residency_core::profile::HardwareProfile;
+use residency_core::units::{parse_size, Bytes};
 use residency_formats::inputs::defaults;
 use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
@@ -108,5 +110,47 @@ impl ProfileArg {
                 std::path::Path::new(defaults::PROFILE_NAME),
             )?,
         })
+    }
+}
+
+/// The online per-layer allocator's tunables (`simulate --allocation
+/// online`, `replay --policy dynamic`), defaults from
+/// `residency_cache::online::OnlineParams`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OnlineArgs {
+    /// Online allocation: requests (all layers) the live LRU curves are
+    /// built from.
+    #[arg(long, default_value_t = OnlineParams::default().window_accesses)]
+    online_window: usize,
+    /// Online allocation: tokens between re-allocation passes.
+    #[arg(long, default_value_t = OnlineParams::default().every_tokens)]
+    online_every: u64,
+    /// Online allocation: tokens over which a move must pay for itself.
+    #[arg(long, default_value_t = OnlineParams::default().horizon_tokens)]
+    online_horizon: f64,
+    /// Online allocation: a move's saving must exceed its cost times this.
+    #[arg(long, default_value_t = OnlineParams::default().hysteresis)]
+    online_hysteresis: f64,
+    /// Online allocation: bytes of new slots allowed per token (`64MiB`).
+    #[arg(long, value_parser = parse_size, default_value = "64MiB")]
+    online_allowance: Bytes,
+}
+
+impl OnlineArgs {
+    /// The parameters, or one line naming the flag to fix.
+    pub fn params(&self) -> anyhow::Result<OnlineParams> {
+        let params = OnlineParams {
+            window_accesses: self.online_window,
+            every_tokens: self.online_every,
+            horizon_tokens: self.online_horizon,
+            hysteresis: self.online_hysteresis,
+            bytes_per_token: self.online_allowance.0,
+        };
+        params.check().map_err(|e| {
+            anyhow::anyhow!(
+                "{e} (--online-window, --online-every, --online-horizon, --online-hysteresis)"
+            )
+        })?;
+        Ok(params)
     }
 }

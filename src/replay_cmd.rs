@@ -3,8 +3,9 @@
 //! table and `--json`. The work is `residency_runtime::serve::replay`.
 
 use crate::checkpoint_cmd::model_from_path;
-use crate::flags::{more_help, named, BackendArg, ModelArg, ProfileArg, MISS_PRICE};
+use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use anyhow::{bail, Result};
+use residency_cache::policy::PolicyKind;
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
 use residency_core::cost::{Place, Resources};
@@ -37,9 +38,12 @@ pub struct ReplayArgs {
     model: ModelArg,
     #[command(flatten)]
     profile: ProfileArg,
-    /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan,
-    /// and `resident` (no store, every expert read into memory first: the
-    /// baseline of the executor's overhead, with `--ram-budget 100% --warm`).
+    /// Policies, comma-separated: lru, lfru, frequency, cost, plan, replan;
+    /// per-layer caches: uniform (`budget / layers` each), dynamic-offline
+    /// (water-filled once on the replayed tokens, in hindsight), dynamic
+    /// (re-allocated while serving, `--online-*`); and `resident` (no
+    /// store, every expert read into memory first: the baseline of the
+    /// executor's overhead, with `--ram-budget 100% --warm`).
     #[arg(long, value_delimiter = ',', value_parser = named::<ServePolicy>(), default_value = "lru,cost,replan")]
     policy: Vec<ServePolicy>,
     /// RAM for experts: a size (`2GiB`) or a share of all experts (`25%`).
@@ -65,6 +69,12 @@ pub struct ReplayArgs {
     /// `replan`: also pass after this many seconds, when sooner.
     #[arg(long)]
     replan_every_seconds: Option<f64>,
+    /// The policy inside each layer of uniform, dynamic-offline and
+    /// dynamic (dynamic: lru, fifo, sieve or s3fifo).
+    #[arg(long, value_parser = named::<PolicyKind>(), default_value = "lru")]
+    layer_policy: PolicyKind,
+    #[command(flatten)]
+    online: OnlineArgs,
     /// Keep the first N tokens of each category.
     #[arg(long)]
     tokens: Option<usize>,
@@ -155,6 +165,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         backend: args.backend.backend,
         warm: args.warm,
         seed,
+        layer_policy: args.layer_policy,
+        online: args.online.params()?,
     };
     for note in &notes {
         eprintln!("note: {note}");

@@ -1,7 +1,7 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
 //! `--plot` files. The simulation itself is `residency_cache::sim::job`.
 
-use crate::flags::{more_help, named, ModelArg, ProfileArg, MISS_PRICE};
+use crate::flags::{more_help, named, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
 use residency_cache::policy::PolicyKind;
@@ -45,9 +45,13 @@ pub struct SimulateArgs {
     #[arg(long, value_delimiter = ',', value_parser = Budget::parse, required = true)]
     budget: Vec<Budget>,
     /// How a budget is split across MoE layers: global, uniform, dynamic
-    /// (comma-separated for several).
+    /// (water-filled once on the whole trace), online (re-allocated while
+    /// replaying; lru, fifo, sieve or s3fifo inside each layer);
+    /// comma-separated for several.
     #[arg(long, value_delimiter = ',', value_parser = named::<Allocation>(), default_value = "global")]
     allocation: Vec<Allocation>,
+    #[command(flatten)]
+    online: OnlineArgs,
     /// Start every arm with the same residents (the training knapsack)
     /// instead of cold.
     #[arg(long)]
@@ -143,6 +147,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             },
             pin_fraction: args.pin_fraction,
             plan_residents: None,
+            online: args.online.params()?,
         },
         plan: args.plan.clone(),
         gate: args.gate,

@@ -129,6 +129,35 @@ fn every_policy_computes_the_same_outputs() {
     assert_eq!(plan["hits"], 0);
 }
 
+/// The per-layer arms: global LRU, uniform per-layer LRU, offline
+/// water-filling and the online allocator compute the same outputs, and
+/// every request is a hit or a miss of one expert.
+#[test]
+fn per_layer_arms_compute_the_same_outputs() {
+    let (out, runs) = Fixture::new().runs(
+        "replay.json",
+        &[
+            "--policy",
+            "lru,uniform,dynamic-offline,dynamic",
+            "--ram-budget",
+            "25%",
+            "--online-every",
+            "2",
+            "--online-window",
+            "16",
+        ],
+    );
+    assert!(out.contains("equal for every policy"), "{out}");
+    assert_eq!(runs.len(), 4);
+    for r in &runs {
+        assert_eq!(r["output_checksum"], runs[0]["output_checksum"]);
+        let (hits, misses) = (r["hits"].as_u64().unwrap(), r["misses"].as_u64().unwrap());
+        // All 60 tokens (in-sample), 2 layers x 2 experts.
+        assert_eq!(hits + misses, 60 * 2 * 2, "{r}");
+        assert_eq!(r["bytes_read"].as_u64().unwrap(), misses * 12288, "{r}");
+    }
+}
+
 /// The all-resident case of the overhead measurement: with the whole
 /// budget warmed, the store's arms read nothing and hit every request, and
 /// they compute what `resident` (no store) computes.
@@ -268,16 +297,31 @@ fn bad_replay_input_is_one_line_with_no_output() {
         &json,
     );
     // Arguments that leave nothing to do or make no sense: one line, no file.
-    for (extra, message) in [
-        (["--train-categories", "a,b"], "no token left to replay"),
+    let cases: [(&[&str], &str); 4] = [
+        (&["--train-categories", "a,b"], "no token left to replay"),
         (
-            ["--replan-every-seconds", "0"],
+            &["--replan-every-seconds", "0"],
             "--replan-every-seconds 0: give a positive number of seconds",
         ),
-    ] {
-        let o = fixture.replay(&[extra[0], extra[1], "--json", s(&json)]);
+        (
+            &["--online-every", "0"],
+            "online allocation: the period is 0 tokens; give a positive number of tokens",
+        ),
+        (
+            &["--policy", "lru,dynamic", "--layer-policy", "lfu"],
+            "--layer-policy lfu: per-layer budgets that move need lru, fifo, sieve or s3fifo",
+        ),
+    ];
+    for (extra, message) in cases {
+        let o = fixture.replay(&[extra, &["--json", s(&json)]].concat());
         assert_eq!(o.status.code(), Some(1));
-        assert!(stderr(&o).contains(message), "{}", stderr(&o));
+        let e = stderr(&o);
+        // The error is one line of its own (notes may come before it).
+        assert!(
+            e.lines()
+                .any(|l| l.starts_with("error: ") && l.contains(message)),
+            "{e}"
+        );
         assert!(!json.exists());
     }
 }

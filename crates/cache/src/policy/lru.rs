@@ -49,6 +49,20 @@ impl Policy for Lru {
 
     resident_accessors!();
 
+    /// Evicts from the back (least recent for LRU, oldest for FIFO), as
+    /// misses would.
+    fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) -> bool {
+        while self.residents.used_bytes() > capacity_bytes {
+            evicted.push(
+                self.residents
+                    .pop_back()
+                    .expect("used bytes imply a member"),
+            );
+        }
+        self.residents.set_capacity_bytes(capacity_bytes);
+        true
+    }
+
     /// Unlinks the object from the order; the others keep their places. No
     /// history to keep.
     fn remove(&mut self, object: ObjectIndex) {
@@ -113,5 +127,26 @@ mod tests {
             vec![0, 1]
         );
         assert_eq!(lru.used_bytes(), 7);
+    }
+
+    #[test]
+    fn resize_evicts_from_the_back_and_a_larger_capacity_evicts_nothing() {
+        // Capacity 3; 0 1 2 then a hit on 0: LRU order (front..back)
+        // 0 2 1, FIFO order 2 1 0. Shrinking to 1 slot: LRU evicts 1 then
+        // 2 (keeps 0), FIFO evicts 0 then 1 (keeps 2). Growing to 4 evicts
+        // nothing, and a new object then fits beside the kept one.
+        let trace = unit(&[0, 1, 2, 0]);
+        for (move_on_hit, expect, kept) in [(true, vec![1, 2], 0), (false, vec![0, 1], 2)] {
+            let mut p = Lru::new(&setup(3, 4), move_on_hit);
+            replay(&mut p, &trace);
+            let mut evicted = Vec::new();
+            assert!(p.resize(1, &mut evicted));
+            assert_eq!(evicted, expect);
+            assert!(p.contains(kept) && p.used_bytes() == 1 && p.capacity_bytes() == 1);
+            evicted.clear();
+            assert!(p.resize(4, &mut evicted));
+            assert!(evicted.is_empty());
+            assert_eq!(misses(&replay(&mut p, &unit(&[3, kept]))), 1);
+        }
     }
 }

@@ -101,6 +101,14 @@ pub trait Policy {
     /// the object (counters, sketches, ghosts of other objects) stays. Each
     /// policy's `remove` says what it keeps. O(1) or O(log n).
     fn remove(&mut self, object: ObjectIndex);
+    /// Changes the capacity while serving (per-layer budgets that move,
+    /// `sim::online`): residents are evicted in the policy's own victim
+    /// order, pushed to `evicted`, until they fit the new capacity; a
+    /// larger capacity evicts nothing. Returns false, changing nothing, for
+    /// a policy that cannot; [`PolicyKind::resizes`] names those that can.
+    fn resize(&mut self, _capacity_bytes: u64, _evicted: &mut Vec<ObjectIndex>) -> bool {
+        false
+    }
     /// Whether `access` reads [`Request::next_access`]. Only the offline
     /// bound does; a replay builds the next-access index for it alone and
     /// gives the others [`NEVER`].
@@ -139,6 +147,16 @@ impl PolicyKind {
         matches!(
             self,
             PolicyKind::PinnedLru | PolicyKind::Frequency | PolicyKind::Cost | PolicyKind::Plan
+        )
+    }
+
+    /// Policies whose capacity can move while serving ([`Policy::resize`]):
+    /// those whose residents are one or more FIFO or recency lists, so that
+    /// shrinking is evicting from the tail as a miss would.
+    pub fn resizes(self) -> bool {
+        matches!(
+            self,
+            PolicyKind::Lru | PolicyKind::Fifo | PolicyKind::Sieve | PolicyKind::S3Fifo
         )
     }
 
@@ -196,6 +214,9 @@ impl Default for PolicyParams {
         }
     }
 }
+
+/// A policy as [`build`] makes it, owned and sendable to another thread.
+pub type BoxedPolicy = Box<dyn Policy + Send>;
 
 /// Everything a policy is built from.
 #[derive(Debug, Clone)]

@@ -55,6 +55,17 @@ impl Fifo {
     }
 }
 
+/// Bytes of small, main and the ghost for a capacity: floor(0.1 c), the
+/// rest, and floor(0.9 c), as libCacheSim's doubles give them.
+fn shares(capacity_bytes: u64) -> [u64; 3] {
+    let small = capacity_bytes / 10;
+    [
+        small,
+        capacity_bytes - small,
+        capacity_bytes - capacity_bytes.div_ceil(10),
+    ]
+}
+
 pub(crate) struct S3Fifo {
     small: Fifo,
     main: Fifo,
@@ -71,12 +82,11 @@ impl S3Fifo {
     pub fn new(setup: &PolicySetup) -> Self {
         let n = setup.objects;
         let capacity = setup.capacity_bytes;
-        // floor(0.1 c) and floor(0.9 c), as libCacheSim's doubles give them.
-        let small_bytes = capacity / 10;
+        let [small_bytes, main_bytes, ghost_bytes] = shares(capacity);
         S3Fifo {
             small: Fifo::new(n, small_bytes),
-            main: Fifo::new(n, capacity - small_bytes),
-            ghost: Fifo::new(n, capacity - capacity.div_ceil(10)),
+            main: Fifo::new(n, main_bytes),
+            ghost: Fifo::new(n, ghost_bytes),
             freq: vec![0; n],
             size_bytes: vec![0; n],
             has_evicted: false,
@@ -185,6 +195,25 @@ impl Policy for S3Fifo {
 
     fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
+    }
+
+    /// The three queues take their shares of the new capacity; residents
+    /// leave by the policy's own eviction (small's tail to the ghost or to
+    /// main, main's tail by its frequency), and the ghost forgets its
+    /// oldest ids beyond its share.
+    fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) -> bool {
+        let [small, main, ghost] = shares(capacity_bytes);
+        (self.small.capacity_bytes, self.main.capacity_bytes) = (small, main);
+        self.ghost.capacity_bytes = ghost;
+        self.capacity_bytes = capacity_bytes;
+        while self.used_bytes() > capacity_bytes {
+            self.evict(evicted);
+        }
+        while self.ghost.used_bytes > ghost {
+            let old = self.ghost.order.back().expect("ghost bytes imply a member");
+            self.ghost.remove(old, self.size(old));
+        }
+        true
     }
 
     /// Unlinks the object from small or main (its frequency reset). The

@@ -63,6 +63,16 @@ impl Policy for Sieve {
 
     resident_accessors!();
 
+    /// Evicts with the hand, as misses would (visited objects get their
+    /// second chance).
+    fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) -> bool {
+        while self.residents.used_bytes() > capacity_bytes {
+            self.evict(evicted);
+        }
+        self.residents.set_capacity_bytes(capacity_bytes);
+        true
+    }
+
     /// Unlinks the object and clears its visited bit. A hand resting on it
     /// moves to its neighbour towards the head (none: the tail), where it
     /// would rest had the object been evicted; the sweep goes on from there.

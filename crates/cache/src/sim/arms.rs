@@ -11,11 +11,12 @@
 //! allocation water-fills on each policy's own curves: LRU's from one
 //! stack-distance pass, the others' from a replay at every capacity.
 
-use super::budget::{water_fill, Allocation, LayerCurve};
-use super::replay::{replay, ReplayStats};
+use super::budget::{uniform_slots, water_fill, Allocation, LayerCurve};
+use super::replay::{replay, replay_online, ReplayStats};
 use super::stack::lru_misses_per_slot;
 use super::stream::Stream;
 use super::SimError;
+use crate::online::{LayerShape, OnlineAllocator, OnlineParams};
 use crate::policy::{build, Knowledge, ObjectIndex, PolicyKind, PolicyParams, PolicySetup};
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -45,6 +46,8 @@ pub struct SimOptions {
     /// Residents of `plan` taken from a plan file (global allocation only);
     /// `None`: the training knapsack.
     pub plan_residents: Option<Vec<ObjectIndex>>,
+    /// The `online` allocation's allocator.
+    pub online: OnlineParams,
 }
 
 impl Default for SimOptions {
@@ -54,6 +57,7 @@ impl Default for SimOptions {
             start: Start::Cold,
             pin_fraction: 0.5,
             plan_residents: None,
+            online: OnlineParams::default(),
         }
     }
 }
@@ -82,6 +86,9 @@ pub struct Simulator {
     /// Misses per slot count per layer, by policy (see `curves`).
     curves: HashMap<PolicyKind, Vec<Vec<u64>>>,
     memo: HashMap<MemoKey, ReplayStats>,
+    /// Online runs by (policy, budget, miss-cost scaling): their layers
+    /// depend on each other, so they are remembered whole.
+    online_memo: HashMap<(PolicyKind, u64, u64), (ReplayStats, Vec<u64>)>,
 }
 
 const GLOBAL: usize = usize::MAX;
@@ -112,6 +119,7 @@ impl Simulator {
             },
             curves: HashMap::new(),
             memo: HashMap::new(),
+            online_memo: HashMap::new(),
             eval,
         }
     }
@@ -149,6 +157,7 @@ impl Simulator {
                     Vec::new(),
                 )
             }
+            Allocation::Online => self.run_online(arm, scale)?,
             Allocation::Uniform | Allocation::Dynamic => {
                 let capacities =
                     self.layer_capacities(arm.policy, arm.allocation, arm.budget_bytes, scale)?;
@@ -172,6 +181,59 @@ impl Simulator {
         })
     }
 
+    /// One cache per layer whose budgets the online allocator moves while
+    /// the stream is replayed (`crate::online`); the capacities at the end.
+    fn run_online(&mut self, arm: Arm, scale: &[f64]) -> Result<(ReplayStats, Vec<u64>), SimError> {
+        let key = (arm.policy, arm.budget_bytes, scale_key(scale));
+        if let Some(done) = self.online_memo.get(&key) {
+            return Ok(done.clone());
+        }
+        if !arm.policy.resizes() {
+            return Err(SimError::Invalid(format!(
+                "policy `{}` cannot change its capacity while serving; the online allocation runs lru, fifo, sieve or s3fifo inside each layer",
+                arm.policy
+            )));
+        }
+        let layers = self.eval.layers();
+        let shapes: Vec<LayerShape> = (0..layers)
+            .map(|l| LayerShape {
+                slot_bytes: self.slot_bytes(l),
+                experts: self.eval.layer_objects(l).len(),
+                miss_seconds: self.miss_seconds[self.eval.layer_objects(l).start] * scale[l],
+            })
+            .collect();
+        let mut allocator =
+            OnlineAllocator::new(self.options.online.clone(), shapes, arm.budget_bytes)?;
+        let capacities = allocator.capacities_bytes();
+        let mut policies = Vec::with_capacity(layers);
+        let mut seeds = Vec::with_capacity(layers);
+        for (l, &capacity_bytes) in capacities.iter().enumerate() {
+            let range = self.eval.layer_objects(l);
+            let setup = PolicySetup {
+                capacity_bytes,
+                objects: range.len(),
+                knowledge: Knowledge::default(),
+                params: self.options.params.clone(),
+            };
+            policies.push(build(arm.policy, &setup)?);
+            seeds.push(match self.options.start {
+                Start::Cold => Vec::new(),
+                Start::Seeded => self.by_value(range, capacity_bytes, scale),
+            });
+        }
+        let run = replay_online(
+            &mut policies,
+            &self.eval,
+            &seeds,
+            &self.miss_seconds,
+            &mut allocator,
+            &mut |_| {},
+        );
+        let done = (run.stats, run.capacities_bytes);
+        self.online_memo.insert(key, done.clone());
+        Ok(done)
+    }
+
     /// Bytes per layer: `budget / layers` in whole slots, or water-filled
     /// on `policy`'s own curves with the scaled miss costs.
     pub fn layer_capacities(
@@ -183,9 +245,11 @@ impl Simulator {
     ) -> Result<Vec<u64>, SimError> {
         let layers = self.eval.layers();
         if allocation == Allocation::Uniform {
-            let share = budget_bytes / layers as u64;
-            return Ok((0..layers)
-                .map(|l| share / self.slot_bytes(l) * self.slot_bytes(l))
+            let slot_bytes: Vec<u64> = (0..layers).map(|l| self.slot_bytes(l)).collect();
+            return Ok(uniform_slots(&slot_bytes, budget_bytes)
+                .into_iter()
+                .zip(slot_bytes)
+                .map(|(k, b)| k as u64 * b)
                 .collect());
         }
         let curves: Vec<LayerCurve> = self
@@ -239,9 +303,7 @@ impl Simulator {
         let absolute = params.hysteresis != 0.0 || params.move_seconds_per_byte != 0.0;
         let scale_key = match (policy.uses_miss_costs(), layer) {
             (false, _) => 0,
-            (true, GLOBAL) => scale
-                .iter()
-                .fold(0u64, |h, s| h.rotate_left(7) ^ s.to_bits()),
+            (true, GLOBAL) => scale_key(scale),
             (true, l) if absolute => scale[l].to_bits(),
             (true, _) => 0,
         };
@@ -258,23 +320,8 @@ impl Simulator {
         scale: &[f64],
     ) -> Result<ReplayStats, SimError> {
         let miss_seconds: Vec<f64> = self.miss_seconds[range.clone()].to_vec();
-        let scaled: Vec<f64> = range
-            .clone()
-            .map(|o| self.miss_seconds[o] * scale[self.eval.layer_of[o] as usize])
-            .collect();
+        let (prior_rate, scaled) = self.priors(range.clone(), scale);
         let sizes = &self.eval.sizes_bytes[range.clone()];
-        let counts = &self.train_counts[range.clone()];
-        let total: u64 = counts.iter().sum();
-        let prior_rate: Vec<f64> = counts
-            .iter()
-            .map(|&c| {
-                if total == 0 {
-                    0.0
-                } else {
-                    c as f64 / total as f64
-                }
-            })
-            .collect();
         let by_value = |budget: u64| knapsack(sizes, &prior_rate, &scaled, budget);
         let pinned = match policy {
             PolicyKind::Plan => match &self.options.plan_residents {
@@ -337,6 +384,45 @@ impl Simulator {
         Ok(stats)
     }
 
+    /// The training rates of the objects `range` (as shares of their
+    /// requests) and their scaled miss costs: what the learning policies
+    /// and the seeds are built from.
+    fn priors(&self, range: Range<usize>, scale: &[f64]) -> (Vec<f64>, Vec<f64>) {
+        let counts = &self.train_counts[range.clone()];
+        let total: u64 = counts.iter().sum();
+        let prior_rate = counts
+            .iter()
+            .map(|&c| {
+                if total == 0 {
+                    0.0
+                } else {
+                    c as f64 / total as f64
+                }
+            })
+            .collect();
+        let scaled = range
+            .map(|o| self.miss_seconds[o] * scale[self.eval.layer_of[o] as usize])
+            .collect();
+        (prior_rate, scaled)
+    }
+
+    /// The training knapsack of `capacity_bytes` over the objects `range`
+    /// (local indices): the seeds of a seeded start.
+    fn by_value(
+        &self,
+        range: Range<usize>,
+        capacity_bytes: u64,
+        scale: &[f64],
+    ) -> Vec<ObjectIndex> {
+        let (prior_rate, scaled) = self.priors(range.clone(), scale);
+        knapsack(
+            &self.eval.sizes_bytes[range],
+            &prior_rate,
+            &scaled,
+            capacity_bytes,
+        )
+    }
+
     /// Misses of `policy` at every whole number of slots in every layer:
     /// one stack-distance pass for LRU, replays (in parallel, and
     /// remembered for the arms that use them) for the others.
@@ -381,6 +467,13 @@ impl Simulator {
             .copied()
             .unwrap_or(1)
     }
+}
+
+/// A hash of a miss-cost scaling, for the memo keys.
+fn scale_key(scale: &[f64]) -> u64 {
+    scale
+        .iter()
+        .fold(0u64, |h, s| h.rotate_left(7) ^ s.to_bits())
 }
 
 /// The most valuable objects that fit in `budget_bytes`: by value per byte

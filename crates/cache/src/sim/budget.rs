@@ -16,8 +16,13 @@ residency_core::named! {
         Global = "global",
         /// `budget / layers` bytes for every layer.
         Uniform = "uniform",
-        /// Water-filling on the layers' LRU curves, weighted by miss cost.
+        /// Water-filling on the layers' LRU curves, weighted by miss cost,
+        /// once, on the whole evaluation stream (hindsight).
         Dynamic = "dynamic",
+        /// The same water-filling while serving, on curves of a sliding
+        /// window of recent requests, moved only when it pays
+        /// (`crate::online`).
+        Online = "online",
     }
 }
 
@@ -35,6 +40,16 @@ impl LayerCurve {
     fn saving(&self, k: usize) -> f64 {
         (self.misses[0] - self.misses[k]) as f64 * self.miss_seconds
     }
+}
+
+/// Slots per layer when every layer gets `budget / layers` bytes, in whole
+/// slots of `slot_bytes[l]`.
+pub fn uniform_slots(slot_bytes: &[u64], budget_bytes: u64) -> Vec<usize> {
+    let share = budget_bytes / slot_bytes.len().max(1) as u64;
+    slot_bytes
+        .iter()
+        .map(|&b| (share / b.max(1)) as usize)
+        .collect()
 }
 
 /// Slots per layer for a total budget (see the module doc).

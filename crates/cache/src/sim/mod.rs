@@ -22,6 +22,8 @@ pub enum SimError {
     Input(#[from] residency_core::error::PlannerError),
     #[error(transparent)]
     Policy(#[from] crate::policy::PolicyError),
+    #[error(transparent)]
+    Online(#[from] crate::online::OnlineError),
     #[error("{0}")]
     Invalid(String),
 }

@@ -7,7 +7,8 @@
 //! before counting starts, so every policy builds its own state for them.
 
 use super::stream::Stream;
-use crate::policy::{ObjectIndex, Outcome, Policy, Request, NEVER};
+use crate::online::OnlineAllocator;
+use crate::policy::{BoxedPolicy, ObjectIndex, Outcome, Policy, Request, NEVER};
 
 /// Counts of one replay. Seeding requests are not counted.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -65,6 +66,43 @@ impl ReplayStats {
             &mut self.felt_wait_seconds_by_layer,
             &other.felt_wait_seconds_by_layer,
         );
+    }
+}
+
+impl ReplayStats {
+    /// Counts `request` (of `layer`, a miss costing `miss_seconds`) that
+    /// ended in `outcome` after `evicted` left; `seeded[o]`: whether `o`
+    /// is resident since seeding.
+    fn tally(
+        &mut self,
+        seeded: &mut [bool],
+        evicted: &[ObjectIndex],
+        request: &Request,
+        layer: usize,
+        miss_seconds: f64,
+        outcome: Outcome,
+    ) {
+        let (o, size) = (request.object, request.size_bytes);
+        for &v in evicted {
+            seeded[v as usize] = false;
+        }
+        self.evictions += evicted.len() as u64;
+        match outcome {
+            Outcome::Hit if seeded[o as usize] => self.hits_seeded += 1,
+            Outcome::Hit => self.hits_admitted += 1,
+            miss => {
+                self.misses += 1;
+                self.miss_bytes += size;
+                self.misses_by_layer[layer] += 1;
+                self.felt_wait_seconds_by_layer[layer] += miss_seconds;
+                if miss == Outcome::Admitted {
+                    self.admissions += 1;
+                    self.admitted_bytes += size;
+                } else {
+                    self.bypasses += 1;
+                }
+            }
+        }
     }
 }
 
@@ -128,30 +166,143 @@ pub fn replay(
         };
         evicted.clear();
         let outcome = policy.access(&request, &mut evicted);
-        for &v in &evicted {
-            seeded[v as usize] = false;
-        }
-        stats.evictions += evicted.len() as u64;
-        match outcome {
-            Outcome::Hit if seeded[o as usize] => stats.hits_seeded += 1,
-            Outcome::Hit => stats.hits_admitted += 1,
-            miss => {
-                let l = stream.layer_of[o as usize] as usize;
-                stats.misses += 1;
-                stats.miss_bytes += size;
-                stats.misses_by_layer[l] += 1;
-                stats.felt_wait_seconds_by_layer[l] += miss_seconds[o as usize];
-                if miss == Outcome::Admitted {
-                    stats.admissions += 1;
-                    stats.admitted_bytes += size;
-                } else {
-                    stats.bypasses += 1;
-                }
-            }
-        }
+        let layer = stream.layer_of[o as usize] as usize;
+        stats.tally(
+            &mut seeded,
+            &evicted,
+            &request,
+            layer,
+            miss_seconds[o as usize],
+            outcome,
+        );
     }
     stats.requests = stream.requests.len() as u64;
     stats
+}
+
+/// What a replay with online per-layer budgets did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OnlineReplay {
+    pub stats: ReplayStats,
+    /// Bytes of each layer's cache at the end.
+    pub capacities_bytes: Vec<u64>,
+    /// Passes that moved budgets, and the bytes of the new slots.
+    pub moves: u64,
+    pub moved_bytes: u64,
+}
+
+/// Replays `stream` through one cache per layer (`policies[l]`, over the
+/// layer's own objects numbered from 0, at the allocator's capacities)
+/// while `allocator` re-allocates their budgets between tokens: every
+/// shrink before any grow, so the capacities never sum above the budget.
+/// `seeds[l]` (local indices) are fed through layer `l`'s policy before
+/// counting starts; `miss_seconds[o]` is what felt wait counts for a miss
+/// of `o`. `observe` sees the caches after every request and every move
+/// (tests check the budget there). Request `i` belongs to token
+/// `i * tokens / requests`, exact for MoE tokens (the same number of
+/// requests each).
+pub fn replay_online(
+    policies: &mut [BoxedPolicy],
+    stream: &Stream,
+    seeds: &[Vec<ObjectIndex>],
+    miss_seconds: &[f64],
+    allocator: &mut OnlineAllocator,
+    observe: &mut dyn FnMut(&[BoxedPolicy]),
+) -> OnlineReplay {
+    let layers = stream.layers();
+    let mut stats = ReplayStats {
+        misses_by_layer: vec![0; layers],
+        felt_wait_seconds_by_layer: vec![0.0; layers],
+        ..Default::default()
+    };
+    let mut evicted = Vec::new();
+    let mut seeded = vec![false; stream.objects()];
+    let mut clock = 0u64;
+    for (l, layer_seeds) in seeds.iter().enumerate() {
+        let start = stream.layer_start[l];
+        for &o in layer_seeds {
+            let request = Request {
+                object: o,
+                size_bytes: stream.sizes_bytes[(start + o) as usize],
+                time: clock,
+                next_access: NEVER,
+            };
+            clock += 1;
+            policies[l].access(&request, &mut evicted);
+        }
+        for &o in layer_seeds {
+            let g = (start + o) as usize;
+            if policies[l].contains(o) && !seeded[g] {
+                seeded[g] = true;
+                stats.seeded_bytes += stream.sizes_bytes[g];
+            }
+        }
+    }
+    let (mut moves, mut moved_bytes) = (0, 0);
+    let n = stream.requests.len().max(1) as u128;
+    let token_of = |i: usize| (i as u128 * stream.tokens as u128 / n) as u64;
+    for (i, &o) in stream.requests.iter().enumerate() {
+        let token = token_of(i);
+        if i > 0 && token > token_of(i - 1) && allocator.due(token) {
+            let pass = allocator.pass(token);
+            if pass.moved {
+                moves += 1;
+                moved_bytes += pass.move_bytes;
+                let capacities = allocator.capacities_bytes();
+                let mut order: Vec<usize> = (0..layers).collect();
+                // Shrinks first: their bytes are free before a grow uses them.
+                order.sort_by_key(|&l| capacities[l] > policies[l].capacity_bytes());
+                for l in order {
+                    evicted.clear();
+                    let resized = policies[l].resize(capacities[l], &mut evicted);
+                    debug_assert!(resized, "the caller built resizable policies");
+                    let start = stream.layer_start[l];
+                    for &v in &evicted {
+                        seeded[(start + v) as usize] = false;
+                    }
+                    stats.evictions += evicted.len() as u64;
+                    observe(policies);
+                }
+            }
+        }
+        let l = stream.layer_of[o as usize] as usize;
+        let local = o - stream.layer_start[l];
+        let size = stream.sizes_bytes[o as usize];
+        stats.requested_bytes += size;
+        let request = Request {
+            object: local,
+            size_bytes: size,
+            time: clock,
+            next_access: NEVER,
+        };
+        clock += 1;
+        evicted.clear();
+        let outcome = policies[l].access(&request, &mut evicted);
+        // Seeded flags are per stream object: make the evicted global.
+        let start = stream.layer_start[l];
+        evicted.iter_mut().for_each(|v| *v += start);
+        let global = Request {
+            object: o,
+            ..request
+        };
+        stats.tally(
+            &mut seeded,
+            &evicted,
+            &global,
+            l,
+            miss_seconds[o as usize],
+            outcome,
+        );
+        allocator.record(l, local);
+        observe(policies);
+    }
+    stats.requests = stream.requests.len() as u64;
+    OnlineReplay {
+        stats,
+        capacities_bytes: policies.iter().map(|p| p.capacity_bytes()).collect(),
+        moves,
+        moved_bytes,
+    }
 }
 
 /// Index of each object's first request, or NEVER.
@@ -162,3 +313,6 @@ fn first_accesses(stream: &Stream) -> Vec<u64> {
     }
     first
 }
+
+#[cfg(test)]
+mod tests;

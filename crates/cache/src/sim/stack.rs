@@ -10,17 +10,30 @@
 //! simulator replays instead (see `lru_misses_at`).
 
 use super::stream::Stream;
+use crate::policy::ObjectIndex;
 
 /// `stack_distance_bytes[i]`: bytes of the distinct objects requested since
 /// the previous request for the same object, its own size included; `None`
 /// for a first request (a compulsory miss at every capacity).
 pub fn stack_distances(stream: &Stream) -> Vec<Option<u64>> {
-    let n = stream.requests.len();
+    distances(&stream.requests, stream.objects(), |o| {
+        stream.sizes_bytes[o as usize]
+    })
+}
+
+/// Stack distances of `requests` over objects `0..objects`, each weighing
+/// `size(o)`.
+fn distances(
+    requests: &[ObjectIndex],
+    objects: usize,
+    size: impl Fn(ObjectIndex) -> u64,
+) -> Vec<Option<u64>> {
+    let n = requests.len();
     let mut tree = Fenwick::new(n);
-    let mut last = vec![usize::MAX; stream.objects()];
+    let mut last = vec![usize::MAX; objects];
     let mut out = Vec::with_capacity(n);
-    for (i, &o) in stream.requests.iter().enumerate() {
-        let size = stream.sizes_bytes[o as usize];
+    for (i, &o) in requests.iter().enumerate() {
+        let size = size(o);
         let prev = last[o as usize];
         if prev == usize::MAX {
             out.push(None);
@@ -48,13 +61,19 @@ pub fn lru_misses_at(distances: &[Option<u64>], capacities_bytes: &[u64]) -> Vec
 /// Misses of LRU with `k` slots for every `k` in `0..=objects`, for a
 /// stream whose objects all have the same size (one MoE layer).
 pub fn lru_misses_per_slot(stream: &Stream) -> Vec<u64> {
-    let slot = stream.sizes_bytes.first().copied().unwrap_or(1);
-    debug_assert!(stream.sizes_bytes.iter().all(|&s| s == slot));
-    let mut hits_at_depth = vec![0u64; stream.objects() + 1];
-    for d in stack_distances(stream).into_iter().flatten() {
-        hits_at_depth[(d / slot) as usize] += 1;
+    debug_assert!(stream.sizes_bytes.windows(2).all(|w| w[0] == w[1]));
+    slot_misses(&stream.requests, stream.objects())
+}
+
+/// Misses of LRU with `k` slots for every `k` in `0..=objects`, for
+/// `requests` over `objects` objects of one size (counted in slots). The
+/// online allocator's curve of one layer's recent requests.
+pub fn slot_misses(requests: &[ObjectIndex], objects: usize) -> Vec<u64> {
+    let mut hits_at_depth = vec![0u64; objects + 1];
+    for d in distances(requests, objects, |_| 1).into_iter().flatten() {
+        hits_at_depth[d as usize] += 1;
     }
-    let mut misses = stream.requests.len() as u64;
+    let mut misses = requests.len() as u64;
     hits_at_depth
         .iter()
         .map(|&h| {

@@ -10,7 +10,10 @@
 //! over rounds (A B B A), each cold except for its planned pins, which are
 //! loaded before the clock starts and reported as start-up (with `warm`,
 //! everything the budget holds is). `replan` re-plans between tokens and
-//! applies its moves on a background thread. The outputs'
+//! applies its moves on a background thread. The per-layer arms
+//! (`uniform`, `dynamic-offline`, `dynamic`) give each MoE layer a place of
+//! its own in one RAM tier of the budget; `dynamic` moves their capacities
+//! between tokens with the simulator's online allocator. The outputs'
 //! checksum depends only on the expert bytes and the routes, so it must be
 //! identical for every placement policy.
 
@@ -23,8 +26,12 @@ use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageErr
 use crate::store::{
     Homes, Lease, Loader, ObjectBytes, PlaceConfig, Store, StoreConfig, StoreError,
 };
+use residency_cache::online::{LayerShape, OnlineAllocator, OnlineError, OnlineParams};
 use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
-use residency_cache::sim::arms::knapsack;
+use residency_cache::sim::arms::{knapsack, SimOptions, Simulator};
+use residency_cache::sim::budget::{uniform_slots, Allocation};
+use residency_cache::sim::stream::Stream;
+use residency_cache::sim::SimError;
 use residency_formats::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -49,20 +56,41 @@ residency_core::named! {
         /// multiplied from there. The baseline of the executor's overhead when
         /// everything is resident.
         Resident = "resident",
+        /// One cache per MoE layer, `budget / layers` bytes each, under the
+        /// layer policy (`--layer-policy`, LRU by default).
+        Uniform = "uniform",
+        /// Per-layer caches water-filled once on the replayed tokens' own
+        /// curves before serving (the simulator's offline `dynamic`: in
+        /// hindsight, an oracle).
+        DynamicOffline = "dynamic-offline",
+        /// Per-layer caches whose budgets the online allocator moves while
+        /// serving (`residency_cache::online`), from a uniform start.
+        Dynamic = "dynamic",
     }
 }
 
 impl ServePolicy {
     /// The store's policy for the cached part of the budget (`resident`
-    /// has no store).
-    fn cache_policy(self) -> PolicyKind {
+    /// has no store); per-layer arms use `layer_policy`.
+    fn cache_policy(self, layer_policy: PolicyKind) -> PolicyKind {
         match self {
             ServePolicy::Lru | ServePolicy::Replan | ServePolicy::Resident => PolicyKind::Lru,
             ServePolicy::Lfru => PolicyKind::Lfru,
             ServePolicy::Frequency => PolicyKind::Frequency,
             ServePolicy::Cost => PolicyKind::Cost,
             ServePolicy::Plan => PolicyKind::Plan,
+            ServePolicy::Uniform | ServePolicy::DynamicOffline | ServePolicy::Dynamic => {
+                layer_policy
+            }
         }
+    }
+
+    /// Whether the arm has one cache per MoE layer rather than one for all.
+    fn per_layer(self) -> bool {
+        matches!(
+            self,
+            ServePolicy::Uniform | ServePolicy::DynamicOffline | ServePolicy::Dynamic
+        )
     }
 }
 
@@ -87,6 +115,10 @@ pub struct ReplayConfig {
     /// Tokens served before the clock starts, through the store and live
     /// heat (not `resident`): the history the measured tokens follow.
     pub seed: Vec<TokenRoutes>,
+    /// The policy inside each layer of the per-layer arms.
+    pub layer_policy: PolicyKind,
+    /// `dynamic`'s allocator.
+    pub online: OnlineParams,
 }
 
 /// What `residency replay --json` writes
@@ -136,6 +168,12 @@ pub enum ReplayError {
     Storage(#[from] StorageError),
     #[error("{0}")]
     Store(#[from] StoreError),
+    #[error("{0}")]
+    Online(#[from] OnlineError),
+    #[error(transparent)]
+    Sim(#[from] SimError),
+    #[error("--layer-policy {0}: per-layer budgets that move need lru, fifo, sieve or s3fifo inside each layer")]
+    LayerPolicy(PolicyKind),
 }
 
 /// The objects a replay serves: every routed expert, numbered
@@ -185,6 +223,11 @@ pub fn replay(
             checkpoint_experts: experts,
         });
     }
+    let moving = config.policies.contains(&ServePolicy::Dynamic);
+    if moving && !config.layer_policy.resizes() {
+        return Err(ReplayError::LayerPolicy(config.layer_policy));
+    }
+    config.online.check()?;
     let mut runs = Vec::new();
     for round in 0..config.rounds.max(1) {
         let mut order = config.policies.clone();
@@ -238,13 +281,24 @@ fn run_arm(
             ..served.run(policy, round)
         });
     }
-    let arm = ArmStore::new(loader, &sizes, train_counts, config, policy)?;
+    let arm = ArmStore::new(
+        loader,
+        &sizes,
+        train_counts,
+        config,
+        policy,
+        tokens,
+        experts,
+    )?;
     let mut heat = LiveHeat::new(
         &vec![experts; checkpoint.config.moe_layers().len()],
         DEFAULT_HALVE_EVERY_TOKENS,
     );
+    let mut reallocator = (policy == ServePolicy::Dynamic)
+        .then(|| Reallocator::new(config, &sizes, experts))
+        .transpose()?;
     let started = Instant::now();
-    arm.warm_and_seed(config, &mut heat, experts)?;
+    arm.warm_and_seed(config, &mut heat, experts, reallocator.as_mut())?;
     let startup_seconds = started.elapsed().as_secs_f64();
     let store = &arm.store;
     let startup = store.telemetry();
@@ -258,7 +312,15 @@ fn run_arm(
             &arm.pins,
         )
     });
-    let served = serve_replanning(store, tokens, experts, hidden, &mut heat, replanner)?;
+    let served = serve_replanning(
+        store,
+        tokens,
+        experts,
+        hidden,
+        &mut heat,
+        replanner,
+        reallocator,
+    )?;
     let end = store.telemetry();
     let hits =
         |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
@@ -319,15 +381,20 @@ struct ArmStore {
 }
 
 impl ArmStore {
-    /// The store of one RAM place of the budget, its pins the training
+    /// The store of the budget: one RAM place, its pins the training
     /// knapsack of the pinned share (`plan`: all of it; `replan`:
-    /// --pin-share of it; others: none).
+    /// --pin-share of it; others: none); or for the per-layer arms one
+    /// place per MoE layer in a RAM tier of the budget, sized uniformly,
+    /// water-filled on `tokens` (`dynamic-offline`) or as the online
+    /// allocator starts (`dynamic`: uniformly).
     fn new(
         loader: Arc<CheckpointLoader>,
         sizes: &[u64],
         train_counts: &[u64],
         config: &ReplayConfig,
         policy: ServePolicy,
+        tokens: &[TokenRoutes],
+        experts: usize,
     ) -> Result<ArmStore, ReplayError> {
         let n = sizes.len();
         let total: u64 = train_counts.iter().sum::<u64>().max(1);
@@ -351,15 +418,34 @@ impl ArmStore {
         for &o in &pins {
             pinned[o as usize] = true;
         }
-        let store_config = StoreConfig {
-            places: vec![PlaceConfig {
+        let cache_policy = policy.cache_policy(config.layer_policy);
+        let (places, place_of): (Vec<PlaceConfig>, Vec<usize>) = if policy.per_layer() {
+            let capacities = layer_capacities(config, policy, sizes, tokens, experts)?;
+            let places = capacities
+                .iter()
+                .enumerate()
+                .map(|(l, &capacity_bytes)| PlaceConfig {
+                    name: format!("ram:0/layer{l}"),
+                    capacity_bytes,
+                    tier: "ram".into(),
+                    policy: cache_policy,
+                    pin_share_bytes: Some(0),
+                })
+                .collect();
+            (places, (0..n).map(|o| o / experts).collect())
+        } else {
+            let place = PlaceConfig {
                 name: "ram:0".into(),
                 capacity_bytes: budget,
                 tier: "ram".into(),
-                policy: policy.cache_policy(),
+                policy: cache_policy,
                 pin_share_bytes: Some(share_bytes),
-            }],
-            tier_capacity_bytes: Vec::new(),
+            };
+            (vec![place], vec![0; n])
+        };
+        let store_config = StoreConfig {
+            places,
+            tier_capacity_bytes: vec![("ram".into(), budget)],
             staging_bytes: budget.max(sizes.iter().copied().max().unwrap_or(0) * 64),
             wait: Duration::from_secs(60),
             params: PolicyParams::default(),
@@ -373,7 +459,7 @@ impl ArmStore {
         let store = Store::new(
             loader,
             Homes {
-                place: vec![0; n],
+                place: place_of,
                 pinned,
             },
             &store_config,
@@ -393,6 +479,7 @@ impl ArmStore {
         config: &ReplayConfig,
         heat: &mut LiveHeat,
         experts: usize,
+        mut reallocator: Option<&mut Reallocator>,
     ) -> Result<(), ReplayError> {
         let store = &self.store;
         store.load_all(&self.pins, 8, &|_| {})?;
@@ -411,13 +498,96 @@ impl ArmStore {
                     drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
                 }
             }
+            if let Some(r) = reallocator.as_deref_mut() {
+                r.after_token(store, token)?;
+            }
         }
         Ok(())
     }
 }
 
-/// Serves the tokens from the store, reporting routes to `heat` and
-/// sending the re-planner's moves to a repinning thread.
+/// Bytes of each layer's cache for a per-layer arm: `budget / layers`
+/// (`uniform`; `dynamic`, where the online allocator starts), or the
+/// simulator's offline water-filling on `tokens`' own curves
+/// (`dynamic-offline`), the same code as `simulate --allocation dynamic`.
+fn layer_capacities(
+    config: &ReplayConfig,
+    policy: ServePolicy,
+    sizes: &[u64],
+    tokens: &[TokenRoutes],
+    experts: usize,
+) -> Result<Vec<u64>, ReplayError> {
+    let layers = sizes.len() / experts;
+    let slot_bytes: Vec<u64> = (0..layers).map(|l| sizes[l * experts]).collect();
+    if policy != ServePolicy::DynamicOffline {
+        return Ok(uniform_slots(&slot_bytes, config.ram_budget_bytes)
+            .into_iter()
+            .zip(&slot_bytes)
+            .map(|(k, &b)| k as u64 * b)
+            .collect());
+    }
+    let stream = Stream::from_tokens(tokens, &vec![experts; layers], &slot_bytes);
+    let counts = stream.counts();
+    let mut sim = Simulator::new(
+        stream,
+        counts,
+        vec![config.miss_seconds; sizes.len()],
+        SimOptions::default(),
+    );
+    sim.layer_capacities(
+        config.layer_policy,
+        Allocation::Dynamic,
+        config.ram_budget_bytes,
+        &vec![1.0; layers],
+    )
+    .map_err(ReplayError::from)
+}
+
+/// `dynamic`'s online allocator and the tokens it has seen (the seed
+/// tokens, then the served ones): after each token it records the routes
+/// and, when a pass moves budgets, the store's places follow.
+struct Reallocator {
+    allocator: OnlineAllocator,
+    tokens: u64,
+}
+
+impl Reallocator {
+    fn new(config: &ReplayConfig, sizes: &[u64], experts: usize) -> Result<Self, ReplayError> {
+        let shapes = (0..sizes.len() / experts)
+            .map(|l| LayerShape {
+                slot_bytes: sizes[l * experts],
+                experts,
+                miss_seconds: config.miss_seconds,
+            })
+            .collect();
+        Ok(Reallocator {
+            allocator: OnlineAllocator::new(
+                config.online.clone(),
+                shapes,
+                config.ram_budget_bytes,
+            )?,
+            tokens: 0,
+        })
+    }
+
+    /// Between tokens, so that no lease is held and a shrink evicts at once.
+    fn after_token(&mut self, store: &Store, token: &TokenRoutes) -> Result<(), StoreError> {
+        for (l, route) in token.routes.iter().enumerate() {
+            for &e in route {
+                self.allocator.record(l, e);
+            }
+        }
+        self.tokens += 1;
+        if self.allocator.due(self.tokens) && self.allocator.pass(self.tokens).moved {
+            store.set_capacities(&self.allocator.capacities_bytes())?;
+        }
+        Ok(())
+    }
+}
+
+/// Serves the tokens from the store, reporting routes to `heat`,
+/// sending the re-planner's moves to a repinning thread, and moving the
+/// per-layer budgets of `dynamic` between tokens.
 fn serve_replanning(
     store: &Store,
     tokens: &[TokenRoutes],
@@ -425,6 +595,7 @@ fn serve_replanning(
     hidden: usize,
     heat: &mut LiveHeat,
     mut replanner: Option<Replanner>,
+    mut reallocator: Option<Reallocator>,
 ) -> Result<Served, ReplayError> {
     // Repins run on a thread of their own, as an engine would run them: a
     // promotion's read overlaps serving instead of stalling a token.
@@ -453,6 +624,9 @@ fn serve_replanning(
                     // A send fails only when the repinner stopped on an
                     // error, which its join reports.
                     let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
+                }
+                if let Some(r) = reallocator.as_mut() {
+                    r.after_token(store, token)?;
                 }
                 Ok(())
             },

@@ -3,6 +3,9 @@
 //! its guard drops, so the used bytes of a budget never exceed its capacity
 //! under any interleaving. A reservation that does not fit waits, bounded,
 //! for others to be returned, or fails with an error naming the budget.
+//! A capacity may move while serving (per-layer budgets, `Store::set_capacities`):
+//! a shrink below the bytes used only holds back new reservations until
+//! the leased victims holding them are released.
 
 use crate::sync::{lock, wait_timeout, Condvar, Mutex};
 use std::fmt;
@@ -11,9 +14,16 @@ use std::time::{Duration, Instant};
 
 pub struct Budget {
     name: String,
-    capacity_bytes: u64,
-    used_bytes: Mutex<u64>,
+    usage: Mutex<Usage>,
     returned: Condvar,
+}
+
+/// Bytes used and the capacity, under one lock so that a reservation sees
+/// a moving capacity consistently.
+#[derive(Debug, Clone, Copy)]
+struct Usage {
+    used_bytes: u64,
+    capacity_bytes: u64,
 }
 
 impl fmt::Debug for Budget {
@@ -23,7 +33,7 @@ impl fmt::Debug for Budget {
             "Budget({}, {} of {} bytes)",
             self.name,
             self.used_bytes(),
-            self.capacity_bytes
+            self.capacity_bytes()
         )
     }
 }
@@ -51,8 +61,10 @@ impl Budget {
     pub fn new(name: impl Into<String>, capacity_bytes: u64) -> Arc<Budget> {
         Arc::new(Budget {
             name: name.into(),
-            capacity_bytes,
-            used_bytes: Mutex::new(0),
+            usage: Mutex::new(Usage {
+                used_bytes: 0,
+                capacity_bytes,
+            }),
             returned: Condvar::new(),
         })
     }
@@ -62,11 +74,18 @@ impl Budget {
     }
 
     pub fn capacity_bytes(&self) -> u64 {
-        self.capacity_bytes
+        lock(&self.usage).capacity_bytes
     }
 
     pub fn used_bytes(&self) -> u64 {
-        *lock(&self.used_bytes)
+        lock(&self.usage).used_bytes
+    }
+
+    /// Moves the capacity; waiting reservations look again. Bytes already
+    /// reserved stay reserved (the caller evicts first when it shrinks).
+    pub fn set_capacity_bytes(&self, capacity_bytes: u64) {
+        lock(&self.usage).capacity_bytes = capacity_bytes;
+        self.returned.notify_all();
     }
 
     /// Wakes the reservations waiting here so that they ask their
@@ -74,13 +93,12 @@ impl Budget {
     /// holds between asking and waiting, so a `give_up` made true before
     /// this call cannot be missed.
     pub fn wake(&self) {
-        let _used = lock(&self.used_bytes);
+        let _usage = lock(&self.usage);
         self.returned.notify_all();
     }
 
     fn give_back(&self, bytes: u64) {
-        let mut used = lock(&self.used_bytes);
-        *used -= bytes;
+        lock(&self.usage).used_bytes -= bytes;
         self.returned.notify_all();
     }
 }
@@ -136,13 +154,6 @@ pub fn reserve_unless(
     wait: Duration,
     give_up: &dyn Fn() -> bool,
 ) -> Result<Option<Reservation>, BudgetError> {
-    if let Some(b) = budgets.iter().find(|b| bytes > b.capacity_bytes) {
-        return Err(BudgetError::TooLarge {
-            budget: b.name.clone(),
-            bytes,
-            capacity_bytes: b.capacity_bytes,
-        });
-    }
     let deadline = Instant::now() + wait;
     let mut held = Reservation {
         budgets: Vec::with_capacity(budgets.len()),
@@ -150,27 +161,35 @@ pub fn reserve_unless(
         waited: false,
     };
     for b in budgets {
-        let mut used = lock(&b.used_bytes);
-        while *used + bytes > b.capacity_bytes {
+        let mut usage = lock(&b.usage);
+        while usage.used_bytes + bytes > usage.capacity_bytes {
             if give_up() {
                 // `held` goes out of scope here: its bytes go back.
                 return Ok(None);
+            }
+            // Under the lock: a capacity that moves is seen as it is now.
+            if bytes > usage.capacity_bytes {
+                return Err(BudgetError::TooLarge {
+                    budget: b.name.clone(),
+                    bytes,
+                    capacity_bytes: usage.capacity_bytes,
+                });
             }
             let now = Instant::now();
             if now >= deadline {
                 return Err(BudgetError::Timeout {
                     budget: b.name.clone(),
                     bytes,
-                    used_bytes: *used,
-                    capacity_bytes: b.capacity_bytes,
+                    used_bytes: usage.used_bytes,
+                    capacity_bytes: usage.capacity_bytes,
                     waited_ms: wait.as_millis(),
                 });
             }
             held.waited = true;
-            used = wait_timeout(&b.returned, used, deadline - now);
+            usage = wait_timeout(&b.returned, usage, deadline - now);
         }
-        *used += bytes;
-        drop(used);
+        usage.used_bytes += bytes;
+        drop(usage);
         // From here on, dropping `held` (on a later failure) returns these bytes.
         held.budgets.push(Arc::clone(b));
     }

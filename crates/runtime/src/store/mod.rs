@@ -122,6 +122,16 @@ pub enum StoreError {
         #[source]
         source: PolicyError,
     },
+    #[error("{given} capacities for {places} places; give one per place")]
+    Capacities { given: usize, places: usize },
+    #[error("place {place}: policy `{policy}` cannot change its capacity while serving; give that place lru, fifo, sieve or s3fifo")]
+    CannotResize { place: String, policy: PolicyKind },
+    #[error("the places of tier {tier} would hold {bytes} bytes, more than its {capacity_bytes}; give capacities that sum to at most the tier's")]
+    OverTier {
+        tier: String,
+        bytes: u64,
+        capacity_bytes: u64,
+    },
     #[error("the pinned objects of {place} need {bytes} bytes, more than its {capacity_bytes}; plan with this place's real capacity")]
     PinsTooLarge {
         place: String,
@@ -174,7 +184,10 @@ enum Slot {
 
 struct Place {
     config: PlaceConfig,
+    /// The place's own budget, then its tier's.
     budgets: Vec<Arc<Budget>>,
+    /// Bytes of the capacity kept for pinned objects; the policy has the rest.
+    pin_share_bytes: u64,
     policy: Mutex<Box<dyn Policy + Send>>,
 }
 
@@ -269,6 +282,7 @@ impl Store {
             places.push(Place {
                 config: p.clone(),
                 budgets: vec![Budget::new(p.name.clone(), p.capacity_bytes), tier],
+                pin_share_bytes: share,
                 policy: Mutex::new(policy),
             });
         }
@@ -480,6 +494,75 @@ impl Store {
             }
         }
         Ok(loaded_bytes)
+    }
+
+    /// Moves the places' capacities while serving (per-layer budgets that
+    /// `residency_cache::online` re-allocates); `capacities_bytes[p]` is
+    /// place `p`'s whole capacity, its pinned share kept. Every shrink
+    /// comes before any grow, so the places' capacities never sum above
+    /// their tier's at any moment. A shrinking place's policy evicts its
+    /// own coldest residents; a leased one goes at its last release and its
+    /// bytes count until then, so a load into a grown place waits for them
+    /// in the tier's budget. Everything is checked before anything moves.
+    pub fn set_capacities(&self, capacities_bytes: &[u64]) -> Result<(), StoreError> {
+        let places = &self.inner.places;
+        if capacities_bytes.len() != places.len() {
+            return Err(StoreError::Capacities {
+                given: capacities_bytes.len(),
+                places: places.len(),
+            });
+        }
+        let current = |p: usize| places[p].budgets[0].capacity_bytes();
+        for (p, place) in places.iter().enumerate() {
+            if capacities_bytes[p] == current(p) {
+                continue;
+            }
+            if !place.config.policy.resizes() {
+                return Err(StoreError::CannotResize {
+                    place: place.config.name.clone(),
+                    policy: place.config.policy,
+                });
+            }
+            if capacities_bytes[p] < place.pin_share_bytes {
+                return Err(StoreError::PinsTooLarge {
+                    place: place.config.name.clone(),
+                    bytes: place.pin_share_bytes,
+                    capacity_bytes: capacities_bytes[p],
+                });
+            }
+        }
+        for place in places {
+            let tier = &place.budgets[1];
+            let bytes: u64 = places
+                .iter()
+                .zip(capacities_bytes)
+                .filter(|(q, _)| Arc::ptr_eq(&q.budgets[1], tier))
+                .map(|(_, &c)| c)
+                .sum();
+            if bytes > tier.capacity_bytes() {
+                return Err(StoreError::OverTier {
+                    tier: tier.name().into(),
+                    bytes,
+                    capacity_bytes: tier.capacity_bytes(),
+                });
+            }
+        }
+        let mut order: Vec<usize> = (0..places.len())
+            .filter(|&p| capacities_bytes[p] != current(p))
+            .collect();
+        order.sort_by_key(|&p| capacities_bytes[p] > current(p));
+        for p in order {
+            let place = &places[p];
+            let mut evicted = Vec::new();
+            let resized = lock(&place.policy)
+                .resize(capacities_bytes[p] - place.pin_share_bytes, &mut evicted);
+            debug_assert!(resized, "checked by PolicyKind::resizes");
+            place.budgets[0].set_capacity_bytes(capacities_bytes[p]);
+            for v in evicted {
+                self.evict_victim(v);
+            }
+        }
+        Ok(())
     }
 
     /// Hands a resident, just demoted `o` to its place's policy when the

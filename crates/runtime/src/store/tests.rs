@@ -533,3 +533,164 @@ fn telemetry_speaks_json_and_prometheus() {
         assert!(text.contains(line), "{line} missing:\n{text}");
     }
 }
+
+/// Two places of 40 bytes (objects 0..8 and 8..16, 10 bytes each) in one
+/// RAM tier of 80, under `policy`: the per-layer budgets of `replay`.
+fn layered_store(loader: &Arc<PatternLoader>, policy: PolicyKind) -> Store {
+    let place = |name: &str| PlaceConfig {
+        name: name.into(),
+        capacity_bytes: 40,
+        tier: "ram".into(),
+        policy,
+        pin_share_bytes: None,
+    };
+    let config = StoreConfig {
+        places: vec![place("layer:0"), place("layer:1")],
+        tier_capacity_bytes: vec![("ram".into(), 80)],
+        staging_bytes: 40,
+        wait: Duration::from_secs(5),
+        params: PolicyParams::default(),
+        knowledge: Default::default(),
+    };
+    let homes = Homes {
+        place: (0..16).map(|o| o / 8).collect(),
+        pinned: vec![false; 16],
+    };
+    Store::new(loader.clone(), homes, &config).unwrap()
+}
+
+#[test]
+fn shrinking_a_place_evicts_its_coldest_and_bad_capacities_change_nothing() {
+    // Layer 0 loads 0 1 2 3 (LRU: 0 coldest), then 0 again: order 0 3 2 1.
+    // Shrinking it to 20 evicts 1 then 2; layer 1 grows to 60.
+    let loader = PatternLoader::new(vec![10; 16]);
+    let s = layered_store(&loader, PolicyKind::Lru);
+    for o in [0, 1, 2, 3, 0] {
+        drop(s.acquire(o).unwrap());
+    }
+    assert_eq!(s.set_capacities(&[40, 50]).unwrap_err().to_string(),
+        "the places of tier ram would hold 90 bytes, more than its 80; give capacities that sum to at most the tier's");
+    assert!(matches!(
+        s.set_capacities(&[40]),
+        Err(StoreError::Capacities {
+            given: 1,
+            places: 2
+        })
+    ));
+    assert_eq!(used(&s, "layer:0"), 40);
+    s.set_capacities(&[20, 60]).unwrap();
+    let states: Vec<ObjectState> = (0..4).map(|o| s.state(o)).collect();
+    use ObjectState::{Absent, Evictable};
+    assert_eq!(states, vec![Evictable, Absent, Absent, Evictable]);
+    assert_eq!(used(&s, "layer:0"), 20);
+    // Layer 1 now holds 6 objects.
+    for o in 8..14 {
+        drop(s.acquire(o).unwrap());
+    }
+    assert_eq!(used(&s, "layer:1"), 60);
+    assert!((8..14).all(|o| s.state(o) == Evictable));
+    // A policy that cannot resize is refused before anything moves.
+    let s = layered_store(&loader, PolicyKind::Lfu);
+    let e = s.set_capacities(&[30, 50]).unwrap_err().to_string();
+    assert!(e.contains("`lfu` cannot change its capacity"), "{e}");
+}
+
+/// Serves a drift through `layered_store` with the online allocator
+/// moving its places' capacities: traffic on layer 0 (3 experts a token
+/// cycling over 6, which LRU needs 6 slots for) and one expert of layer 1,
+/// moving to layer 1 after 60 tokens; a pass every 4 tokens, applied while
+/// the token's last lease is still held, so shrinks meet leased victims.
+/// Checks after every acquire and every move that the tier holds at most
+/// 80 bytes and the places' capacities sum to at most 80, and at the end,
+/// with no lease held, that every place holds at most its capacity.
+/// Returns the capacities after each move and the store's misses.
+fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
+    use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
+    let loader = PatternLoader::new(vec![10; 16]);
+    let s = layered_store(&loader, policy);
+    let shape = LayerShape {
+        slot_bytes: 10,
+        experts: 8,
+        miss_seconds: 1.0,
+    };
+    let params = OnlineParams {
+        window_accesses: 64,
+        every_tokens: 4,
+        ..OnlineParams::default()
+    };
+    let mut allocator = OnlineAllocator::new(params, vec![shape.clone(), shape], 80).unwrap();
+    let capacities = |s: &Store| -> (u64, u64, Vec<(u64, u64)>) {
+        let t = s.telemetry();
+        let of = |name: &str| t.budgets.iter().find(|b| b.place == name).unwrap();
+        let places: Vec<(u64, u64)> = ["layer:0", "layer:1"]
+            .iter()
+            .map(|n| (of(n).used_bytes, of(n).budget_bytes))
+            .collect();
+        (
+            of("ram").used_bytes,
+            places.iter().map(|p| p.1).sum(),
+            places,
+        )
+    };
+    let mut moves = Vec::new();
+    for t in 0..120u64 {
+        let hot = usize::from(t >= 60);
+        let mut route: Vec<(usize, ObjectIndex)> =
+            (0..3).map(|i| (hot, ((3 * t + i) % 6) as u32)).collect();
+        route.push((1 - hot, 0));
+        // Each lease is released before the next acquire (a holder of
+        // leases must not wait for a load: `serve::replay::layer`).
+        let mut last = None;
+        for (l, e) in route {
+            drop(last.take());
+            last = Some(s.acquire((l * 8) as u32 + e).unwrap());
+            allocator.record(l, e);
+            let (tier_used, capacity, _) = capacities(&s);
+            assert!(
+                tier_used <= 80 && capacity <= 80,
+                "{policy}: {tier_used} {capacity}"
+            );
+        }
+        if allocator.due(t + 1) && allocator.pass(t + 1).moved {
+            s.set_capacities(&allocator.capacities_bytes()).unwrap();
+            moves.push(allocator.capacities_bytes());
+        }
+        let (tier_used, capacity, _) = capacities(&s);
+        assert!(
+            tier_used <= 80 && capacity <= 80,
+            "{policy}: {tier_used} {capacity}"
+        );
+        drop(last);
+    }
+    let (_, _, places) = capacities(&s);
+    assert!(
+        places.iter().all(|&(used, capacity)| used <= capacity),
+        "{policy}: {places:?}"
+    );
+    assert_eq!(
+        allocator.slots()[1],
+        6,
+        "{policy}: layer 1 took the slots it needs"
+    );
+    (moves, s.telemetry().physical_misses)
+}
+
+#[test]
+fn budgets_are_never_exceeded_while_the_online_allocator_moves_them() {
+    for policy in [PolicyKind::Lru, PolicyKind::Sieve, PolicyKind::S3Fifo] {
+        let (moves, _) = drift_through_layered_store(policy);
+        assert!(moves.len() >= 2, "{policy}: the drift moved budgets");
+    }
+}
+
+#[test]
+fn the_same_traffic_moves_the_same_budgets_and_misses_the_same() {
+    // One thread, the same routes: the allocations after every move and
+    // the misses must repeat exactly.
+    for policy in [PolicyKind::Lru, PolicyKind::S3Fifo] {
+        assert_eq!(
+            drift_through_layered_store(policy),
+            drift_through_layered_store(policy)
+        );
+    }
+}

@@ -78,3 +78,23 @@ fn byte_weighted_ghost_forgets_by_bytes_and_large_objects_bypass() {
     assert_eq!(s3.ghost.used_bytes, 86);
     assert!(s3.main.order.contains(1) && s3.main.order.contains(12));
 }
+
+#[test]
+fn resize_shares_the_new_capacity_and_evicts_by_the_policy() {
+    // Capacity 20, unit objects 0..20: 0 and 1 fill small (2 bytes); small
+    // is then full with nothing evicted yet, so 2..=19 enter main (18).
+    // Shrinking to 10: small 1, main 9, ghost 9. Main is over its share,
+    // so its tail goes while it is (2, 3, .., 10, all at frequency 0):
+    // main 9, used 11. Main is at its share and small is not empty: small's
+    // tail 0 (frequency 0) leaves for the ghost. Used 10.
+    let mut p = S3Fifo::new(&setup(20, 20));
+    let all: Vec<(ObjectIndex, u64)> = (0..20).map(|o| (o, 1)).collect();
+    replay(&mut p, &all);
+    let mut evicted = Vec::new();
+    assert!(p.resize(10, &mut evicted));
+    let mut expect: Vec<ObjectIndex> = (2..=10).collect();
+    expect.push(0);
+    assert_eq!(evicted, expect);
+    assert_eq!((p.used_bytes(), p.capacity_bytes()), (10, 10));
+    assert!(p.ghost.order.contains(0));
+}

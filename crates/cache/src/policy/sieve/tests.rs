@@ -99,3 +99,18 @@ fn removing_the_object_under_the_hand_moves_the_hand_towards_the_head() {
     assert_eq!(sieve.hand, Some(7));
     assert!(sieve.contains(0) && sieve.contains(7) && sieve.contains(8));
 }
+
+#[test]
+fn resize_evicts_with_the_hand() {
+    // Capacity 3: a b c, then a hit on a: queue head..tail c0 b0 a1.
+    // Shrinking to 2: the hand starts at the tail, clears a, evicts b and
+    // rests on c; shrinking to 1 then evicts c there: a is kept.
+    let mut p = Sieve::new(&setup(3, 4));
+    replay(&mut p, &unit(&[0, 1, 2, 0]));
+    let mut evicted = Vec::new();
+    assert!(p.resize(2, &mut evicted));
+    assert_eq!(evicted, vec![1]);
+    assert!(p.resize(1, &mut evicted));
+    assert_eq!(evicted, vec![1, 2]);
+    assert!(p.contains(0) && p.used_bytes() == 1);
+}
