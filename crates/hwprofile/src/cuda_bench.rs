@@ -202,14 +202,14 @@ impl CudaBench {
         })
     }
 
-    /// `matrices` (with their inputs) in device memory, run as one stage
-    /// of separate GEMVs: `parts[j] = (m, rows)` is GEMV `j`, over rows
-    /// `rows` of matrix `m`.
+    /// `matrices` (with their inputs) in device memory, run as stages of
+    /// separate GEMVs, one stage after another in turn: `stages[s][j] =
+    /// (m, rows)` is GEMV `j` of stage `s`, over rows `rows` of matrix `m`.
     pub fn stage_gemvs(
         &self,
         matrices: &[PackedRows],
         inputs: &[QuantizedInput],
-        parts: &[(usize, Range<usize>)],
+        stages: &[Vec<(usize, Range<usize>)>],
     ) -> Result<StageGemvs<'_>, String> {
         guarded(|| {
             let on_device = matrices
@@ -220,34 +220,38 @@ impl CudaBench {
                 .iter()
                 .map(|x| self.input(x))
                 .collect::<Result<Vec<_>, _>>()?;
-            let y = self.output(parts.iter().map(|(_, r)| r.len()).sum())?;
-            let mut at = self.pointer(&y);
-            let mut launches = Vec::with_capacity(parts.len());
-            for (m, rows) in parts {
-                let matrix = &matrices[*m];
-                let (weights, scales) = on_device[*m].addresses();
-                let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
-                let scale_bytes = (matrix.groups() * 2) as u64;
-                let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
-                launches.push(shape.at(
-                    weights + rows.start as u64 * row_bytes,
-                    scales + rows.start as u64 * scale_bytes,
-                    &inputs[*m],
-                    at,
-                ));
-                at += (rows.len() * size_of::<f32>()) as u64;
+            let rows_of = |parts: &Vec<(usize, Range<usize>)>| -> usize {
+                parts.iter().map(|(_, r)| r.len()).sum()
+            };
+            // Every stage writes from the start of `y`: a stage's outputs
+            // are not kept past the next.
+            let y = self.output(stages.iter().map(rows_of).max().unwrap_or(0))?;
+            let mut launches = Vec::with_capacity(stages.len());
+            let mut bytes = 0u64;
+            for parts in stages {
+                let mut at = self.pointer(&y);
+                let mut stage = Vec::with_capacity(parts.len());
+                for (m, rows) in parts {
+                    let matrix = &matrices[*m];
+                    let (weights, scales) = on_device[*m].addresses();
+                    let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
+                    let scale_bytes = (matrix.groups() * 2) as u64;
+                    let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
+                    stage.push(shape.at(
+                        weights + rows.start as u64 * row_bytes,
+                        scales + rows.start as u64 * scale_bytes,
+                        &inputs[*m],
+                        at,
+                    ));
+                    at += (rows.len() * size_of::<f32>()) as u64;
+                    bytes += rows.len() as u64 * (row_bytes + scale_bytes);
+                }
+                launches.push(stage);
             }
             Ok(StageGemvs {
                 bench: self,
                 kernels: self.kernels()?,
-                bytes: parts
-                    .iter()
-                    .map(|(m, rows)| {
-                        let matrix = &matrices[*m];
-                        (rows.len() * (matrix.packing.row_bytes(matrix.cols) + matrix.groups() * 2))
-                            as u64
-                    })
-                    .sum(),
+                bytes: bytes / stages.len().max(1) as u64,
                 start: self.event()?,
                 end: self.event()?,
                 launches,
@@ -551,11 +555,12 @@ impl ResidentGemv<'_> {
     }
 }
 
-/// A stage's GEMVs in device memory, timed as `bench` runs a stage.
+/// Stages of GEMVs in device memory, timed as `bench` runs a stage.
 pub struct StageGemvs<'a> {
     bench: &'a CudaBench,
     kernels: GemvKernels,
-    launches: Vec<GemvLaunch>,
+    /// Per stage, its GEMVs.
+    launches: Vec<Vec<GemvLaunch>>,
     bytes: u64,
     start: CudaEvent,
     end: CudaEvent,
@@ -564,27 +569,29 @@ pub struct StageGemvs<'a> {
 }
 
 impl StageGemvs<'_> {
-    /// Bytes one stage reads: the GEMVs' weights and scales.
+    /// Bytes a stage reads, on average: the GEMVs' weights and scales.
     pub fn bytes(&self) -> u64 {
         self.bytes
     }
 
+    /// GEMVs of the first stage.
     pub fn gemvs(&self) -> usize {
-        self.launches.len()
+        self.launches.first().map_or(0, Vec::len)
     }
 
-    /// Mean wall seconds of `stages` stages, each an event, the GEMVs in
-    /// one batched launch, an event, and a wait for it.
+    /// Mean wall seconds of `stages` stages, the given ones in turn, each
+    /// an event, its GEMVs in one batched launch, an event, and a wait for
+    /// it.
     pub fn trial(&self, stages: usize) -> Result<f64, String> {
         let stream = self.bench.stream();
         let timing = failed(self.bench.ordinal, "timing a stage");
         guarded(|| {
             let started = Instant::now();
-            for _ in 0..stages {
+            for launches in self.launches.iter().cycle().take(stages) {
                 self.start.record(stream).map_err(&timing)?;
                 // SAFETY: the addresses are `_memory`'s, alive while `self`
                 // is, and each stage waits for its end event.
-                unsafe { self.kernels.launch(stream, &self.launches) }?;
+                unsafe { self.kernels.launch(stream, launches) }?;
                 self.end.record(stream).map_err(&timing)?;
                 self.end.synchronize().map_err(&timing)?;
             }

@@ -96,23 +96,24 @@ impl Run<'_> {
         bytes_per_s: f64,
     ) -> Result<(), String> {
         let packing = self.source.cpu;
-        let experts = self.source.top_k.max(1);
-        // Stage j runs experts j x top_k .. (j + 1) x top_k of the stack:
-        // consecutive stages read different bytes, as a decoder's layers
-        // do, so none of them is served from the cache.
+        // Stage j runs experts j x top_k .. (j + 1) x top_k of the stack
+        // (fewer where the stack is smaller): consecutive stages read
+        // different bytes, as a decoder's layers do, so none of them is
+        // served from the cache.
         let stack = rows
             .first()
             .map_or(0, |m| m.rows / self.source.rows_of_width(m.cols));
+        let experts = self.source.top_k.clamp(1, stack.max(1));
         let count = (stack / experts).max(1);
+        // Each projection its own GEMV, as bench runs an expert.
+        let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
         let stage_work = |j: usize| -> Vec<(PackedView, &QuantizedInput)> {
-            rows.iter()
-                .zip(inputs)
-                .map(|(m, x)| {
-                    let per = self.source.rows_of_width(m.cols);
-                    let first = (j * experts * per).min(m.rows);
-                    let last = ((j + 1) * experts * per).min(m.rows);
-                    (m.view().rows_range(first..last), x)
-                })
+            let parts = self
+                .source
+                .stage_parts(&widths, j * experts..(j + 1) * experts);
+            parts
+                .into_iter()
+                .map(|(m, range)| (rows[m].view().rows_range(range), &inputs[m]))
                 .collect()
         };
         let stages: Vec<_> = (0..count).map(stage_work).collect();
@@ -130,7 +131,7 @@ impl Run<'_> {
         let time = round_time(spread.median.max(0.0));
         self.doc.profile.numa[i].stage_overhead = time;
         let what = format!(
-            "mean of {trial_stages} stages a trial, back to back, each a GEMV of {experts} other {} experts ({}) on {} kept threads, less their bytes at gemv_bandwidth",
+            "mean of {trial_stages} stages a trial, back to back, each the GEMVs of {experts} other {} experts' projections ({}) on {} kept threads, less their bytes at gemv_bandwidth",
             packing.name(),
             Bytes(bytes),
             threads.threads()

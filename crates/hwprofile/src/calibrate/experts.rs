@@ -11,6 +11,7 @@ use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::{family, Checkpoint, Extent};
 use residency_runtime::storage::HostPool;
 use std::collections::BTreeMap;
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -185,6 +186,29 @@ impl ExpertSource {
                 (rows * (packing.row_bytes(cols) + cols / packing.group * 2)) as u64
             })
             .sum()
+    }
+
+    /// The GEMVs of experts `experts` of the stacks `expert_rows` made
+    /// (`widths`: each stack's input width), one per projection as `bench`
+    /// runs a stage: (stack, its rows) each. Expert `e`'s projection lies
+    /// at `e` x (its width's rows an expert) + the rows of the projections
+    /// of its width before it.
+    pub(super) fn stage_parts(
+        &self,
+        widths: &[usize],
+        experts: Range<usize>,
+    ) -> Vec<(usize, Range<usize>)> {
+        let mut parts = Vec::new();
+        for e in experts {
+            let mut before = vec![0usize; widths.len()];
+            for &(r, c) in &self.shapes {
+                let m = widths.iter().position(|&w| w == c).expect("every width");
+                let first = e * self.rows_of_width(c) + before[m];
+                parts.push((m, first..first + r));
+                before[m] += r;
+            }
+        }
+        parts
     }
 
     pub(super) fn shards(&self) -> &[PathBuf] {

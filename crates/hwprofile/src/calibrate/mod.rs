@@ -61,6 +61,10 @@ pub const UPLOAD_BYTES: usize = 256 << 20;
 /// Most expert bytes a GEMV measurement streams through (CPU per node, and
 /// GPU): enough to leave every cache behind.
 pub const MAX_GEMV_BYTES: u64 = 1 << 30;
+/// Experts a card's stage trial cycles through: several times the largest
+/// GPU L2 (50 MB on an H100 or H200, 126 MB on a B200), so that no stage
+/// finds the last one's bytes in it.
+pub const GPU_STAGE_SPAN_BYTES: u64 = 512 << 20;
 /// Group size of the int4 experts generated when the model's format is
 /// neither int4 nor int8 (as `gen-checkpoint` packs int4).
 const FALLBACK_INT4_GROUP: usize = 64;

@@ -143,3 +143,32 @@ fn bad_budgets_and_directories_are_one_line() {
         "{e}"
     );
 }
+
+#[test]
+fn a_stage_s_gemvs_are_its_experts_projections_in_the_stacks() {
+    // Gate and up: 3 rows of 8 features; down: 8 rows of 3. `expert_rows`
+    // stacks an expert's rows of a width together: 6 rows of width 8 (gate
+    // then up) and 8 of width 3 an expert. So expert 1's gate is rows 6..9
+    // of the width-8 stack, its up 9..12, its down rows 8..16 of the
+    // width-3 stack; expert 2's start at 12 and 16.
+    let packing = crate::gemv::Packing { bits: 4, group: 64 };
+    let source = ExpertSource {
+        label: String::new(),
+        shapes: vec![(3, 8), (3, 8), (8, 3)],
+        top_k: 2,
+        cpu: packing,
+        gpu: packing,
+        checkpoint: None,
+    };
+    assert_eq!(
+        source.stage_parts(&[8, 3], 1..3),
+        [
+            (0, 6..9),
+            (0, 9..12),
+            (1, 8..16),
+            (0, 12..15),
+            (0, 15..18),
+            (1, 16..24)
+        ]
+    );
+}
