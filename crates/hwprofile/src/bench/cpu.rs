@@ -4,6 +4,9 @@
 //! A stage's residents are gathered into node shares before the token's
 //! clock starts (`Kernel::shares`), so that the clock holds the kernel
 //! calls and not bench's lists; streamed experts are gathered as they land.
+//! Each share writes its own outputs, summed for the checksum after the
+//! token (`Outputs::add_to`): summing rows the node's threads just wrote
+//! would pull them into the main thread's cache inside the clock.
 
 use super::{Tally, Work};
 use crate::gemv::{NodeThreads, PackedView, Packing, QuantizedInput};
@@ -19,12 +22,31 @@ pub(super) struct Gemv<'a> {
     pub(super) bytes: Option<&'a [u8]>,
 }
 
-/// One node's share of a stage: its matrices with their inputs, and the
-/// checksum slot of each matrix.
+/// One node's share of a stage: its matrices with their inputs, and where
+/// their outputs go.
 pub(super) struct NodeShare<'a> {
     node: usize,
     matrices: Vec<(PackedView<'a>, &'a QuantizedInput)>,
+    pub(super) out: Outputs,
+}
+
+/// A share's outputs: per matrix, its checksum slot and rows, one after
+/// another in `y`.
+pub(super) struct Outputs {
     slots: Vec<usize>,
+    rows: Vec<usize>,
+    y: Vec<f32>,
+}
+
+impl Outputs {
+    /// Each matrix's output sum, into its slot of `sums`.
+    pub(super) fn add_to(&self, sums: &mut [f64]) {
+        let mut at = 0;
+        for (&slot, &rows) in self.slots.iter().zip(&self.rows) {
+            sums[slot] = self.y[at..at + rows].iter().map(|&v| v as f64).sum();
+            at += rows;
+        }
+    }
 }
 
 /// The CPU kernel of the run: each node's threads, the experts' packing,
@@ -36,62 +58,54 @@ pub(super) struct Kernel<'a> {
 }
 
 impl<'a> Kernel<'a> {
-    /// `list` gathered by node, nodes in order; nodes with nothing to
-    /// compute are left out.
+    /// `list` gathered by node, nodes in order, each with room for its
+    /// outputs; nodes with nothing to compute are left out.
     pub(super) fn shares(&self, list: &[Gemv<'a>]) -> Vec<NodeShare<'a>> {
         let (packing, inputs) = (self.packing, self.inputs);
         let mut shares = Vec::new();
         for node in 0..self.threads.len() {
-            let mut share = NodeShare {
-                node,
-                matrices: Vec::new(),
-                slots: Vec::new(),
-            };
+            let mut matrices = Vec::new();
+            let mut slots = Vec::new();
             for g in list.iter().filter(|g| g.node == node) {
                 match (g.work, g.bytes) {
-                    (Work::Generated(m), _) => share.matrices.push((m.view(), &inputs[&m.cols])),
-                    (Work::Expert { at, .. }, Some(bytes)) => share.matrices.extend(
+                    (Work::Generated(m), _) => matrices.push((m.view(), &inputs[&m.cols])),
+                    (Work::Expert { at, .. }, Some(bytes)) => matrices.extend(
                         at.iter()
                             .map(|p| (p.view(packing, bytes), &inputs[&p.cols])),
                     ),
                     _ => continue,
                 }
-                share.slots.extend(g.slot..g.slot + g.work.outputs());
+                slots.extend(g.slot..g.slot + g.work.outputs());
             }
-            if !share.matrices.is_empty() {
-                shares.push(share);
+            if matrices.is_empty() {
+                continue;
             }
+            let rows: Vec<usize> = matrices.iter().map(|(m, _)| m.rows).collect();
+            let y = vec![0f32; rows.iter().sum()];
+            shares.push(NodeShare {
+                node,
+                matrices,
+                out: Outputs { slots, rows, y },
+            });
         }
         shares
     }
 
-    /// Runs each share as one `NodeThreads::gemv` on its node, timing it;
-    /// each matrix's output sum goes to its slot of `sums`. Returns the
-    /// seconds spent inside the kernel calls.
-    pub(super) fn run(
-        &self,
-        shares: &[NodeShare],
-        sums: &mut [f64],
-        total: &mut Tally,
-        kind: usize,
-        y: &mut Vec<f32>,
-    ) -> f64 {
+    /// Runs each share as one `NodeThreads::gemv` on its node, timing it
+    /// and tallying its bytes. Returns the seconds spent inside the kernel
+    /// calls.
+    pub(super) fn run(&self, shares: &mut [NodeShare], total: &mut Tally, kind: usize) -> f64 {
         let mut inside = 0.0;
         for share in shares {
             let n = share.node;
-            y.resize(share.matrices.iter().map(|(m, _)| m.rows).sum(), 0f32);
             let t = Instant::now();
-            self.threads[n].0.gemv(&share.matrices, y);
+            self.threads[n].0.gemv(&share.matrices, &mut share.out.y);
             let seconds = t.elapsed().as_secs_f64();
             total.cpu_seconds[n] += seconds;
             inside += seconds;
-            let mut at = 0;
-            for (&slot, (m, _)) in share.slots.iter().zip(&share.matrices) {
-                sums[slot] = y[at..at + m.rows].iter().map(|&v| v as f64).sum();
-                at += m.rows;
-                total.cpu_bytes[n] += m.bytes() as f64;
-                total.stage_bytes[kind] += m.bytes() as f64;
-            }
+            let bytes: u64 = share.matrices.iter().map(|(m, _)| m.bytes()).sum();
+            total.cpu_bytes[n] += bytes as f64;
+            total.stage_bytes[kind] += bytes as f64;
         }
         inside
     }

@@ -31,7 +31,7 @@ use crate::calibrate::experts::{projections, tensor_specs};
 use crate::cuda_bench::{CudaBench, DeviceMatrix, GemvLaunch};
 use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
 use crate::system;
-use cpu::{Gemv, Kernel, NodeShare};
+use cpu::{Gemv, Kernel, NodeShare, Outputs};
 use gpu::Card;
 use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
@@ -333,13 +333,11 @@ pub fn bench(
     let mut total = Tally::new(inst);
     let mut token_seconds = Vec::with_capacity(options.tokens);
     let mut checksum = 0f64;
-    let mut y = Vec::new();
     for drawn_in in &routes {
         // The token's lists, before its clock starts (see `StageRun`).
         let mut runs = Vec::with_capacity(inst.stages.len());
-        let mut sums: Vec<Vec<f64>> = Vec::with_capacity(inst.stages.len());
         for (s, stage) in inst.stages.iter().enumerate() {
-            let run = StageRun::new(
+            runs.push(StageRun::new(
                 s,
                 kind_index(stage.kind),
                 trunk_of[s].iter().chain(&drawn_in[s]).copied(),
@@ -347,12 +345,10 @@ pub fn bench(
                 &kernel,
                 &mut cards,
                 &mut total,
-            )?;
-            sums.push(vec![0f64; run.slots]);
-            runs.push(run);
+            )?);
         }
         let started = Instant::now();
-        for (run, stage_sums) in runs.iter().zip(&mut sums) {
+        for run in &mut runs {
             let stage_started = Instant::now();
             // Seconds inside the kernels' calls and waits (launches, CPU
             // GEMVs, waits for the cards and the drives): the rest of the
@@ -376,7 +372,7 @@ pub fn bench(
                 let (loader, objects) = (&applied.loader, &run.objects);
                 let reader = (!objects.is_empty())
                     .then(|| scope.spawn(move || read_each(loader, objects, landed)));
-                inside += kernel.run(&run.resident, stage_sums, &mut total, kind, &mut y);
+                inside += kernel.run(&mut run.resident, &mut total, kind);
                 let Some(reader) = reader else {
                     return Ok(());
                 };
@@ -405,8 +401,9 @@ pub fn bench(
                             bytes: bytes.host(),
                         });
                     }
-                    let shares = kernel.shares(&fresh);
-                    inside += kernel.run(&shares, stage_sums, &mut total, kind, &mut y);
+                    let mut shares = kernel.shares(&fresh);
+                    inside += kernel.run(&mut shares, &mut total, kind);
+                    run.landed.extend(shares.into_iter().map(|s| s.out));
                     computed += batch.len();
                 }
                 reader.join().expect("the reader thread");
@@ -425,6 +422,12 @@ pub fn bench(
             total.bench_seconds += stage_seconds - inside;
         }
         token_seconds.push(started.elapsed().as_secs_f64());
+        // The checksum, off the clock: each stage's outputs in its slots.
+        let mut sums: Vec<Vec<f64>> = runs.iter().map(|run| vec![0f64; run.slots]).collect();
+        for (run, stage_sums) in runs.iter().zip(&mut sums) {
+            let outputs = run.resident.iter().map(|s| &s.out).chain(&run.landed);
+            outputs.for_each(|out| out.add_to(stage_sums));
+        }
         for card in cards.iter_mut().flatten() {
             card.drain_token(&mut sums)?;
         }
@@ -483,6 +486,8 @@ struct StageRun<'a> {
     launches: Vec<Vec<GemvLaunch>>,
     /// What each node computes on the residents in RAM.
     resident: Vec<NodeShare<'a>>,
+    /// The outputs of the streamed experts, as they were computed.
+    landed: Vec<Outputs>,
     /// (object, first slot, drive) of the drawn experts on a drive, and
     /// their store indices.
     streamed: Vec<(usize, usize, usize)>,
@@ -518,6 +523,7 @@ impl<'a> StageRun<'a> {
             slots: 0,
             launches: vec![Vec::new(); cards.len()],
             resident: Vec::new(),
+            landed: Vec::new(),
             streamed: Vec::new(),
             objects: Vec::new(),
         };
