@@ -150,6 +150,11 @@ pub struct ReplayRun {
     pub startup_seconds: f64,
     pub hits: u64,
     pub misses: u64,
+    /// Misses the policy declined (served from a transient slot).
+    pub rejections: u64,
+    /// Misses admitted but served from a transient slot because their
+    /// place was full of leased objects (store telemetry `bypasses`).
+    pub bypasses: u64,
     pub evictions: u64,
     pub migration_bytes: u64,
     pub output_checksum: String,
@@ -331,6 +336,8 @@ fn run_arm(
         startup_seconds,
         hits: hits(&end) - hits(&startup),
         misses: end.physical_misses - startup.physical_misses,
+        rejections: end.rejections - startup.rejections,
+        bypasses: end.bypasses - startup.bypasses,
         evictions: end.evictions - startup.evictions,
         migration_bytes: end.migration_bytes,
         ..served.run(policy, round)
@@ -677,6 +684,8 @@ impl Served {
             startup_seconds: 0.0,
             hits: 0,
             misses: 0,
+            rejections: 0,
+            bypasses: 0,
             evictions: 0,
             migration_bytes: 0,
             output_checksum: self.checksum,
