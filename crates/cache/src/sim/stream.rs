@@ -119,6 +119,22 @@ impl Stream {
             .collect()
     }
 
+    /// Experts a token asks of each layer at once (its top-k), which a
+    /// serving store leases together: each layer's requests per token,
+    /// rounded up (exact for MoE traces, whose tokens route the same k in
+    /// every layer; 1 for a generic trace, one request a token; 0 for a
+    /// layer without requests).
+    pub fn leased_at_once(&self) -> Vec<usize> {
+        let mut per_layer = vec![0u64; self.layers()];
+        for &o in &self.requests {
+            per_layer[self.layer_of[o as usize] as usize] += 1;
+        }
+        per_layer
+            .into_iter()
+            .map(|n| n.div_ceil(self.tokens.max(1)) as usize)
+            .collect()
+    }
+
     /// The largest object.
     pub fn max_object_bytes(&self) -> u64 {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)
@@ -178,5 +194,8 @@ mod tests {
         assert_eq!(l1.requests, vec![1, 1, 0]);
         assert_eq!(l1.sizes_bytes, vec![20, 20]);
         assert_eq!(l1.next_access(), vec![1, NEVER, NEVER]);
+        // 3 requests of layer 0 and 3 of layer 1 over 2 tokens: 1.5 a
+        // token, rounded up to 2 each.
+        assert_eq!(s.leased_at_once(), vec![2, 2]);
     }
 }

@@ -300,7 +300,7 @@ fn run_arm(
         DEFAULT_HALVE_EVERY_TOKENS,
     );
     let mut reallocator = (policy == ServePolicy::Dynamic)
-        .then(|| Reallocator::new(config, &sizes, experts))
+        .then(|| Reallocator::new(config, &sizes, experts, tokens))
         .transpose()?;
     let started = Instant::now();
     arm.warm_and_seed(config, &mut heat, experts, reallocator.as_mut())?;
@@ -559,12 +559,25 @@ struct Reallocator {
 }
 
 impl Reallocator {
-    fn new(config: &ReplayConfig, sizes: &[u64], experts: usize) -> Result<Self, ReplayError> {
+    /// `tokens`: the tokens to serve, whose widest route in each layer
+    /// (seed tokens included) is what that layer leases at once.
+    fn new(
+        config: &ReplayConfig,
+        sizes: &[u64],
+        experts: usize,
+        tokens: &[TokenRoutes],
+    ) -> Result<Self, ReplayError> {
         let shapes = (0..sizes.len() / experts)
             .map(|l| LayerShape {
                 slot_bytes: sizes[l * experts],
                 experts,
                 miss_seconds: config.miss_seconds,
+                leased_at_once: tokens
+                    .iter()
+                    .chain(&config.seed)
+                    .map(|t| t.routes[l].len())
+                    .max()
+                    .unwrap_or(0),
             })
             .collect();
         Ok(Reallocator {

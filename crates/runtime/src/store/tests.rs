@@ -621,6 +621,7 @@ fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
         slot_bytes: 10,
         experts: 8,
         miss_seconds: 1.0,
+        leased_at_once: 0,
     };
     let params = OnlineParams {
         window_accesses: 64,

@@ -58,6 +58,7 @@ fn online_budgets_never_exceed_the_budget_while_they_move() {
                 slot_bytes: 2 - l as u64,
                 experts: 8,
                 miss_seconds: 1.0,
+                leased_at_once: 0,
             })
             .collect();
         let mut allocator = OnlineAllocator::new(online(4, 2.0), shapes, 16).unwrap();
