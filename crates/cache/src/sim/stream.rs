@@ -135,6 +135,26 @@ impl Stream {
             .collect()
     }
 
+    /// End (exclusive) of the requests from `start` that one token asks of
+    /// one layer at once: a serving store looks all of them up before it
+    /// loads any (`Store::try_acquire`, then the misses), so the replay
+    /// serves them in that order too (`sim::replay`). Request `i` belongs
+    /// to token `i * tokens / requests`, exact for MoE tokens (the same
+    /// number of requests each); a generic trace's requests are one each.
+    pub fn leased_group_end(&self, start: usize) -> usize {
+        let n = self.requests.len() as u128;
+        let token_of = |i: usize| i as u128 * self.tokens as u128 / n.max(1);
+        let layer = self.layer_of[self.requests[start] as usize];
+        let mut end = start + 1;
+        while end < self.requests.len()
+            && self.layer_of[self.requests[end] as usize] == layer
+            && token_of(end) == token_of(start)
+        {
+            end += 1;
+        }
+        end
+    }
+
     /// The largest object.
     pub fn max_object_bytes(&self) -> u64 {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)
