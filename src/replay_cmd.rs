@@ -318,7 +318,7 @@ fn replay_per_category(
 
 fn print_runs(runs: &[ReplayRun]) {
     println!(
-        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>10}",
+        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10}",
         "policy",
         "category",
         "round",
@@ -328,12 +328,13 @@ fn print_runs(runs: &[ReplayRun]) {
         "felt s",
         "read",
         "misses",
+        "bypassed",
         "evicted",
         "moved"
     );
     for r in runs {
         println!(
-            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>10}",
+            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>8} {:>10}",
             r.policy,
             r.category.as_deref().unwrap_or("all"),
             r.round,
@@ -343,6 +344,7 @@ fn print_runs(runs: &[ReplayRun]) {
             r.felt_wait_seconds,
             Bytes(r.bytes_read).to_string(),
             r.misses,
+            r.rejections + r.bypasses,
             r.evictions,
             Bytes(r.migration_bytes).to_string()
         );

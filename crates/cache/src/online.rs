@@ -17,14 +17,18 @@
 //! bounded by an allowance that accrues per token. A move is all or
 //! nothing, so the slots are always a water-filled allocation of the budget.
 //! Bytes the window cannot price (slots that save nothing in it) stay where
-//! they are, then go round the layers, rather than stay empty.
+//! they are, then go round the layers, rather than stay empty. Every layer
+//! keeps a floor of the experts one token leases in it at once (its top-k,
+//! `sim::budget::floor_slots`) and only the budget above the floors is
+//! water-filled: a layer left fewer slots (none, at small budgets) served
+//! its whole traffic from transient slots in the store.
 //!
 //! The curves are LRU's whatever the policy inside a layer (FIFO, SIEVE,
 //! S3-FIFO are recency-like): stack distances price every capacity in one
 //! pass, a shadow replay per capacity would cost layers x slots replays.
 
 use crate::policy::ObjectIndex;
-use crate::sim::budget::{uniform_slots, water_fill, LayerCurve};
+use crate::sim::budget::{floor_slots, uniform_slots, water_fill_above, LayerCurve};
 use crate::sim::stack::slot_misses;
 use std::collections::VecDeque;
 
@@ -114,6 +118,9 @@ pub struct LayerShape {
     pub experts: usize,
     /// Felt seconds of one miss.
     pub miss_seconds: f64,
+    /// Experts a token asks of this layer at once (its top-k), leased
+    /// together while the layer computes: the layer's floor of slots.
+    pub leased_at_once: usize,
 }
 
 /// What one pass found and did.
@@ -139,6 +146,8 @@ pub struct OnlineAllocator {
     /// `(layer, expert)` of the last requests, oldest first.
     window: VecDeque<(u32, ObjectIndex)>,
     slots: Vec<usize>,
+    /// Slots no layer goes below (`floor_slots`); the uniform start holds them.
+    floors: Vec<usize>,
     allowance_bytes: u64,
     last_pass: u64,
     /// Requests recorded since the start (for requests per token).
@@ -155,7 +164,10 @@ impl OnlineAllocator {
         params.check()?;
         let slot_bytes: Vec<u64> = layers.iter().map(|l| l.slot_bytes).collect();
         let slots = uniform_slots(&slot_bytes, budget_bytes);
+        let leased: Vec<usize> = layers.iter().map(|l| l.leased_at_once).collect();
+        let floors = floor_slots(&leased, &slot_bytes, budget_bytes);
         Ok(OnlineAllocator {
+            floors,
             window: VecDeque::with_capacity(params.window_accesses + 1),
             params,
             layers,
@@ -208,7 +220,7 @@ impl OnlineAllocator {
             .min(self.budget_bytes);
         self.last_pass = token;
         let curves = self.curves();
-        let target = self.fill_rest(water_fill(&curves, self.budget_bytes));
+        let target = self.fill_rest(water_fill_above(&curves, &self.floors, self.budget_bytes));
         let felt = |slots: &[usize]| -> f64 {
             slots
                 .iter()

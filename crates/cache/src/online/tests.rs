@@ -7,6 +7,8 @@ fn shape(experts: usize) -> LayerShape {
         slot_bytes: 1,
         experts,
         miss_seconds: 1.0,
+        // No floor: these tests are about the window and the move rule.
+        leased_at_once: 0,
     }
 }
 
@@ -92,6 +94,46 @@ fn drift_is_followed_within_a_window_of_passes() {
 }
 
 #[test]
+fn the_top_k_floor_holds_at_every_pass_while_budgets_move() {
+    // The drift above with a floor of 3 slots a layer (both layers lease
+    // 3 experts at once in a model whose tokens route top-3 everywhere).
+    // Budget 8: floors 3 + 3 leave 2 bytes, and the hot layer gains only
+    // at 6 slots (+3): no move ever, (4, 4) throughout, where without the
+    // floor the cold layer went down to 2. Budget 9 (uniform 4 + 4, one
+    // spare): 3 bytes above the floors buy the hot layer's 6, so (6, 3)
+    // before the shift and (3, 6) after it; no layer is below 3 at any pass.
+    let token = |hot: usize| {
+        move |t: u64| {
+            let mut r: Vec<(usize, ObjectIndex)> =
+                (0..3).map(|i| (hot, ((3 * t + i) % 6) as u32)).collect();
+            r.push((1 - hot, 0));
+            r
+        }
+    };
+    let floored = LayerShape {
+        leased_at_once: 3,
+        ..shape(8)
+    };
+    let run = |budget: u64| {
+        let shapes = vec![floored.clone(), floored.clone()];
+        let mut a = OnlineAllocator::new(params(64, 4), shapes, budget).unwrap();
+        let mut passes = serve(&mut a, 0, 40, token(0));
+        let before = a.slots().to_vec();
+        passes.extend(serve(&mut a, 40, 40, token(1)));
+        for (t, p) in &passes {
+            assert!(p.target.iter().all(|&k| k >= 3), "token {t}: {p:?}");
+        }
+        (
+            before,
+            a.slots().to_vec(),
+            passes.iter().any(|(_, p)| p.moved),
+        )
+    };
+    assert_eq!(run(8), (vec![4, 4], vec![4, 4], false));
+    assert_eq!(run(9), (vec![6, 3], vec![3, 6], true));
+}
+
+#[test]
 fn a_gain_below_the_move_cost_times_the_hysteresis_moves_nothing() {
     // Window 100 holds all 30 requests of 10 tokens [A0, A1, B0]; slots
     // (1, 1) of a 2-slot budget; a miss of A costs 1 s, of B 0.5 s.
@@ -115,6 +157,7 @@ fn a_gain_below_the_move_cost_times_the_hysteresis_moves_nothing() {
             shape(2),
             LayerShape {
                 miss_seconds: 0.5,
+                leased_at_once: 0,
                 ..shape(1)
             },
         ];

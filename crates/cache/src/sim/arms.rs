@@ -11,7 +11,7 @@
 //! allocation water-fills on each policy's own curves: LRU's from one
 //! stack-distance pass, the others' from a replay at every capacity.
 
-use super::budget::{uniform_slots, water_fill, Allocation, LayerCurve};
+use super::budget::{floor_slots, uniform_slots, water_fill_above, Allocation, LayerCurve};
 use super::replay::{replay, replay_online, ReplayStats};
 use super::stack::lru_misses_per_slot;
 use super::stream::Stream;
@@ -195,11 +195,13 @@ impl Simulator {
             )));
         }
         let layers = self.eval.layers();
+        let leased = self.eval.leased_at_once();
         let shapes: Vec<LayerShape> = (0..layers)
             .map(|l| LayerShape {
                 slot_bytes: self.slot_bytes(l),
                 experts: self.eval.layer_objects(l).len(),
                 miss_seconds: self.miss_seconds[self.eval.layer_objects(l).start] * scale[l],
+                leased_at_once: leased[l],
             })
             .collect();
         let mut allocator =
@@ -244,8 +246,8 @@ impl Simulator {
         scale: &[f64],
     ) -> Result<Vec<u64>, SimError> {
         let layers = self.eval.layers();
+        let slot_bytes: Vec<u64> = (0..layers).map(|l| self.slot_bytes(l)).collect();
         if allocation == Allocation::Uniform {
-            let slot_bytes: Vec<u64> = (0..layers).map(|l| self.slot_bytes(l)).collect();
             return Ok(uniform_slots(&slot_bytes, budget_bytes)
                 .into_iter()
                 .zip(slot_bytes)
@@ -262,7 +264,8 @@ impl Simulator {
                 miss_seconds: self.miss_seconds[self.eval.layer_objects(l).start] * scale[l],
             })
             .collect();
-        Ok(water_fill(&curves, budget_bytes)
+        let floors = floor_slots(&self.eval.leased_at_once(), &slot_bytes, budget_bytes);
+        Ok(water_fill_above(&curves, &floors, budget_bytes)
             .into_iter()
             .zip(&curves)
             .map(|(k, c)| k as u64 * c.slot_bytes)

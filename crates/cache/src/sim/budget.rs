@@ -52,6 +52,47 @@ pub fn uniform_slots(slot_bytes: &[u64], budget_bytes: u64) -> Vec<usize> {
         .collect()
 }
 
+/// Slots each layer keeps whatever water-filling says: the experts a
+/// token leases in it at once (`leased[l]`, its top-k), so that a layer
+/// that receives traffic never has fewer slots than one token holds (with
+/// fewer, water-filling may leave a layer no slot at all and every request
+/// of it runs from a transient slot). A budget below the sum of the top-ks
+/// cannot give every layer that many: there each layer's floor is its
+/// uniform split instead (`uniform_slots`), never more than its top-k, so
+/// no budget is refused and water-filling moves nothing the uniform split
+/// needs.
+pub fn floor_slots(leased: &[usize], slot_bytes: &[u64], budget_bytes: u64) -> Vec<usize> {
+    uniform_slots(slot_bytes, budget_bytes)
+        .into_iter()
+        .zip(leased)
+        .map(|(uniform, &k)| uniform.min(k))
+        .collect()
+}
+
+/// [`water_fill`] of the budget above `floors[l]` slots per layer (from
+/// [`floor_slots`], which fit the budget), on each curve beyond its floor.
+pub fn water_fill_above(curves: &[LayerCurve], floors: &[usize], budget_bytes: u64) -> Vec<usize> {
+    let floor_bytes: u64 = curves
+        .iter()
+        .zip(floors)
+        .map(|(c, &f)| f as u64 * c.slot_bytes)
+        .sum();
+    debug_assert!(floor_bytes <= budget_bytes, "floor_slots fit the budget");
+    let above: Vec<LayerCurve> = curves
+        .iter()
+        .zip(floors)
+        .map(|(c, &f)| LayerCurve {
+            misses: c.misses[f.min(c.misses.len() - 1)..].to_vec(),
+            ..c.clone()
+        })
+        .collect();
+    water_fill(&above, budget_bytes.saturating_sub(floor_bytes))
+        .into_iter()
+        .zip(floors)
+        .map(|(k, &f)| k + f)
+        .collect()
+}
+
 /// Slots per layer for a total budget (see the module doc).
 pub fn water_fill(curves: &[LayerCurve], budget_bytes: u64) -> Vec<usize> {
     let mut slots = vec![0usize; curves.len()];

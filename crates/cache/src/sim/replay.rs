@@ -154,30 +154,57 @@ pub fn replay(
     // Building the next-access index costs more than an LRU replay; only
     // the policies that read it pay for it, the others see NEVER.
     let next_access = policy.reads_next_access().then(|| stream.next_access());
-    for (i, &o) in stream.requests.iter().enumerate() {
-        let next = next_access.map_or(NEVER, |n| n[i]);
-        let size = stream.sizes_bytes[o as usize];
-        stats.requested_bytes += size;
-        let request = Request {
-            object: o,
-            size_bytes: size,
-            time: i as u64 + offset,
-            next_access: if next == NEVER { NEVER } else { next + offset },
-        };
-        evicted.clear();
-        let outcome = policy.access(&request, &mut evicted);
-        let layer = stream.layer_of[o as usize] as usize;
-        stats.tally(
-            &mut seeded,
-            &evicted,
-            &request,
-            layer,
-            miss_seconds[o as usize],
-            outcome,
-        );
+    let mut order = Vec::new();
+    let mut start = 0;
+    while start < stream.requests.len() {
+        let end = stream.leased_group_end(start);
+        leased_order(&*policy, stream, start..end, |o| o, &mut order);
+        start = end;
+        for &i in &order {
+            let o = stream.requests[i];
+            let next = next_access.map_or(NEVER, |n| n[i]);
+            let size = stream.sizes_bytes[o as usize];
+            stats.requested_bytes += size;
+            let request = Request {
+                object: o,
+                size_bytes: size,
+                time: i as u64 + offset,
+                next_access: if next == NEVER { NEVER } else { next + offset },
+            };
+            evicted.clear();
+            let outcome = policy.access(&request, &mut evicted);
+            let layer = stream.layer_of[o as usize] as usize;
+            stats.tally(
+                &mut seeded,
+                &evicted,
+                &request,
+                layer,
+                miss_seconds[o as usize],
+                outcome,
+            );
+        }
     }
     stats.requests = stream.requests.len() as u64;
     stats
+}
+
+/// The requests `group` (one token's of one layer, see
+/// `Stream::leased_group_end`) in the order a serving store sees them:
+/// those `policy` holds first (leased without loading), then the misses,
+/// each part in the trace's order. A miss then never evicts an expert the
+/// same token asks for later, as it would one request at a time. `local`
+/// maps a stream object to the policy's numbering.
+fn leased_order(
+    policy: &dyn Policy,
+    stream: &Stream,
+    group: std::ops::Range<usize>,
+    local: impl Fn(ObjectIndex) -> ObjectIndex,
+    order: &mut Vec<usize>,
+) {
+    order.clear();
+    let held = |i: &usize| policy.contains(local(stream.requests[*i]));
+    order.extend(group.clone().filter(held));
+    order.extend(group.filter(|i| !held(i)));
 }
 
 /// What a replay with online per-layer budgets did.
@@ -241,7 +268,11 @@ pub fn replay_online(
     let (mut moves, mut moved_bytes) = (0, 0);
     let n = stream.requests.len().max(1) as u128;
     let token_of = |i: usize| (i as u128 * stream.tokens as u128 / n) as u64;
-    for (i, &o) in stream.requests.iter().enumerate() {
+    let mut order = Vec::new();
+    let mut start = 0;
+    while start < stream.requests.len() {
+        let end = stream.leased_group_end(start);
+        let i = start;
         let token = token_of(i);
         if i > 0 && token > token_of(i - 1) && allocator.due(token) {
             let pass = allocator.pass(token);
@@ -265,36 +296,42 @@ pub fn replay_online(
                 }
             }
         }
-        let l = stream.layer_of[o as usize] as usize;
-        let local = o - stream.layer_start[l];
-        let size = stream.sizes_bytes[o as usize];
-        stats.requested_bytes += size;
-        let request = Request {
-            object: local,
-            size_bytes: size,
-            time: clock,
-            next_access: NEVER,
-        };
-        clock += 1;
-        evicted.clear();
-        let outcome = policies[l].access(&request, &mut evicted);
-        // Seeded flags are per stream object: make the evicted global.
-        let start = stream.layer_start[l];
-        evicted.iter_mut().for_each(|v| *v += start);
-        let global = Request {
-            object: o,
-            ..request
-        };
-        stats.tally(
-            &mut seeded,
-            &evicted,
-            &global,
-            l,
-            miss_seconds[o as usize],
-            outcome,
-        );
-        allocator.record(l, local);
-        observe(policies);
+        let l = stream.layer_of[stream.requests[start] as usize] as usize;
+        let first = stream.layer_start[l];
+        leased_order(&*policies[l], stream, start..end, |o| o - first, &mut order);
+        start = end;
+        for &i in &order {
+            let o = stream.requests[i];
+            let local = o - stream.layer_start[l];
+            let size = stream.sizes_bytes[o as usize];
+            stats.requested_bytes += size;
+            let request = Request {
+                object: local,
+                size_bytes: size,
+                time: clock,
+                next_access: NEVER,
+            };
+            clock += 1;
+            evicted.clear();
+            let outcome = policies[l].access(&request, &mut evicted);
+            // Seeded flags are per stream object: make the evicted global.
+            let start = stream.layer_start[l];
+            evicted.iter_mut().for_each(|v| *v += start);
+            let global = Request {
+                object: o,
+                ..request
+            };
+            stats.tally(
+                &mut seeded,
+                &evicted,
+                &global,
+                l,
+                miss_seconds[o as usize],
+                outcome,
+            );
+            allocator.record(l, local);
+            observe(policies);
+        }
     }
     stats.requests = stream.requests.len() as u64;
     OnlineReplay {

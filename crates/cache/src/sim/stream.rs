@@ -119,6 +119,42 @@ impl Stream {
             .collect()
     }
 
+    /// Experts a token asks of each layer at once (its top-k), which a
+    /// serving store leases together: each layer's requests per token,
+    /// rounded up (exact for MoE traces, whose tokens route the same k in
+    /// every layer; 1 for a generic trace, one request a token; 0 for a
+    /// layer without requests).
+    pub fn leased_at_once(&self) -> Vec<usize> {
+        let mut per_layer = vec![0u64; self.layers()];
+        for &o in &self.requests {
+            per_layer[self.layer_of[o as usize] as usize] += 1;
+        }
+        per_layer
+            .into_iter()
+            .map(|n| n.div_ceil(self.tokens.max(1)) as usize)
+            .collect()
+    }
+
+    /// End (exclusive) of the requests from `start` that one token asks of
+    /// one layer at once: a serving store looks all of them up before it
+    /// loads any (`Store::try_acquire`, then the misses), so the replay
+    /// serves them in that order too (`sim::replay`). Request `i` belongs
+    /// to token `i * tokens / requests`, exact for MoE tokens (the same
+    /// number of requests each); a generic trace's requests are one each.
+    pub fn leased_group_end(&self, start: usize) -> usize {
+        let n = self.requests.len() as u128;
+        let token_of = |i: usize| i as u128 * self.tokens as u128 / n.max(1);
+        let layer = self.layer_of[self.requests[start] as usize];
+        let mut end = start + 1;
+        while end < self.requests.len()
+            && self.layer_of[self.requests[end] as usize] == layer
+            && token_of(end) == token_of(start)
+        {
+            end += 1;
+        }
+        end
+    }
+
     /// The largest object.
     pub fn max_object_bytes(&self) -> u64 {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)
@@ -178,5 +214,8 @@ mod tests {
         assert_eq!(l1.requests, vec![1, 1, 0]);
         assert_eq!(l1.sizes_bytes, vec![20, 20]);
         assert_eq!(l1.next_access(), vec![1, NEVER, NEVER]);
+        // 3 requests of layer 0 and 3 of layer 1 over 2 tokens: 1.5 a
+        // token, rounded up to 2 each.
+        assert_eq!(s.leased_at_once(), vec![2, 2]);
     }
 }

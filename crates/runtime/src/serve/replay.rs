@@ -150,6 +150,11 @@ pub struct ReplayRun {
     pub startup_seconds: f64,
     pub hits: u64,
     pub misses: u64,
+    /// Misses the policy declined (served from a transient slot).
+    pub rejections: u64,
+    /// Misses admitted but served from a transient slot because their
+    /// place was full of leased objects (store telemetry `bypasses`).
+    pub bypasses: u64,
     pub evictions: u64,
     pub migration_bytes: u64,
     pub output_checksum: String,
@@ -295,7 +300,7 @@ fn run_arm(
         DEFAULT_HALVE_EVERY_TOKENS,
     );
     let mut reallocator = (policy == ServePolicy::Dynamic)
-        .then(|| Reallocator::new(config, &sizes, experts))
+        .then(|| Reallocator::new(config, &sizes, experts, tokens))
         .transpose()?;
     let started = Instant::now();
     arm.warm_and_seed(config, &mut heat, experts, reallocator.as_mut())?;
@@ -331,6 +336,8 @@ fn run_arm(
         startup_seconds,
         hits: hits(&end) - hits(&startup),
         misses: end.physical_misses - startup.physical_misses,
+        rejections: end.rejections - startup.rejections,
+        bypasses: end.bypasses - startup.bypasses,
         evictions: end.evictions - startup.evictions,
         migration_bytes: end.migration_bytes,
         ..served.run(policy, round)
@@ -552,12 +559,25 @@ struct Reallocator {
 }
 
 impl Reallocator {
-    fn new(config: &ReplayConfig, sizes: &[u64], experts: usize) -> Result<Self, ReplayError> {
+    /// `tokens`: the tokens to serve, whose widest route in each layer
+    /// (seed tokens included) is what that layer leases at once.
+    fn new(
+        config: &ReplayConfig,
+        sizes: &[u64],
+        experts: usize,
+        tokens: &[TokenRoutes],
+    ) -> Result<Self, ReplayError> {
         let shapes = (0..sizes.len() / experts)
             .map(|l| LayerShape {
                 slot_bytes: sizes[l * experts],
                 experts,
                 miss_seconds: config.miss_seconds,
+                leased_at_once: tokens
+                    .iter()
+                    .chain(&config.seed)
+                    .map(|t| t.routes[l].len())
+                    .max()
+                    .unwrap_or(0),
             })
             .collect();
         Ok(Reallocator {
@@ -677,6 +697,8 @@ impl Served {
             startup_seconds: 0.0,
             hits: 0,
             misses: 0,
+            rejections: 0,
+            bypasses: 0,
             evictions: 0,
             migration_bytes: 0,
             output_checksum: self.checksum,

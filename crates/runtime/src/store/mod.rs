@@ -720,6 +720,9 @@ impl Store {
         let reservation = match in_place {
             Ok(Some(reservation)) => Ok(reservation),
             Ok(None) => {
+                if admitted {
+                    counters.bypasses.fetch_add(1, Ordering::Relaxed);
+                }
                 admitted = false;
                 reserve(std::slice::from_ref(&inner.staging), size, inner.wait)
             }

@@ -47,6 +47,7 @@ pub(crate) struct Counters {
     pub read_service_nanos: AtomicU64,
     pub admissions: AtomicU64,
     pub rejections: AtomicU64,
+    pub bypasses: AtomicU64,
     pub evictions: AtomicU64,
     pub migrations: AtomicU64,
     pub migration_bytes: AtomicU64,
@@ -68,6 +69,7 @@ impl Counters {
             read_service_nanos: AtomicU64::new(0),
             admissions: AtomicU64::new(0),
             rejections: AtomicU64::new(0),
+            bypasses: AtomicU64::new(0),
             evictions: AtomicU64::new(0),
             migrations: AtomicU64::new(0),
             migration_bytes: AtomicU64::new(0),
@@ -112,6 +114,7 @@ impl Counters {
             read_service_seconds: seconds(&self.read_service_nanos),
             admissions: get(&self.admissions),
             rejections: get(&self.rejections),
+            bypasses: get(&self.bypasses),
             evictions: get(&self.evictions),
             migrations: get(&self.migrations),
             migration_bytes: get(&self.migration_bytes),
@@ -158,7 +161,12 @@ pub struct Telemetry {
     /// Seconds spent inside the loader.
     pub read_service_seconds: f64,
     pub admissions: u64,
+    /// Misses the policy declined (they ran from a transient slot).
     pub rejections: u64,
+    /// Misses the policy admitted that still ran from a transient slot:
+    /// their place stayed full of leased objects until the policy evicted
+    /// them again (a place with fewer slots than the experts leased at once).
+    pub bypasses: u64,
     pub evictions: u64,
     pub migrations: u64,
     pub migration_bytes: u64,
@@ -224,7 +232,7 @@ impl Telemetry {
     }
 
     /// The counters counting events or bytes, as (name, help, value).
-    fn counts(&self) -> [(&'static str, &'static str, u64); 10] {
+    fn counts(&self) -> [(&'static str, &'static str, u64); 11] {
         [
             (
                 "physical_misses",
@@ -248,8 +256,13 @@ impl Telemetry {
             ),
             (
                 "rejections",
-                "Misses served from a transient slot.",
+                "Misses the policy declined, served from a transient slot.",
                 self.rejections,
+            ),
+            (
+                "bypasses",
+                "Admitted misses served from a transient slot: their place was full of leased objects.",
+                self.bypasses,
             ),
             ("evictions", "Objects dropped from a place.", self.evictions),
             (

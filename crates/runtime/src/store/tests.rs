@@ -336,6 +336,13 @@ fn a_load_the_policy_evicts_while_it_waits_for_room_runs_from_staging() {
     assert_eq!(s.state(0), ObjectState::Absent);
     assert_eq!(s.state(2), ObjectState::Evictable);
     assert_eq!((used(&s, "ram:0"), used(&s, "staging")), (5, 10));
+    // Three misses, all admitted by LRU; 1 alone ran from staging because
+    // its place was full of a leased object: one bypass, no rejection.
+    let t = s.telemetry();
+    assert_eq!(
+        (t.physical_misses, t.admissions, t.bypasses, t.rejections),
+        (3, 3, 1, 0)
+    );
     drop(lease1);
     assert_eq!(s.state(1), ObjectState::Absent);
     assert_eq!(used(&s, "staging"), 0);
@@ -379,7 +386,9 @@ fn declined_misses_run_from_staging_and_leave_nothing_behind() {
     drop((a, b));
     assert_eq!(used(&s, "staging"), 0);
     assert_eq!(s.state(1), ObjectState::Absent);
-    assert_eq!(s.telemetry().rejections, 3);
+    // Three declines (the third failed in staging), none a bypass: the
+    // policy never admitted them.
+    assert_eq!((s.telemetry().rejections, s.telemetry().bypasses), (3, 0));
 }
 
 #[test]
@@ -612,6 +621,7 @@ fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
         slot_bytes: 10,
         experts: 8,
         miss_seconds: 1.0,
+        leased_at_once: 0,
     };
     let params = OnlineParams {
         window_accesses: 64,

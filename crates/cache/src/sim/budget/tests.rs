@@ -94,3 +94,31 @@ fn exact_saving(curves: &[LayerCurve], budget: usize) -> f64 {
     }
     best.into_iter().fold(0.0, f64::max)
 }
+
+#[test]
+fn floors_hold_and_only_the_budget_above_them_is_water_filled() {
+    // Two layers of 1-byte slots, top-2 each. Layer A saves everything
+    // with its first slot (misses 100 -> 0), B saves 10 a slot up to 4
+    // (misses 40 30 20 10 0). Plain water-filling of 4 bytes gives A one
+    // slot (100 s/byte) and B three (10 s/byte each).
+    let a = curve(&[100, 0, 0, 0, 0], 1, 1.0);
+    let b = curve(&[40, 30, 20, 10, 0], 1, 1.0);
+    let curves = [a, b];
+    assert_eq!(water_fill(&curves, 4), vec![1, 3]);
+    // Floors of 2 each take all 4 bytes: nothing is left to move.
+    let floors = floor_slots(&[2, 2], &[1, 1], 4);
+    assert_eq!(floors, vec![2, 2]);
+    assert_eq!(water_fill_above(&curves, &floors, 4), vec![2, 2]);
+    // 6 bytes: floors 2 + 2, the 2 bytes above go to B (A saves nothing
+    // beyond 1 slot; B's slots 3 and 4 save 10 each).
+    let floors = floor_slots(&[2, 2], &[1, 1], 6);
+    assert_eq!(water_fill_above(&curves, &floors, 6), vec![2, 4]);
+    // 3 bytes cannot hold 2 + 2: each floor is the uniform split, 1 slot
+    // (3 / 2 layers, rounded down); the byte above goes to B, whose second
+    // slot saves 10 where A's second saves nothing.
+    let floors = floor_slots(&[2, 2], &[1, 1], 3);
+    assert_eq!(floors, vec![1, 1]);
+    assert_eq!(water_fill_above(&curves, &floors, 3), vec![1, 2]);
+    // A layer without traffic (top-k 0) has no floor.
+    assert_eq!(floor_slots(&[0, 2], &[1, 1], 6), vec![0, 2]);
+}

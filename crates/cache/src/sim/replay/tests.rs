@@ -9,18 +9,19 @@ use crate::sim::synthetic::Rng;
 
 /// Two layers of 8 experts (2 bytes in layer 0, 1 byte in layer 1); each
 /// token asks the hot layer for 3 experts cycling over 6 and the other for
-/// one of 2 at random; the hot layer switches halfway.
+/// 3 consecutive ones of 4 from a random start (top-3 in both layers, as
+/// MoE tokens route); the hot layer switches halfway.
 fn drift(tokens: u64, seed: u64) -> Stream {
     let mut rng = Rng(seed);
     let mut requests = Vec::new();
     for t in 0..tokens {
         let hot = usize::from(t >= tokens / 2);
-        let cold = (rng.next_u64() % 2) as u32;
+        let cold = (rng.next_u64() % 4) as usize;
         for l in 0..2 {
             if l == hot {
                 requests.extend((0..3).map(|i| (8 * l + (3 * t as usize + i) % 6) as u32));
             } else {
-                requests.push(8 * l as u32 + cold);
+                requests.extend((0..3).map(|i| (8 * l + (cold + i) % 4) as u32));
             }
         }
     }
@@ -58,6 +59,7 @@ fn online_budgets_never_exceed_the_budget_while_they_move() {
                 slot_bytes: 2 - l as u64,
                 experts: 8,
                 miss_seconds: 1.0,
+                leased_at_once: 0,
             })
             .collect();
         let mut allocator = OnlineAllocator::new(online(4, 2.0), shapes, 16).unwrap();
@@ -158,4 +160,23 @@ fn online_refuses_a_policy_that_cannot_resize() {
         e.contains("`lfu` cannot change its capacity") && !e.contains('\n'),
         "{e}"
     );
+}
+
+#[test]
+fn a_token_s_resident_experts_are_served_before_its_misses() {
+    // One layer of 3 one-byte experts, LRU with 2 bytes; token 1 asks 0 1,
+    // token 2 asks 2 0. One at a time, 2 would evict 0 (the least recent)
+    // and 0 would miss: 4 misses. A store leases the resident 0 first (1
+    // becomes the least recent), then 2 evicts 1: 3 misses, one hit.
+    let stream = Stream::new(vec![1; 3], vec![0, 3], vec![0, 1, 2, 0], 2);
+    let setup = PolicySetup {
+        capacity_bytes: 2,
+        objects: 3,
+        knowledge: Default::default(),
+        params: Default::default(),
+    };
+    let mut lru = build(PolicyKind::Lru, &setup).unwrap();
+    let stats = replay(&mut *lru, &stream, &[], &[1.0; 3]);
+    assert_eq!((stats.misses, stats.hits_admitted), (3, 1));
+    assert!(lru.contains(0) && lru.contains(2) && !lru.contains(1));
 }
