@@ -5,10 +5,12 @@
 //! (`bench_sweep`).
 
 use crate::bench_sweep::SweepArgs;
-use crate::flags::{more_help, BackendArg, ProfileArg};
+use crate::flags::{more_help, named, BackendArg, ProfileArg};
 use anyhow::{bail, Context, Result};
 use residency_core::cost::Instance;
+use residency_core::heat::HeatTable;
 use residency_core::plan::Plan;
+use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
@@ -47,6 +49,15 @@ pub struct BenchArgs {
     /// reads it; give the plan's own.
     #[arg(long)]
     pub heat: Option<PathBuf>,
+    /// Per-token routing trace (file or data-set directory, as `replay`
+    /// reads it) the routed experts come from instead of draws: its first
+    /// --tokens tokens with every kept layer observed, its first MoE
+    /// layers (as many as the checkpoint has). The prediction is priced
+    /// with the heat of those tokens.
+    #[arg(long, conflicts_with = "heat")]
+    pub trace: Option<PathBuf>,
+    #[arg(long, value_parser = named::<HeatFormat>(), requires = "trace")]
+    pub trace_format: Option<HeatFormat>,
     /// Decode tokens to serve, at batch 1 (per run with --sweep).
     #[arg(long, default_value_t = 64)]
     pub tokens: usize,
@@ -63,22 +74,119 @@ pub struct BenchArgs {
 
 impl BenchArgs {
     /// The planner's inputs for the checkpoint, as `plan --model DIR`
-    /// reads them.
-    pub fn inputs(&self) -> Result<Inputs> {
-        crate::checkpoint_cmd::load_inputs(&InputPaths {
+    /// reads them, and the runs' options: with --trace, its tokens'
+    /// routing, and their heat in place of the inputs' heat.
+    pub fn load(&self, checkpoint: &Checkpoint) -> Result<(Inputs, BenchOptions)> {
+        let mut inputs = crate::checkpoint_cmd::load_inputs(&InputPaths {
             profile: self.profile.path.clone(),
             model: Some(self.checkpoint.clone()),
             heat: self.heat.clone(),
             ..InputPaths::default()
-        })
-    }
-
-    pub fn options(&self) -> BenchOptions {
-        BenchOptions {
+        })?;
+        let mut options = BenchOptions {
             tokens: self.tokens,
             seed: self.seed,
+            routes: None,
+        };
+        if let Some(path) = &self.trace {
+            let trace = traced_tokens(path, self.trace_format, self.tokens, checkpoint)?;
+            inputs.notes.extend(trace.notes);
+            inputs.set_trace_heat(trace.heat, path, trace.format)?;
+            options.tokens = trace.routes.len();
+            options.routes = Some(trace.routes);
+        }
+        Ok((inputs, options))
+    }
+}
+
+/// The tokens of a routing trace that `bench --trace` serves.
+struct TracedTokens {
+    /// Per token, per MoE layer of the checkpoint, the routed experts.
+    routes: Vec<Vec<Vec<u32>>>,
+    /// Their heat, over the checkpoint's MoE layers and experts.
+    heat: HeatTable,
+    format: HeatFormat,
+    notes: Vec<String>,
+}
+
+/// The first `tokens` tokens of the trace at `path` with every one of the
+/// checkpoint's MoE layers observed (the trace's first layers, in file
+/// order), checked against the checkpoint's experts.
+fn traced_tokens(
+    path: &Path,
+    format: Option<HeatFormat>,
+    tokens: usize,
+    checkpoint: &Checkpoint,
+) -> Result<TracedTokens> {
+    let mut notes = Vec::new();
+    let trace = read_trace(path, format, &HeatContext::default(), &mut notes)?;
+    let (layers, experts) = (
+        checkpoint.config.moe_layers().len(),
+        checkpoint.config.experts,
+    );
+    if trace.layers() < layers {
+        bail!(
+            "--trace {}: {} MoE layers, the checkpoint has {layers}; give a trace of its model, or a checkpoint of as many layers (gen-checkpoint --layers {})",
+            path.display(),
+            trace.layers(),
+            trace.layers()
+        );
+    }
+    let all = trace.tokens.len();
+    let mut routes = Vec::with_capacity(tokens);
+    for token in &trace.tokens {
+        let kept = &token.routes[..layers];
+        if kept.iter().any(Vec::is_empty) {
+            continue;
+        }
+        for (l, ids) in kept.iter().enumerate() {
+            if let Some(e) = ids.iter().find(|&&e| e as usize >= experts) {
+                bail!(
+                    "--trace {}: token {} of {}, MoE layer {l}: expert {e}, and the checkpoint's layers have {experts}; give a trace of the checkpoint's model",
+                    path.display(),
+                    token.pos,
+                    token.seq
+                );
+            }
+        }
+        routes.push(kept.to_vec());
+        if routes.len() == tokens {
+            break;
         }
     }
+    if routes.is_empty() {
+        bail!(
+            "--trace {}: no token routes all of the checkpoint's {layers} MoE layers; give a trace with whole tokens",
+            path.display()
+        );
+    }
+    if routes.len() < tokens {
+        notes.push(format!(
+            "--trace {}: {} of its {all} tokens route every one of the checkpoint's {layers} MoE layers; serving those, not --tokens {tokens}",
+            path.display(),
+            routes.len()
+        ));
+    }
+    let kept = Trace {
+        model: trace.model.clone(),
+        format: trace.format,
+        experts: vec![experts; layers],
+        tokens: routes
+            .iter()
+            .map(|r| TokenRoutes {
+                seq: String::new(),
+                pos: 0,
+                category: None,
+                routes: r.clone(),
+            })
+            .collect(),
+    };
+    Ok(TracedTokens {
+        heat: kept.heat().total,
+        format: trace.format,
+        routes,
+        notes,
+    })
 }
 
 /// How either mode applies a plan: the GPU kernels are CUDA's, so GPU
@@ -136,7 +244,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let plan = Plan::read(plan_path)?;
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
-    let mut inputs = args.inputs()?;
+    let (mut inputs, options) = args.load(&checkpoint)?;
     let inst = inputs.instance()?;
     crate::notes(&inputs.notes);
     let placement = plan.placement(&inst, plan_path)?;
@@ -146,7 +254,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         (&plan, plan_path),
         &checkpoint,
         (&apply_options(), args.backend.backend),
-        &args.options(),
+        &options,
     )?;
     crate::notes(&apply_notes);
     crate::notes(&report.notes);

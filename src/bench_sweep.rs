@@ -433,7 +433,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
-    let mut inputs = args.inputs()?;
+    let (mut inputs, options) = args.load(&checkpoint)?;
     let profile_file = args
         .profile
         .path
@@ -483,7 +483,6 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let apply_options = apply_options();
-    let options = args.options();
     for round in 0..sweep.rounds {
         for c in &mut configs {
             let Some(p) = &c.placed else { continue };

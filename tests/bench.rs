@@ -98,6 +98,19 @@ fn setup() -> Setup {
     }
 }
 
+/// The plan with experts 0 and 2 of every layer moved to the drive.
+fn experts_0_and_2_on_disk(su: &Setup) -> PathBuf {
+    let mut doc = read_json(&su.plan);
+    let disk = place_of(&doc, "disk:0");
+    for row in doc["experts"].as_array_mut().unwrap() {
+        row[0] = disk.into();
+        row[2] = disk.into();
+    }
+    let split = su.dir.join("split.json");
+    std::fs::write(&split, serde_json::to_string(&doc).unwrap()).unwrap();
+    split
+}
+
 fn bench_args<'a>(s_: &'a Setup, plan: &'a Path, json: &'a Path) -> Vec<&'a str> {
     vec![
         "bench",
@@ -229,14 +242,7 @@ fn bench_prediction_work_and_checksum_by_hand() {
     // Experts 0 and 2 of every layer on the drive: each layer's experts
     // stage is now the drive's 2 x 0.5 x (1 ms + bytes / 1 GB/s), above
     // the CPU's (shared + 4 x 0.5 x bytes) / 1 GB/s.
-    let mut doc = plan.clone();
-    let disk = place_of(&doc, "disk:0");
-    for row in doc["experts"].as_array_mut().unwrap() {
-        row[0] = disk.into();
-        row[2] = disk.into();
-    }
-    let split = su.dir.join("split.json");
-    std::fs::write(&split, serde_json::to_string(&doc).unwrap()).unwrap();
+    let split = experts_0_and_2_on_disk(&su);
     let disk_json = su.dir.join("disk.json");
     run_ok(&bench_args(&su, &split, &disk_json));
     let on_disk = read_json(&disk_json);
@@ -262,6 +268,52 @@ fn bench_prediction_work_and_checksum_by_hand() {
     // The same experts on the same weights, wherever they came from.
     assert_eq!(ram["checksum"], on_disk["checksum"]);
     assert_ne!(ram["checksum"], 0.0);
+}
+
+#[test]
+fn bench_serves_a_trace_s_whole_tokens_priced_with_their_heat() {
+    let su = setup();
+    let split = experts_0_and_2_on_disk(&su);
+    // Layer 0 routes {0, 1} then {2, 1}: one expert a token from the drive;
+    // layer 1 routes {1, 3} then {3, 1}: none. The third token routes
+    // layer 0 only, so it is not served.
+    let trace = su.dir.join("trace.jsonl");
+    std::fs::write(
+        &trace,
+        "{\"routes\":[[0,1],[1,3]]}\n{\"routes\":[[2,1],[3,1]]}\n{\"routes\":[[0,1]]}\n",
+    )
+    .unwrap();
+    let json = su.dir.join("trace.json");
+    let mut args = bench_args(&su, &split, &json);
+    args.extend(["--trace", s(&trace)]);
+    let notes = stderr(&run_ok(&args));
+    assert!(notes.contains("2 of its 3 tokens"), "{notes}");
+    let doc = read_json(&json);
+    assert_eq!(doc["tokens"], 2);
+    let drive = entry(&doc, "resources", "drive:0");
+    assert_eq!(drive["bytes_per_token"].as_f64().unwrap(), EXPERT_BYTES);
+    // The two tokens' heat: layer 0's experts 0 and 2 each in half of
+    // them, layer 1's never: one read a token expected, of 1 ms + its
+    // bytes at 1 GB/s.
+    assert!(close(
+        drive["predicted_bytes_per_token"].as_f64().unwrap(),
+        EXPERT_BYTES
+    ));
+    assert!(close(
+        drive["predicted_seconds"].as_f64().unwrap(),
+        1e-3 + EXPERT_BYTES / 1e9
+    ));
+
+    // An expert the checkpoint does not have is one line naming it, and
+    // no report is written.
+    std::fs::write(&trace, "{\"routes\":[[0,7],[1,3]]}\n").unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let line = one_error_line(&args, &json);
+    assert!(line.contains("MoE layer 0: expert 7"), "{line}");
+    // The trace is the heat: both is refused.
+    let mut both = args.clone();
+    both.extend(["--heat", s(&trace)]);
+    assert!(one_error_line(&both, &json).contains("--heat"));
 }
 
 #[test]

@@ -67,10 +67,14 @@ pub struct ResidencyLease(Lease);
 impl From<StoreError> for Failure {
     fn from(e: StoreError) -> Failure {
         let status = match &e {
-            StoreError::Budget(_) | StoreError::PinsTooLarge { .. } => RESIDENCY_ERR_BUDGET,
+            StoreError::Budget(_)
+            | StoreError::PinsTooLarge { .. }
+            | StoreError::OverTier { .. } => RESIDENCY_ERR_BUDGET,
             StoreError::Load { .. } => RESIDENCY_ERR_LOAD,
             StoreError::NoSuchObject { .. } => RESIDENCY_ERR_NOT_FOUND,
-            StoreError::Policy { .. } => RESIDENCY_ERR_INPUT,
+            StoreError::Policy { .. }
+            | StoreError::Capacities { .. }
+            | StoreError::CannotResize { .. } => RESIDENCY_ERR_INPUT,
         };
         Failure::new(status, e.to_string())
     }

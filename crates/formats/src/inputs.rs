@@ -107,10 +107,7 @@ impl Inputs {
                 (heat.total, r, p.clone())
             }
             (None, true) => {
-                notes.push(format!(
-                    "no --heat given: every expert of `{}` gets uniform heat (top_k / experts)",
-                    model.name()
-                ));
+                notes.push(uniform_heat_note(&model));
                 let r = HeatRef {
                     source: "uniform".into(),
                     format: "uniform".into(),
@@ -190,6 +187,29 @@ impl Inputs {
         Ok(inst)
     }
 
+    /// Heat counted from tokens of a routing trace (`bench --trace`):
+    /// `table`, over the model's MoE layers, from `source` in `format`, in
+    /// place of the heat `load` read (and of its note, if that was the
+    /// uniform default).
+    pub fn set_trace_heat(
+        &mut self,
+        table: HeatTable,
+        source: &Path,
+        format: HeatFormat,
+    ) -> Result<()> {
+        let uniform = uniform_heat_note(&self.model);
+        self.notes.retain(|n| *n != uniform);
+        self.refs.heat = HeatRef {
+            source: source.display().to_string(),
+            format: format.to_string(),
+            sha256: sha256_of_path(source)?,
+            tokens: observed_tokens(&table),
+        };
+        self.heat = table;
+        self.heat_file = source.to_path_buf();
+        Ok(())
+    }
+
     /// Keeps room on `inst`'s cards for the KV cache of `tokens` tokens of
     /// the model, in place of what they kept before (re-planning for
     /// another context), records it in `refs`, and checks the trunk still
@@ -200,6 +220,14 @@ impl Inputs {
         self.refs.context_tokens = Some(tokens);
         inst.check_holdable(&self.heat_file)
     }
+}
+
+/// What a user is told when no heat was given for a model.
+fn uniform_heat_note(model: &Model) -> String {
+    format!(
+        "no --heat given: every expert of `{}` gets uniform heat (top_k / experts)",
+        model.name()
+    )
 }
 
 /// The largest per-layer token count, when the source recorded tokens.

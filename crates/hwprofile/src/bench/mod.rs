@@ -49,10 +49,14 @@ use std::ops::Range;
 use std::path::Path;
 use std::time::Instant;
 
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct BenchOptions {
     pub tokens: usize,
     pub seed: u64,
+    /// Each token's routed experts, per MoE layer (expert indices of the
+    /// layer), from a routing trace: `tokens` of them. `None`: drawn from
+    /// the instance's use rates with `seed`.
+    pub routes: Option<Vec<Vec<Vec<u32>>>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -243,7 +247,7 @@ fn kind_index(kind: StageKind) -> usize {
     KINDS.iter().position(|(k, _)| *k == kind).unwrap_or(2)
 }
 
-/// Serves `options.tokens` tokens of `placement` (`plan_path`'s, checked
+/// Serves `options.tokens` tokens (or the traced ones) of `placement` (`plan_path`'s, checked
 /// by `check_runnable`) from `applied` (the plan applied to `checkpoint`).
 pub fn bench(
     inst: &Instance,
@@ -317,11 +321,23 @@ pub fn bench(
         inputs: &inputs,
     };
     let mut rng = Rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
-    // The routing of every token, drawn before the clock starts: it is the
-    // run's input, as a recorded trace would be, not work a decoder does.
-    let routes: Vec<Vec<Vec<usize>>> = (0..options.tokens)
-        .map(|_| route(inst, &mut rng, checkpoint.config.top_k))
-        .collect();
+    // The routing of every token, traced or drawn before the clock starts:
+    // it is the run's input, not work a decoder does.
+    let routes: Vec<Vec<Vec<usize>>> = match &options.routes {
+        Some(traced) => traced
+            .iter()
+            .map(|token| route(inst, |moe| token[moe].iter().map(|&e| e as usize).collect()))
+            .collect(),
+        None => (0..options.tokens)
+            .map(|_| {
+                route(inst, |moe| {
+                    let ids = &inst.expert_ids[moe];
+                    let rates: Vec<f64> = ids.iter().map(|&o| inst.objects[o].use_rate).collect();
+                    draw(&mut rng, &rates, checkpoint.config.top_k)
+                })
+            })
+            .collect(),
+    };
     let trunk_of: Vec<Vec<usize>> = inst
         .stages
         .iter()
@@ -778,21 +794,18 @@ fn prepare(
     Ok(work)
 }
 
-/// One token's routed experts, per stage: `top_k` of each experts stage's
-/// layer drawn by use rate (`draw`), none elsewhere.
-fn route(inst: &Instance, rng: &mut Rng, top_k: usize) -> Vec<Vec<usize>> {
+/// One token's routed experts, per stage: of each experts stage's MoE
+/// layer, the experts `pick(moe)` names (indices among the layer's
+/// experts), none elsewhere.
+fn route(inst: &Instance, mut pick: impl FnMut(usize) -> Vec<usize>) -> Vec<Vec<usize>> {
     inst.stages
         .iter()
         .map(
             |stage| match stage.objects.first().map(|&o| &inst.objects[o].kind) {
-                Some(ObjectKind::Expert { moe, .. }) => {
-                    let ids = &inst.expert_ids[*moe];
-                    let rates: Vec<f64> = ids.iter().map(|&o| inst.objects[o].use_rate).collect();
-                    draw(rng, &rates, top_k)
-                        .into_iter()
-                        .map(|e| ids[e])
-                        .collect()
-                }
+                Some(ObjectKind::Expert { moe, .. }) => pick(*moe)
+                    .into_iter()
+                    .map(|e| inst.expert_ids[*moe][e])
+                    .collect(),
                 _ => Vec::new(),
             },
         )
@@ -846,7 +859,8 @@ fn report(
 ) -> BenchReport {
     let r = &inst.resources;
     let eval = inst.evaluate(placement);
-    let tokens = options.tokens.max(1) as f64;
+    let served = token_seconds.len();
+    let tokens = served.max(1) as f64;
     let per_token = |v: f64| v / tokens;
     // Bytes the cost model streams per token: use rate x bytes of every
     // object in RAM or on a disk, by stage kind, CPU node and drive.
@@ -940,7 +954,7 @@ fn report(
         token_seconds.get(rank - 1).copied().unwrap_or(0.0)
     };
     BenchReport {
-        tokens: options.tokens,
+        tokens: served,
         seed: options.seed,
         tok_per_s: if all > 0.0 { tokens / all } else { 0.0 },
         predicted_tok_per_s: 1.0 / eval.token_seconds,
