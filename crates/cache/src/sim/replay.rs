@@ -115,6 +115,17 @@ fn add_vec<T: Copy + Default + std::ops::AddAssign>(a: &mut Vec<T>, b: &[T]) {
     }
 }
 
+impl ReplayStats {
+    /// Nothing counted yet, over `layers` layers.
+    fn of_layers(layers: usize) -> ReplayStats {
+        ReplayStats {
+            misses_by_layer: vec![0; layers],
+            felt_wait_seconds_by_layer: vec![0.0; layers],
+            ..Default::default()
+        }
+    }
+}
+
 /// Replays `stream` through `policy` after seeding it with `seeds`.
 /// `miss_seconds[o]` is the felt wait one miss of object `o` costs.
 pub fn replay(
@@ -124,11 +135,7 @@ pub fn replay(
     miss_seconds: &[f64],
 ) -> ReplayStats {
     let layers = stream.layers();
-    let mut stats = ReplayStats {
-        misses_by_layer: vec![0; layers],
-        felt_wait_seconds_by_layer: vec![0.0; layers],
-        ..Default::default()
-    };
+    let mut stats = ReplayStats::of_layers(layers);
     let mut evicted = Vec::new();
     let mut seeded = vec![false; stream.objects()];
     let offset = seeds.len() as u64;
@@ -237,11 +244,7 @@ pub fn replay_online(
     observe: &mut dyn FnMut(&[BoxedPolicy]),
 ) -> OnlineReplay {
     let layers = stream.layers();
-    let mut stats = ReplayStats {
-        misses_by_layer: vec![0; layers],
-        felt_wait_seconds_by_layer: vec![0.0; layers],
-        ..Default::default()
-    };
+    let mut stats = ReplayStats::of_layers(layers);
     let mut evicted = Vec::new();
     let mut seeded = vec![false; stream.objects()];
     let mut clock = 0u64;

@@ -3,8 +3,8 @@
 //! timed beside `Instance::evaluate` of the plan.
 //!
 //! Per stage of the instance, in order: the stage's trunk components, then
-//! (experts stages) the token's routed experts, `top_k` distinct ones drawn
-//! by use rate with a fixed seed. Residents are computed on the bytes the
+//! (experts stages) the token's routed experts: a routing trace's, or
+//! `top_k` distinct ones drawn by use rate with a fixed seed. Residents are computed on the bytes the
 //! executor's store holds (the plan applied by `runtime::apply`): on a GPU
 //! by the PTX kernel over the card's copy (`gpu`), in RAM by the CPU kernel
 //! on the node's pinned threads (`cpu`). A disk-placed expert is read
@@ -22,7 +22,7 @@
 //! cost model prices for it, but not the checkpoint's values; the report
 //! says so.
 //!
-//! Not yet: several reads in flight, routing traces.
+//! Not yet: several reads in flight.
 
 mod cpu;
 mod gpu;
@@ -247,8 +247,9 @@ fn kind_index(kind: StageKind) -> usize {
     KINDS.iter().position(|(k, _)| *k == kind).unwrap_or(2)
 }
 
-/// Serves `options.tokens` tokens (or the traced ones) of `placement` (`plan_path`'s, checked
-/// by `check_runnable`) from `applied` (the plan applied to `checkpoint`).
+/// Serves `options.tokens` tokens (the traced ones, when given) of
+/// `placement` (`plan_path`'s, checked by `check_runnable`) from `applied`
+/// (the plan applied to `checkpoint`).
 pub fn bench(
     inst: &Instance,
     placement: &[usize],
@@ -484,10 +485,6 @@ pub fn bench(
     ))
 }
 
-/// A CUDA device for every profile GPU the placement uses (`None` for the
-/// others), each with room for the most outputs a token can give it:
-/// per stage its trunk components' rows and `top_k` times its largest
-/// expert's.
 /// One stage of one token as bench runs it, made before the token's clock
 /// starts from the token's routing: an engine that routes on the device
 /// builds nothing per stage, so the clock holds only the kernels' calls
@@ -579,6 +576,10 @@ impl<'a> StageRun<'a> {
     }
 }
 
+/// A CUDA device for every profile GPU the placement uses (`None` for the
+/// others), each with room for the most outputs a token can give it:
+/// per stage its trunk components' rows and `top_k` times its largest
+/// expert's.
 fn open_cards(
     inst: &Instance,
     placement: &[usize],
