@@ -521,7 +521,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let report = SweepReport {
         checkpoint: args.checkpoint.display().to_string(),
         profile: profile_file.display().to_string(),
-        tokens: args.tokens,
+        tokens: options.tokens,
         seed: args.seed,
         rounds: sweep.rounds,
         budgets: budgets.iter().map(|b| budget_summary(b, &rows)).collect(),
