@@ -234,6 +234,23 @@ fn print_table(trace: &Path, out: &SimulateOutput) {
             );
         }
     }
+    if !out.pin_shares.is_empty() {
+        println!("pinned share of the budget (pinned-lru, pins learned on the other categories), held-out felt wait s:");
+        for r in &out.pin_shares {
+            let shares: Vec<String> = r
+                .shares
+                .iter()
+                .map(|s| format!("{:.0}%: {:.3}", 100.0 * s.share, s.felt_wait_seconds))
+                .collect();
+            println!(
+                "  {:<8} {:>10}  {}  -> pin {:.0}%",
+                r.allocation,
+                Bytes(r.budget).to_string(),
+                shares.join("  "),
+                100.0 * r.recommended_share
+            );
+        }
+    }
 }
 
 /// Miss ratio per (policy, allocation) and budget, summed over categories;

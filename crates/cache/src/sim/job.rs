@@ -10,6 +10,7 @@ use super::felt::read_seconds;
 use super::gate::{gate, held_out_splits, GateConfig, GateReport};
 use super::gate::{CategoryGain, Verdict};
 use super::oracle::read_oracle_general;
+use super::pin_share::{recommend_pin_shares, PinShareRecommendation};
 use super::stream::Stream;
 use super::SimError;
 use crate::policy::{ObjectIndex, PolicyKind};
@@ -113,6 +114,9 @@ pub struct SimulateJob {
 pub struct SimulateOutput {
     pub runs: Vec<(Option<String>, Run)>,
     pub gate: Option<GateReport>,
+    /// With the gate and `pinned-lru`: the share of each global or uniform
+    /// budget worth pinning, by held-out replays.
+    pub pin_shares: Vec<PinShareRecommendation>,
     /// Requests, tokens and objects of the stream (all categories).
     pub requests: u64,
     pub tokens: u64,
@@ -196,6 +200,23 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
             (r + s.eval.requests.len() as u64, t + s.eval.tokens)
         });
         let objects = miss_seconds.len();
+        let pin_shares = if job.policies.contains(&PolicyKind::PinnedLru) {
+            let static_splits: Vec<Allocation> = job
+                .allocations
+                .iter()
+                .copied()
+                .filter(|a| matches!(a, Allocation::Global | Allocation::Uniform))
+                .collect();
+            recommend_pin_shares(
+                &splits,
+                &miss_seconds,
+                &config.budgets_bytes,
+                &static_splits,
+                &job.options,
+            )?
+        } else {
+            Vec::new()
+        };
         let report = gate(splits, &miss_seconds, &config)?;
         return Ok(SimulateOutput {
             runs: report
@@ -204,6 +225,7 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
                 .map(|(c, r)| (Some(c.clone()), r.clone()))
                 .collect(),
             gate: Some(report),
+            pin_shares,
             requests,
             tokens,
             objects,
@@ -261,6 +283,7 @@ fn run_arms(
     Ok(SimulateOutput {
         runs,
         gate: None,
+        pin_shares: Vec::new(),
         requests,
         tokens,
         objects,
@@ -367,6 +390,7 @@ impl SimulateOutput {
                 .gate
                 .as_ref()
                 .map(|report| report.results.iter().map(GateRecord::new).collect()),
+            pin_shares: self.pin_shares.clone(),
         }
     }
 }
@@ -378,6 +402,10 @@ pub struct SimulateReport {
     /// Present when `--gate` ran.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub gate: Option<Vec<GateRecord>>,
+    /// With `--gate` and `pinned-lru`: per global or uniform budget, the
+    /// held-out felt wait at each pinned share and the share recommended.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pin_shares: Vec<PinShareRecommendation>,
 }
 
 /// One policy, allocation and budget over the trace (or one category of it).

@@ -2,7 +2,8 @@
 //! (`stream`, `oracle`), streams run through the policies of
 //! `crate::policy` (`replay`), LRU curves come from one stack-distance pass
 //! (`stack`), budgets are split across layers (`budget`), and the held-out
-//! gate compares learning policies with uniform LRU on felt wait (`gate`).
+//! gate compares learning policies with uniform LRU on felt wait (`gate`),
+//! which also recommends the share of a budget worth pinning (`pin_share`).
 
 pub mod arms;
 pub mod budget;
@@ -10,6 +11,7 @@ pub mod felt;
 pub mod gate;
 pub mod job;
 pub mod oracle;
+pub mod pin_share;
 pub mod replay;
 pub mod stack;
 pub mod stream;
