@@ -201,7 +201,7 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
         });
         let objects = miss_seconds.len();
         let pin_shares = if job.policies.contains(&PolicyKind::PinnedLru) {
-            let static_splits: Vec<Allocation> = job
+            let static_allocations: Vec<Allocation> = job
                 .allocations
                 .iter()
                 .copied()
@@ -211,7 +211,7 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
                 &splits,
                 &miss_seconds,
                 &config.budgets_bytes,
-                &static_splits,
+                &static_allocations,
                 &job.options,
             )?
         } else {
