@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use residency_core::cost::Instance;
 use residency_core::heat::HeatTable;
 use residency_core::plan::Plan;
-use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
+use residency_formats::heat::{read_trace, HeatContext, HeatFormat, Trace};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
@@ -119,7 +119,7 @@ fn traced_tokens(
     checkpoint: &Checkpoint,
 ) -> Result<TracedTokens> {
     let mut notes = Vec::new();
-    let trace = read_trace(path, format, &HeatContext::default(), &mut notes)?;
+    let mut trace = read_trace(path, format, &HeatContext::default(), &mut notes)?;
     let (layers, experts) = (
         checkpoint.config.moe_layers().len(),
         checkpoint.config.experts,
@@ -133,13 +133,13 @@ fn traced_tokens(
         );
     }
     let all = trace.tokens.len();
-    let mut routes = Vec::with_capacity(tokens);
-    for token in &trace.tokens {
-        let kept = &token.routes[..layers];
-        if kept.iter().any(Vec::is_empty) {
+    let mut kept = Vec::with_capacity(tokens);
+    for mut token in std::mem::take(&mut trace.tokens) {
+        token.routes.truncate(layers);
+        if token.routes.iter().any(Vec::is_empty) {
             continue;
         }
-        for (l, ids) in kept.iter().enumerate() {
+        for (l, ids) in token.routes.iter().enumerate() {
             if let Some(e) = ids.iter().find(|&&e| e as usize >= experts) {
                 bail!(
                     "--trace {}: token {} of {}, MoE layer {l}: expert {e}, and the checkpoint's layers have {experts}; give a trace of the checkpoint's model",
@@ -149,42 +149,33 @@ fn traced_tokens(
                 );
             }
         }
-        routes.push(kept.to_vec());
-        if routes.len() == tokens {
+        kept.push(token);
+        if kept.len() == tokens {
             break;
         }
     }
-    if routes.is_empty() {
+    if kept.is_empty() {
         bail!(
             "--trace {}: no token routes all of the checkpoint's {layers} MoE layers; give a trace with whole tokens",
             path.display()
         );
     }
-    if routes.len() < tokens {
+    if kept.len() < tokens {
         notes.push(format!(
             "--trace {}: {} of its {all} tokens route every one of the checkpoint's {layers} MoE layers; serving those, not --tokens {tokens}",
             path.display(),
-            routes.len()
+            kept.len()
         ));
     }
     let kept = Trace {
-        model: trace.model.clone(),
-        format: trace.format,
         experts: vec![experts; layers],
-        tokens: routes
-            .iter()
-            .map(|r| TokenRoutes {
-                seq: String::new(),
-                pos: 0,
-                category: None,
-                routes: r.clone(),
-            })
-            .collect(),
+        tokens: kept,
+        ..trace
     };
     Ok(TracedTokens {
         heat: kept.heat().total,
-        format: trace.format,
-        routes,
+        format: kept.format,
+        routes: kept.tokens.into_iter().map(|t| t.routes).collect(),
         notes,
     })
 }

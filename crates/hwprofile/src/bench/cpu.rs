@@ -27,6 +27,8 @@ pub(super) struct Gemv<'a> {
 pub(super) struct NodeShare<'a> {
     node: usize,
     matrices: Vec<(PackedView<'a>, &'a QuantizedInput)>,
+    /// The bytes its matrices stream.
+    bytes: u64,
     pub(super) out: Outputs,
 }
 
@@ -84,6 +86,7 @@ impl<'a> Kernel<'a> {
             let y = vec![0f32; rows.iter().sum()];
             shares.push(NodeShare {
                 node,
+                bytes: matrices.iter().map(|(m, _)| m.bytes()).sum(),
                 matrices,
                 out: Outputs { slots, rows, y },
             });
@@ -103,9 +106,8 @@ impl<'a> Kernel<'a> {
             let seconds = t.elapsed().as_secs_f64();
             total.cpu_seconds[n] += seconds;
             inside += seconds;
-            let bytes: u64 = share.matrices.iter().map(|(m, _)| m.bytes()).sum();
-            total.cpu_bytes[n] += bytes as f64;
-            total.stage_bytes[kind] += bytes as f64;
+            total.cpu_bytes[n] += share.bytes as f64;
+            total.stage_bytes[kind] += share.bytes as f64;
         }
         inside
     }
