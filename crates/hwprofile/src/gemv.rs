@@ -267,28 +267,59 @@ impl NodeThreads {
     }
 
     /// `y = W x` for every `(W, x)` of `work`, the outputs one after
-    /// another in `y` (as long as all their rows), each matrix's rows split
-    /// evenly over the threads: one synchronisation for the whole list, as
-    /// an engine runs a stage. Each output is one row's dot product, so `y`
-    /// does not depend on the split.
+    /// another in `y` (as long as all their rows): one synchronisation for
+    /// the whole list, as an engine runs a stage. Each output is one row's
+    /// dot product, so `y` does not depend on the split (`row_pieces`).
     pub fn gemv(&self, work: &[(PackedView, &QuantizedInput)], y: &mut [f32]) {
-        let threads = self.threads();
-        let mut shares = Vec::with_capacity(work.len() * threads);
+        let mut pieces = Vec::new();
         let mut rest = y;
-        for (m, x) in work {
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(m.rows);
+        for ((m, x), rows) in work.iter().zip(row_pieces(work, self.threads())) {
+            let (mut mine, tail) = std::mem::take(&mut rest).split_at_mut(m.rows);
             rest = tail;
-            let chunk = m.rows.div_ceil(threads).max(1);
-            for (i, out) in mine.chunks_mut(chunk).enumerate() {
-                shares.push((m, *x, i * chunk, out));
+            let mut first = 0;
+            for len in rows {
+                let (out, left) = std::mem::take(&mut mine).split_at_mut(len);
+                mine = left;
+                pieces.push((m, *x, first, out));
+                first += len;
             }
         }
+        // One job a piece: rayon would otherwise fold runs of consecutive
+        // pieces on one thread, and a stage whose first matrix is large
+        // (a shared expert before the routed ones) then waits on the one
+        // thread that holds all of it.
         self.pool.install(|| {
-            shares
+            pieces
                 .into_par_iter()
+                .with_max_len(1)
                 .for_each(|(m, x, first, out)| m.rows_into(x, first, out))
         });
     }
+}
+
+/// The most bytes of one piece of a GEMV: small enough that the pieces of
+/// a large matrix spread over every thread and a slow core holds up a
+/// stage by at most one piece, large enough that a piece's job costs
+/// little beside its streaming (256 KiB at ~2 GB/s a core is ~130 us).
+const PIECE_BYTES: usize = 256 << 10;
+
+/// Each matrix of `work` cut into pieces of consecutive rows, their row
+/// counts in order: at least `threads` pieces where it has the rows, none
+/// over `PIECE_BYTES` unless one row is.
+fn row_pieces(work: &[(PackedView, &QuantizedInput)], threads: usize) -> Vec<Vec<usize>> {
+    work.iter()
+        .map(|(m, _)| {
+            let row_bytes = (m.bytes() as usize / m.rows.max(1)).max(1);
+            let per_piece = m
+                .rows
+                .div_ceil(threads.max(1))
+                .min(PIECE_BYTES / row_bytes)
+                .max(1);
+            let mut rows = vec![per_piece; m.rows / per_piece];
+            rows.extend((m.rows % per_piece > 0).then_some(m.rows % per_piece));
+            rows
+        })
+        .collect()
 }
 
 /// Fills `bytes` with xorshift64* output seeded per 1 MiB piece, in

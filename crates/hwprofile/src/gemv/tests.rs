@@ -105,3 +105,38 @@ fn halves_and_fits() {
             && !text.contains("DESCRIPTOR")
     );
 }
+
+#[test]
+fn a_stage_is_cut_into_pieces_that_spread_a_large_matrix() {
+    let packing = Packing { bits: 4, group: 64 };
+    // An int4 row of 2048 features: 1024 bytes of nibbles and 32 F16
+    // scales, 1088 bytes; a 256 KiB piece holds 262144 / 1088 = 240 rows.
+    let mut large = PackedRows::zeroed(packing, 2048, 1000, None);
+    large.fill_generated(1);
+    let mut small = PackedRows::zeroed(packing, 2048, 10, None);
+    small.fill_generated(2);
+    let x = QuantizedInput::seeded(2048, packing, 5);
+    let work = [(large.view(), &x), (small.view(), &x)];
+    // 1000 rows over 4 threads would be 250 a piece, over the 240 cap: four
+    // of 240 and the 40 left; 10 rows over 4 threads: 3, 3, 3 and 1.
+    assert_eq!(
+        row_pieces(&work, 4),
+        vec![vec![240, 240, 240, 240, 40], vec![3, 3, 3, 1]]
+    );
+    // However cut, each output is its row's dot product, in order.
+    let threads = NodeThreads::new(&[]).unwrap();
+    let mut y = vec![0f32; 1010];
+    threads.gemv(&work, &mut y);
+    for (i, &v) in y.iter().enumerate() {
+        let (m, row) = if i < 1000 {
+            (&large, i)
+        } else {
+            (&small, i - 1000)
+        };
+        let want = reference(m, &x, row);
+        assert!(
+            (v as f64 - want).abs() <= 1e-3 * want.abs().max(1.0),
+            "row {i}: {v} against {want}"
+        );
+    }
+}
