@@ -6,7 +6,8 @@
 //! calls and not bench's lists; streamed experts are gathered as they land.
 //! Each share writes its own outputs, summed for the checksum after the
 //! token (`Outputs::add_to`): summing rows the node's threads just wrote
-//! would pull them into the main thread's cache inside the clock.
+//! would pull them into the main thread's cache inside the clock. The
+//! outputs' buffers are kept from token to token (`Buffers`).
 
 use super::{Tally, Work};
 use crate::gemv::{NodeThreads, PackedView, Packing, QuantizedInput};
@@ -51,6 +52,37 @@ impl Outputs {
     }
 }
 
+/// Output buffers kept from token to token. A token's shares take them
+/// and give them back after its checksum, so their pages are written in
+/// the first tokens only, as an engine's activations are: freed, a token's
+/// megabytes of outputs went back to the kernel and came back as fresh
+/// pages, faulted in by the GEMV threads inside the clock (about 800 faults
+/// a token for a 4-layer DeepSeek-V2-Lite on this VM).
+#[derive(Default)]
+pub(super) struct Buffers(Vec<Vec<f32>>);
+
+impl Buffers {
+    /// `len` zeros in the smallest kept buffer that holds them, else in
+    /// the largest, grown.
+    fn take(&mut self, len: usize) -> Vec<f32> {
+        let fits = (0..self.0.len())
+            .filter(|&i| self.0[i].capacity() >= len)
+            .min_by_key(|&i| self.0[i].capacity());
+        let largest = (0..self.0.len()).max_by_key(|&i| self.0[i].capacity());
+        let mut y = fits
+            .or(largest)
+            .map(|i| self.0.swap_remove(i))
+            .unwrap_or_default();
+        y.clear();
+        y.resize(len, 0.0);
+        y
+    }
+
+    pub(super) fn give(&mut self, out: Outputs) {
+        self.0.push(out.y);
+    }
+}
+
 /// The CPU kernel of the run: each node's threads, the experts' packing,
 /// an input vector per input width.
 pub(super) struct Kernel<'a> {
@@ -62,7 +94,7 @@ pub(super) struct Kernel<'a> {
 impl<'a> Kernel<'a> {
     /// `list` gathered by node, nodes in order, each with room for its
     /// outputs; nodes with nothing to compute are left out.
-    pub(super) fn shares(&self, list: &[Gemv<'a>]) -> Vec<NodeShare<'a>> {
+    pub(super) fn shares(&self, list: &[Gemv<'a>], buffers: &mut Buffers) -> Vec<NodeShare<'a>> {
         let (packing, inputs) = (self.packing, self.inputs);
         let mut shares = Vec::new();
         for node in 0..self.threads.len() {
@@ -83,7 +115,7 @@ impl<'a> Kernel<'a> {
                 continue;
             }
             let rows: Vec<usize> = matrices.iter().map(|(m, _)| m.rows).collect();
-            let y = vec![0f32; rows.iter().sum()];
+            let y = buffers.take(rows.iter().sum());
             shares.push(NodeShare {
                 node,
                 bytes: matrices.iter().map(|(m, _)| m.bytes()).sum(),
@@ -110,5 +142,38 @@ impl<'a> Kernel<'a> {
             total.stage_bytes[kind] += share.bytes as f64;
         }
         inside
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outputs(y: Vec<f32>) -> Outputs {
+        Outputs {
+            slots: vec![],
+            rows: vec![],
+            y,
+        }
+    }
+
+    #[test]
+    fn a_token_s_outputs_reuse_the_kept_buffers() {
+        let mut buffers = Buffers::default();
+        let (small, large) = (vec![1f32; 100], vec![2f32; 1000]);
+        let small_at = small.as_ptr();
+        buffers.give(outputs(large));
+        buffers.give(outputs(small));
+        // 80 fit both: the smaller is taken, zeroed, its memory the same.
+        let y = buffers.take(80);
+        assert_eq!((y.as_ptr(), y.len()), (small_at, 80));
+        assert!(y.iter().all(|&v| v == 0.0));
+        // 2000 fit neither: the largest is grown; nothing is left.
+        let y = buffers.take(2000);
+        assert_eq!(y.len(), 2000);
+        assert!(y.iter().all(|&v| v == 0.0));
+        assert!(buffers.0.is_empty());
+        // None kept: a new one.
+        assert_eq!(buffers.take(5), vec![0f32; 5]);
     }
 }

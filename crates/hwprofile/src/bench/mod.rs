@@ -31,7 +31,7 @@ use crate::calibrate::experts::{projections, tensor_specs};
 use crate::cuda_bench::{CudaBench, DeviceMatrix, GemvLaunch};
 use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
 use crate::system;
-use cpu::{Gemv, Kernel, NodeShare, Outputs};
+use cpu::{Buffers, Gemv, Kernel, NodeShare, Outputs};
 use gpu::Card;
 use residency_cache::policy::ObjectIndex;
 use residency_cache::sim::synthetic::Rng;
@@ -350,6 +350,7 @@ pub fn bench(
     let mut total = Tally::new(inst);
     let mut token_seconds = Vec::with_capacity(options.tokens);
     let mut checksum = 0f64;
+    let mut buffers = Buffers::default();
     for drawn_in in &routes {
         // The token's lists, before its clock starts (see `StageRun`).
         let mut runs = Vec::with_capacity(inst.stages.len());
@@ -359,7 +360,7 @@ pub fn bench(
                 kind_index(stage.kind),
                 trunk_of[s].iter().chain(&drawn_in[s]).copied(),
                 (inst, placement, &work, &leases, packing),
-                &kernel,
+                (&kernel, &mut buffers),
                 &mut cards,
                 &mut total,
             )?);
@@ -418,7 +419,7 @@ pub fn bench(
                             bytes: bytes.host(),
                         });
                     }
-                    let mut shares = kernel.shares(&fresh);
+                    let mut shares = kernel.shares(&fresh, &mut buffers);
                     inside += kernel.run(&mut shares, &mut total, kind);
                     run.landed.extend(shares.into_iter().map(|s| s.out));
                     computed += batch.len();
@@ -449,6 +450,10 @@ pub fn bench(
             card.drain_token(&mut sums)?;
         }
         checksum += sums.iter().flatten().sum::<f64>();
+        for run in runs {
+            let outputs = run.resident.into_iter().map(|s| s.out).chain(run.landed);
+            outputs.for_each(|out| buffers.give(out));
+        }
     }
     if inst
         .trunk_ids
@@ -527,7 +532,7 @@ impl<'a> StageRun<'a> {
         kind: usize,
         objects: impl Iterator<Item = usize>,
         (inst, placement, work, leases, packing): Layout<'a>,
-        kernel: &Kernel<'a>,
+        (kernel, buffers): (&Kernel<'a>, &mut Buffers),
         cards: &mut [Option<Card>],
         total: &mut Tally,
     ) -> Result<StageRun<'a>, BenchError> {
@@ -571,7 +576,7 @@ impl<'a> StageRun<'a> {
                 _ => {}
             }
         }
-        run.resident = kernel.shares(&resident);
+        run.resident = kernel.shares(&resident, buffers);
         Ok(run)
     }
 }
