@@ -6,7 +6,7 @@ use crate::checkpoint_cmd::model_from_path;
 use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use anyhow::{bail, Context, Result};
 use residency_cache::policy::PolicyKind;
-use residency_cache::sim::arms::SimOptions;
+use residency_cache::sim::arms::{SimOptions, Start};
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
@@ -335,7 +335,9 @@ fn count_routes(tokens: &[TokenRoutes], checkpoint: &Checkpoint) -> Vec<u64> {
 /// training tokens alone, each of their categories held out in turn, at
 /// the replay's budget in one global cache, as `replan` has. The replayed
 /// categories are never simulated: the choice must be as held out as the
-/// pins.
+/// pins. Seeded replays are simulated seeded (`simulate --seeded`): cold,
+/// pins are a free warm start that LRU lacks, which short runs reward
+/// whether or not the pins are worth their bytes.
 fn choose_pin_share(
     args: &ReplayArgs,
     train: &[TokenRoutes],
@@ -344,11 +346,13 @@ fn choose_pin_share(
     budget_bytes: u64,
     miss_seconds: f64,
 ) -> Result<PinShareChoice> {
+    let seeded = args.seed_tokens > 0;
     if let PinShareArg::Share(share) = args.pin_share {
         return Ok(PinShareChoice {
             share,
             chosen_by: PinShareSource::Flag,
             held_out_categories: Vec::new(),
+            seeded,
             recommendation: None,
         });
     }
@@ -368,18 +372,23 @@ fn choose_pin_share(
         );
     }
     let objects = checkpoint.config.experts * layers;
+    let options = SimOptions {
+        start: if seeded { Start::Seeded } else { Start::Cold },
+        ..SimOptions::default()
+    };
     let recommendation = recommend_held_out_pin_share(
         &trace,
         expert_bytes,
         &vec![miss_seconds; objects],
         budget_bytes,
         Allocation::Global,
-        &SimOptions::default(),
+        &options,
     )?;
     Ok(PinShareChoice {
         share: recommendation.recommended_share,
         chosen_by: PinShareSource::Auto,
         held_out_categories: categories,
+        seeded,
         recommendation: Some(recommendation),
     })
 }
@@ -405,8 +414,9 @@ fn print_pin_share(choice: &PinShareChoice) {
         "the least held-out felt wait"
     };
     println!(
-        "replan pins {:.0}% of the budget (--pin-share auto: {why}; pinned-lru simulated on {}, each held out in turn, felt wait s {})",
+        "replan pins {:.0}% of the budget (--pin-share auto: {why}; pinned-lru simulated {} on {}, each held out in turn, felt wait s {})",
         100.0 * choice.share,
+        if choice.seeded { "seeded" } else { "cold" },
         choice.held_out_categories.join(", "),
         felt.join("  ")
     );

@@ -454,7 +454,7 @@ fn auto_pins_nothing_where_recency_wins() {
     );
     assert_eq!(
         doc["pin_share"],
-        serde_json::json!({"share": 0.5, "chosen_by": "flag"})
+        serde_json::json!({"share": 0.5, "chosen_by": "flag", "seeded": false})
     );
     assert_eq!(doc["runs"][0]["startup_bytes"], 12288);
     assert!(
@@ -512,43 +512,51 @@ fn auto_pins_a_stable_hot_set() {
 }
 
 /// `auto` is `simulate --gate`'s recommendation for the training
-/// categories alone, at the same budget: the held-out category c is not
-/// in what it simulates.
+/// categories alone, at the same budget, cold for a cold replay and seeded
+/// for a seeded one: the held-out category c is not in what it simulates.
 #[test]
 fn auto_is_what_simulate_recommends_on_the_training_categories() {
-    for route in [hot_and_scans as fn(u32, u32) -> Vec<u32>, |k, _| {
+    let routes = [hot_and_scans as fn(u32, u32) -> Vec<u32>, |k, _| {
         vec![2 * k, 2 * k + 1]
-    }] {
+    }];
+    for route in routes {
         let fixture = one_layer(route);
-        let (_, doc) = fixture.report(
-            "auto.json",
-            &[&TWO_EXPERTS[..], &["--policy", "replan"]].concat(),
-        );
-        let sim = fixture.path("sim.json");
-        run_ok(&[
-            "simulate",
-            "--trace",
-            s(&fixture.trace),
-            "--model",
-            s(&fixture.yaml),
-            "--layers",
-            "1",
-            "--categories",
-            "a,b",
-            "--policy",
-            "lru,pinned-lru",
-            "--allocation",
-            "global",
-            "--budget",
-            "24576",
-            "--gate",
-            "--no-sensitivity",
-            "--json",
-            s(&sim),
-        ]);
-        assert_eq!(
-            doc["pin_share"]["recommendation"],
-            read_json(&sim)["pin_shares"][0]
-        );
+        let starts: [(&[&str], &[&str]); 2] =
+            [(&[], &[]), (&["--seed-tokens", "5"], &["--seeded"])];
+        for (replay_start, simulate_start) in starts {
+            let (_, doc) = fixture.report(
+                "auto.json",
+                &[&TWO_EXPERTS[..], &["--policy", "replan"], replay_start].concat(),
+            );
+            assert_eq!(doc["pin_share"]["seeded"], !replay_start.is_empty());
+            let sim = fixture.path("sim.json");
+            let mut simulate = vec![
+                "simulate",
+                "--trace",
+                s(&fixture.trace),
+                "--model",
+                s(&fixture.yaml),
+                "--layers",
+                "1",
+                "--categories",
+                "a,b",
+                "--policy",
+                "lru,pinned-lru",
+                "--allocation",
+                "global",
+                "--budget",
+                "24576",
+                "--gate",
+                "--no-sensitivity",
+                "--json",
+                s(&sim),
+            ];
+            simulate.extend_from_slice(simulate_start);
+            run_ok(&simulate);
+            assert_eq!(
+                doc["pin_share"]["recommendation"],
+                read_json(&sim)["pin_shares"][0]
+            );
+        }
     }
 }

@@ -141,8 +141,12 @@ pub struct PinShareChoice {
     /// `auto`: the training categories, each held out in turn.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub held_out_categories: Vec<String>,
+    /// Whether the replay's arms are seeded (`--seed-tokens`); `auto` then
+    /// simulates its arms seeded too, from the training knapsack
+    /// (`simulate --seeded`), else cold.
+    pub seeded: bool,
     /// `auto`: the simulator's held-out felt wait of `pinned-lru` at every
-    /// share tried, at this budget (global allocation, cold).
+    /// share tried, at this budget (global allocation).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub recommendation: Option<PinShareRecommendation>,
 }
