@@ -171,11 +171,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         categories: args.categories.clone(),
     };
     cut_trace(&mut trace, &cut, &mut notes);
+    let (eval, train) = split_held_out(&trace.tokens, args, &mut notes)?;
     // Training tokens are counted per (layer, expert) and simulated, so
     // they are checked too, not only the ones served.
     check_geometry(&checkpoint, trace.tokens.iter())
         .with_context(|| args.trace.display().to_string())?;
-    let (eval, train) = split_held_out(&trace.tokens, args, &mut notes)?;
     let train_counts = count_routes(&train, &checkpoint);
     let seed = seed_tokens(&trace.tokens, args)?;
     let expert_bytes: Vec<u64> = checkpoint

@@ -314,6 +314,38 @@ fn bad_replay_input_is_one_line_with_no_output() {
         "expert",
         &json,
     );
+    // The same in a training token only, read with a description of 16
+    // experts that lets it through: it is counted and simulated, not
+    // served, and must be refused all the same.
+    let wide_model = fixture.path("mixtral-16.yaml");
+    std::fs::write(&wide_model, tiny_mixtral(16)).unwrap();
+    let wide_training = fixture.path("wide-training.jsonl");
+    std::fs::write(
+        &wide_training,
+        "{\"seq\":\"a\",\"pos\":0,\"category\":\"a\",\"routes\":[[0,1],[9,1]]}\n\
+         {\"seq\":\"b\",\"pos\":0,\"category\":\"b\",\"routes\":[[0,1],[0,1]]}\n",
+    )
+    .unwrap();
+    assert_bad_input(
+        &[
+            "replay",
+            "--checkpoint",
+            s(&fixture.ckpt),
+            "--trace",
+            s(&wide_training),
+            "--model",
+            s(&wide_model),
+            "--train-categories",
+            "a",
+            "--policy",
+            "lru",
+            "--json",
+            s(&json),
+        ],
+        &wide_training,
+        "the trace routes 2 MoE layers of 10 experts; the checkpoint has 2 of 8",
+        &json,
+    );
     // Arguments that leave nothing to do or make no sense: one line, no file.
     let cases: [(&[&str], &str); 7] = [
         (&["--train-categories", "a,b"], "no token left to replay"),
