@@ -136,6 +136,7 @@ pub struct ReplayReport {
 /// The share of the budget `replan` pins, and where it came from.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct PinShareChoice {
+    /// Of the RAM budget, 0 to 1.
     pub share: f64,
     pub chosen_by: PinShareSource,
     /// `auto`: the training categories, each held out in turn.
