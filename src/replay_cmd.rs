@@ -4,18 +4,22 @@
 
 use crate::checkpoint_cmd::model_from_path;
 use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use residency_cache::policy::PolicyKind;
+use residency_cache::sim::arms::{SimOptions, Start};
+use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::felt::read_seconds;
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
+use residency_cache::sim::pin_share::recommend_held_out_pin_share;
 use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_core::units::Bytes;
-use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
+use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
-    replay, ReplayConfig, ReplayReport, ReplayRun, ServePolicy,
+    check_geometry, replay, PinShareChoice, PinShareSource, ReplayConfig, ReplayReport, ReplayRun,
+    ServePolicy,
 };
 use std::path::PathBuf;
 
@@ -60,9 +64,11 @@ pub struct ReplayArgs {
     /// Rounds of all arms, alternating their order (A B, B A, ...).
     #[arg(long, default_value_t = 1)]
     rounds: usize,
-    /// `replan`: share of the budget for pins.
-    #[arg(long, default_value_t = 0.5)]
-    pin_share: f64,
+    /// `replan`: share of the budget for pins, 0 to 1, or `auto`: the
+    /// share `simulate --gate` recommends for the training categories, each
+    /// held out in turn (needs two), at this budget.
+    #[arg(long, value_parser = PinShareArg::parse, default_value = "auto")]
+    pin_share: PinShareArg,
     /// `replan`: tokens between passes.
     #[arg(long, default_value_t = ReplanParams::default().every_tokens)]
     replan_every: u64,
@@ -94,6 +100,28 @@ pub struct ReplayArgs {
     /// Write `{"runs":[...]}` here.
     #[arg(long)]
     json: Option<PathBuf>,
+}
+
+/// `--pin-share`: a share of the budget, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum PinShareArg {
+    Auto,
+    Share(f64),
+}
+
+impl PinShareArg {
+    fn parse(text: &str) -> Result<PinShareArg, String> {
+        let text = text.trim();
+        if text == "auto" {
+            return Ok(PinShareArg::Auto);
+        }
+        match text.parse::<f64>() {
+            Ok(share) if (0.0..=1.0).contains(&share) => Ok(PinShareArg::Share(share)),
+            _ => Err(format!(
+                "`{text}`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`"
+            )),
+        }
+    }
 }
 
 /// The last `--seed-tokens` tokens of each training category, in trace order.
@@ -143,24 +171,52 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         categories: args.categories.clone(),
     };
     cut_trace(&mut trace, &cut, &mut notes);
-    let (eval, train_counts) = split_held_out(&trace.tokens, &checkpoint, args, &mut notes)?;
+    let (eval, train) = split_held_out(&trace.tokens, args, &mut notes)?;
+    // Training tokens are counted per (layer, expert) and simulated, so
+    // they are checked too, not only the ones served.
+    check_geometry(&checkpoint, trace.tokens.iter())
+        .with_context(|| args.trace.display().to_string())?;
+    let train_counts = count_routes(&train, &checkpoint);
     let seed = seed_tokens(&trace.tokens, args)?;
-    let expert_bytes = checkpoint.object_bytes(&residency_runtime::identity::ObjectKey::Expert {
-        layer: checkpoint.config.moe_layers()[0] as u32,
-        expert: 0,
-    });
-    let all_bytes = expert_bytes * train_counts.len() as u64;
+    let expert_bytes: Vec<u64> = checkpoint
+        .config
+        .moe_layers()
+        .into_iter()
+        .map(|layer| {
+            checkpoint.object_bytes(&residency_runtime::identity::ObjectKey::Expert {
+                layer: layer as u32,
+                expert: 0,
+            })
+        })
+        .collect();
+    let experts = checkpoint.config.experts as u64;
+    let all_bytes: u64 = expert_bytes.iter().map(|&b| b * experts).sum();
+    let ram_budget_bytes = args.ram_budget.bytes(all_bytes);
+    let miss_seconds = read_seconds(&profile, expert_bytes[0]).unwrap_or(1e-3);
+    let pin_share = if args.policy.contains(&ServePolicy::Replan) {
+        Some(choose_pin_share(
+            args,
+            &train,
+            &checkpoint,
+            &expert_bytes,
+            ram_budget_bytes,
+            miss_seconds,
+        )?)
+    } else {
+        None
+    };
     let config = ReplayConfig {
         policies: args.policy.clone(),
-        ram_budget_bytes: args.ram_budget.bytes(all_bytes),
-        pin_share: args.pin_share,
+        ram_budget_bytes,
+        // Only `replan` pins a share.
+        pin_share: pin_share.as_ref().map_or(0.0, |c| c.share),
         replan: ReplanParams {
             every_tokens: args.replan_every.max(1),
             every_seconds: args.replan_every_seconds,
             ..ReplanParams::default()
         },
         rounds: args.rounds,
-        miss_seconds: read_seconds(&profile, expert_bytes).unwrap_or(1e-3),
+        miss_seconds,
         move_link: drive_to_ram(&profile),
         backend: args.backend.backend,
         warm: args.warm,
@@ -183,6 +239,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         args.checkpoint.display(),
         Bytes(config.ram_budget_bytes)
     );
+    if let Some(choice) = &pin_share {
+        print_pin_share(choice);
+    }
     print_runs(&runs);
     // Runs of the same tokens must compute the same outputs.
     let differs = runs.iter().any(|a| {
@@ -202,7 +261,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         }
     );
     if let Some(path) = &args.json {
-        let doc = ReplayReport { runs };
+        let doc = ReplayReport { pin_share, runs };
         residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }
@@ -217,23 +276,16 @@ fn check_flags(args: &ReplayArgs) -> Result<()> {
     {
         bail!("--replan-every-seconds {seconds}: give a positive number of seconds");
     }
-    if !(0.0..=1.0).contains(&args.pin_share) {
-        bail!(
-            "--pin-share {}: give a share between 0 and 1",
-            args.pin_share
-        );
-    }
     Ok(())
 }
 
 /// The tokens to replay (those outside --train-categories, else all) and
-/// the routing counts of the training tokens, per `(MoE layer, expert)`.
+/// those learned on (those of --train-categories, else all).
 fn split_held_out(
     tokens: &[TokenRoutes],
-    checkpoint: &Checkpoint,
     args: &ReplayArgs,
     notes: &mut Vec<String>,
-) -> Result<(Vec<TokenRoutes>, Vec<u64>)> {
+) -> Result<(Vec<TokenRoutes>, Vec<TokenRoutes>)> {
     let in_training = |c: &Option<String>| match &args.train_categories {
         Some(train) => c.as_ref().is_some_and(|c| train.contains(c)),
         None => true,
@@ -255,16 +307,119 @@ fn split_held_out(
             args.trace.display()
         );
     }
+    let train = tokens
+        .iter()
+        .filter(|t| in_training(&t.category))
+        .cloned()
+        .collect();
+    Ok((eval, train))
+}
+
+/// Requests per `(MoE layer, expert)`, numbered `l * experts + e`, of
+/// tokens whose geometry was checked against the checkpoint.
+fn count_routes(tokens: &[TokenRoutes], checkpoint: &Checkpoint) -> Vec<u64> {
     let experts = checkpoint.config.experts;
-    let mut train_counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
-    for t in tokens.iter().filter(|t| in_training(&t.category)) {
+    let mut counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
+    for t in tokens {
         for (l, route) in t.routes.iter().enumerate() {
             for &e in route {
-                train_counts[l * experts + e as usize] += 1;
+                counts[l * experts + e as usize] += 1;
             }
         }
     }
-    Ok((eval, train_counts))
+    counts
+}
+
+/// `replan`'s share of the budget: the one given, or with `auto` the one
+/// `simulate --gate` recommends (`sim::pin_share`, the same code) for the
+/// training tokens alone, each of their categories held out in turn, at
+/// the replay's budget in one global cache, as `replan` has. The replayed
+/// categories are never simulated: the choice must be as held out as the
+/// pins. Seeded replays are simulated seeded (`simulate --seeded`): cold,
+/// pins are a free warm start that LRU lacks, which short runs reward
+/// whether or not the pins are worth their bytes.
+fn choose_pin_share(
+    args: &ReplayArgs,
+    train: &[TokenRoutes],
+    checkpoint: &Checkpoint,
+    expert_bytes: &[u64],
+    budget_bytes: u64,
+    miss_seconds: f64,
+) -> Result<PinShareChoice> {
+    let seeded = args.seed_tokens > 0;
+    if let PinShareArg::Share(share) = args.pin_share {
+        return Ok(PinShareChoice {
+            share,
+            chosen_by: PinShareSource::Flag,
+            held_out_categories: Vec::new(),
+            seeded,
+            recommendation: None,
+        });
+    }
+    let layers = expert_bytes.len();
+    let trace = Trace {
+        model: None,
+        format: HeatFormat::Jsonl,
+        experts: vec![checkpoint.config.experts; layers],
+        tokens: train.to_vec(),
+    };
+    let categories: Vec<String> = trace.categories().into_iter().map(String::from).collect();
+    if categories.len() < 2 {
+        bail!(
+            "--pin-share auto (the default) holds each training category out in turn and needs two; the training tokens have {} ({}): name two or more with --train-categories, or give a share, e.g. --pin-share 0.5",
+            categories.len(),
+            if categories.is_empty() { "none".into() } else { categories.join(", ") }
+        );
+    }
+    let objects = checkpoint.config.experts * layers;
+    let options = SimOptions {
+        start: if seeded { Start::Seeded } else { Start::Cold },
+        ..SimOptions::default()
+    };
+    let recommendation = recommend_held_out_pin_share(
+        &trace,
+        expert_bytes,
+        &vec![miss_seconds; objects],
+        budget_bytes,
+        Allocation::Global,
+        &options,
+    )?;
+    Ok(PinShareChoice {
+        share: recommendation.recommended_share,
+        chosen_by: PinShareSource::Auto,
+        held_out_categories: categories,
+        seeded,
+        recommendation: Some(recommendation),
+    })
+}
+
+/// Which share `replan` pins, and why.
+fn print_pin_share(choice: &PinShareChoice) {
+    let Some(r) = &choice.recommendation else {
+        println!(
+            "replan pins {:.0}% of the budget (--pin-share {})",
+            100.0 * choice.share,
+            choice.share
+        );
+        return;
+    };
+    let felt: Vec<String> = r
+        .shares
+        .iter()
+        .map(|s| format!("{:.0}%: {:.3}", 100.0 * s.share, s.felt_wait_seconds))
+        .collect();
+    let why = if choice.share == 0.0 {
+        "no pinned share waits less than LRU alone (recency wins)"
+    } else {
+        "the least held-out felt wait"
+    };
+    println!(
+        "replan pins {:.0}% of the budget (--pin-share auto: {why}; pinned-lru simulated {} on {}, each held out in turn, felt wait s {})",
+        100.0 * choice.share,
+        if choice.seeded { "seeded" } else { "cold" },
+        choice.held_out_categories.join(", "),
+        felt.join("  ")
+    );
 }
 
 /// How the re-planner prices a move: from the profile's fastest drive into

@@ -22,19 +22,6 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let yaml = dir.path().join("mixtral-replay.yaml");
-        std::fs::write(&yaml, tiny_mixtral(8)).unwrap();
-        let ckpt = dir.path().join("ckpt");
-        run_ok(&[
-            "gen-checkpoint",
-            "--model",
-            s(&yaml),
-            "--out",
-            s(&ckpt),
-            "--family",
-            "mixtral",
-        ]);
         let mut lines = String::new();
         for t in 0..60u32 {
             let (category, base) = if t < 30 { ("a", 0) } else { ("b", 4) };
@@ -47,6 +34,27 @@ impl Fixture {
                 (e(3) + 2 - base) % 4 + base,
             ));
         }
+        Fixture::with(8, &[], &lines)
+    }
+
+    /// A checkpoint of `tiny_mixtral(experts)`, generated with
+    /// `gen_flags`, and `lines` as the trace.
+    fn with(experts: usize, gen_flags: &[&str], lines: &str) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let yaml = dir.path().join("mixtral-replay.yaml");
+        std::fs::write(&yaml, tiny_mixtral(experts)).unwrap();
+        let ckpt = dir.path().join("ckpt");
+        let mut gen = vec![
+            "gen-checkpoint",
+            "--model",
+            s(&yaml),
+            "--out",
+            s(&ckpt),
+            "--family",
+            "mixtral",
+        ];
+        gen.extend_from_slice(gen_flags);
+        run_ok(&gen);
         let trace = dir.path().join("trace.jsonl");
         std::fs::write(&trace, lines).unwrap();
         Fixture {
@@ -79,13 +87,18 @@ impl Fixture {
     }
 
     /// `replay` with `extra` and `--json` into `name`, which must succeed:
-    /// its stdout and the JSON's runs.
-    fn runs(&self, name: &str, extra: &[&str]) -> (String, Vec<Value>) {
+    /// its stdout and the JSON.
+    fn report(&self, name: &str, extra: &[&str]) -> (String, Value) {
         let json = self.path(name);
         let o = self.replay(&[extra, &["--json", s(&json)]].concat());
         assert!(o.status.success(), "{}", stderr(&o));
-        let runs = read_json(&json)["runs"].as_array().unwrap().clone();
-        (stdout(&o), runs)
+        (stdout(&o), read_json(&json))
+    }
+
+    /// `report`'s stdout and the JSON's runs.
+    fn runs(&self, name: &str, extra: &[&str]) -> (String, Vec<Value>) {
+        let (out, doc) = self.report(name, extra);
+        (out, doc["runs"].as_array().unwrap().clone())
     }
 }
 
@@ -104,6 +117,9 @@ fn every_policy_computes_the_same_outputs() {
             "2",
             "--replan-every",
             "4",
+            // One training category: nothing to hold out for `auto`.
+            "--pin-share",
+            "0.5",
         ],
     );
     assert!(out.contains("equal for every policy"), "{out}");
@@ -247,6 +263,8 @@ fn a_budget_of_one_expert_does_not_deadlock() {
         "12288",
         "--train-categories",
         "a",
+        "--pin-share",
+        "0.5",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
 }
@@ -296,9 +314,55 @@ fn bad_replay_input_is_one_line_with_no_output() {
         "expert",
         &json,
     );
+    // The same in a training token only, read with a description of 16
+    // experts that lets it through: it is counted and simulated, not
+    // served, and must be refused all the same.
+    let wide_model = fixture.path("mixtral-16.yaml");
+    std::fs::write(&wide_model, tiny_mixtral(16)).unwrap();
+    let wide_training = fixture.path("wide-training.jsonl");
+    std::fs::write(
+        &wide_training,
+        "{\"seq\":\"a\",\"pos\":0,\"category\":\"a\",\"routes\":[[0,1],[9,1]]}\n\
+         {\"seq\":\"b\",\"pos\":0,\"category\":\"b\",\"routes\":[[0,1],[0,1]]}\n",
+    )
+    .unwrap();
+    assert_bad_input(
+        &[
+            "replay",
+            "--checkpoint",
+            s(&fixture.ckpt),
+            "--trace",
+            s(&wide_training),
+            "--model",
+            s(&wide_model),
+            "--train-categories",
+            "a",
+            "--policy",
+            "lru",
+            "--json",
+            s(&json),
+        ],
+        &wide_training,
+        "the trace routes 2 MoE layers of 10 experts; the checkpoint has 2 of 8",
+        &json,
+    );
     // Arguments that leave nothing to do or make no sense: one line, no file.
-    let cases: [(&[&str], &str); 4] = [
+    let cases: [(&[&str], &str); 7] = [
         (&["--train-categories", "a,b"], "no token left to replay"),
+        (
+            &["--pin-share", "1.5"],
+            "`1.5`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`",
+        ),
+        (
+            &["--pin-share", "foo"],
+            "`foo`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`",
+        ),
+        // The default policies include `replan`, and its default share is
+        // `auto`, which one training category cannot hold out.
+        (
+            &["--train-categories", "a"],
+            "--pin-share auto (the default) holds each training category out in turn and needs two; the training tokens have 1 (a)",
+        ),
         (
             &["--replan-every-seconds", "0"],
             "--replan-every-seconds 0: give a positive number of seconds",
@@ -323,5 +387,208 @@ fn bad_replay_input_is_one_line_with_no_output() {
             "{e}"
         );
         assert!(!json.exists());
+    }
+}
+
+/// A checkpoint of one MoE layer of 16 experts (`tiny_mixtral(16)` cut to
+/// its first, 12 KiB each) and 20 tokens in each of the categories a, b and
+/// c, token `t` of category `k` (0, 1, 2) routing `route(k, t)`.
+fn one_layer(route: impl Fn(u32, u32) -> Vec<u32>) -> Fixture {
+    let mut lines = String::new();
+    for (k, category) in ["a", "b", "c"].into_iter().enumerate() {
+        for t in 0..20 {
+            lines.push_str(&format!(
+                "{{\"seq\":\"{category}\",\"pos\":{t},\"category\":\"{category}\",\"routes\":[{:?}]}}\n",
+                route(k as u32, t)
+            ));
+        }
+    }
+    Fixture::with(16, &["--layers", "1"], &lines)
+}
+
+/// Two experts of 12 KiB, and `replan` never re-planning within the 20
+/// tokens, so that its pins are the ones it starts from.
+const TWO_EXPERTS: [&str; 6] = [
+    "--ram-budget",
+    "24576",
+    "--replan-every",
+    "1000",
+    "--train-categories",
+    "a,b",
+];
+
+/// The simulator's held-out felt wait at the shares 0, 10, 25, 50 and 75 %
+/// as ratios to the first, from `replay --json`'s `pin_share`.
+fn felt_ratios(pin_share: &Value) -> Vec<f64> {
+    let shares = pin_share["recommendation"]["shares"].as_array().unwrap();
+    let felt: Vec<f64> = shares
+        .iter()
+        .map(|s| s["felt_wait_seconds"].as_f64().unwrap())
+        .collect();
+    felt.iter().map(|f| f / felt[0]).collect()
+}
+
+fn assert_close(got: &[f64], want: &[f64]) {
+    assert_eq!(got.len(), want.len(), "{got:?}");
+    for (g, w) in got.iter().zip(want) {
+        assert!((g - w).abs() < 1e-9, "{got:?} against {want:?}");
+    }
+}
+
+/// Each category routes its own two experts every token (a: 0 1, b: 2 3,
+/// c: 4 5): recency wins, and `auto` pins nothing.
+#[test]
+fn auto_pins_nothing_where_recency_wins() {
+    let fixture = one_layer(|k, _| vec![2 * k, 2 * k + 1]);
+    let (out, doc) = fixture.report(
+        "auto.json",
+        &[&TWO_EXPERTS[..], &["--policy", "lru,replan"]].concat(),
+    );
+    // By hand, training categories a and b held out in turn at 2 slots:
+    // with no pin (shares 0, 10 % and 25 % of 2 slots pin nothing) LRU
+    // misses each of the category's 2 experts once: 2 misses a category.
+    // One pin (50 %, 75 %) holds the other category's expert (2 or 0, by
+    // the knapsack's tie to the lowest index), never asked for here, and
+    // leaves LRU 1 slot for 2 experts a token: both miss on the first
+    // token, then the one not resident misses on each of the other 19
+    // (the resident one is served first): 21. Summed over a and b: 4, 4,
+    // 4, 42, 42 misses of equal cost.
+    let pin_share = &doc["pin_share"];
+    assert_eq!(pin_share["chosen_by"], "auto");
+    assert_eq!(pin_share["share"], 0.0);
+    assert_eq!(
+        pin_share["held_out_categories"],
+        serde_json::json!(["a", "b"])
+    );
+    assert_close(&felt_ratios(pin_share), &[1.0, 1.0, 1.0, 10.5, 10.5]);
+    assert!(out.contains("replan pins 0% of the budget (--pin-share auto: no pinned share waits less than LRU alone (recency wins)"), "{out}");
+    // Replaying c: replan pins nothing, so it is LRU: nothing read before
+    // the clock, and its 2 experts each missed once.
+    let replan = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["policy"] == "replan")
+        .unwrap()
+        .clone();
+    assert_eq!(replan["startup_bytes"], 0, "{replan}");
+    assert_eq!(replan["misses"], 2, "{replan}");
+    assert_eq!(replan["hits"], 20 * 2 - 2, "{replan}");
+    // A number still pins what it says: half of 2 slots, one expert read
+    // before the clock.
+    let (out, doc) = fixture.report(
+        "fixed.json",
+        &[
+            &TWO_EXPERTS[..],
+            &["--policy", "replan", "--pin-share", "0.5"],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        doc["pin_share"],
+        serde_json::json!({"share": 0.5, "chosen_by": "flag", "seeded": false})
+    );
+    assert_eq!(doc["runs"][0]["startup_bytes"], 12288);
+    assert!(
+        out.contains("replan pins 50% of the budget (--pin-share 0.5)"),
+        "{out}"
+    );
+}
+
+/// Every category routes expert 0 and two cold experts of its own a token
+/// (a: 1-5, b: 6-10, c: 11-15, cycling): a hot expert all share, which the
+/// cold ones evict from an LRU, so pinning it pays.
+fn hot_and_scans(k: u32, t: u32) -> Vec<u32> {
+    let first = 1 + 5 * k;
+    vec![0, first + (2 * t) % 5, first + (2 * t + 1) % 5]
+}
+
+#[test]
+fn auto_pins_a_stable_hot_set() {
+    let (out, doc) = one_layer(hot_and_scans).report(
+        "auto.json",
+        &[&TWO_EXPERTS[..], &["--policy", "lru,replan"]].concat(),
+    );
+    // By hand, a and b held out in turn at 2 slots. No pin: a token's two
+    // cold experts are new (the 5 of a cycle, 2 a token) and evict expert 0
+    // each time, so all 3 miss: 60 a category. One pin (50 %, 75 %) is
+    // expert 0 (20 requests in the other category against 8 for each cold
+    // one), which hits; the cold ones still miss: 40. Summed: 120, 120,
+    // 120, 80, 80; the least is 50 %, the smaller of the tie.
+    let pin_share = &doc["pin_share"];
+    assert_eq!(pin_share["chosen_by"], "auto");
+    assert_eq!(pin_share["share"], 0.5);
+    assert_close(
+        &felt_ratios(pin_share),
+        &[1.0, 1.0, 1.0, 80.0 / 120.0, 80.0 / 120.0],
+    );
+    assert!(
+        out.contains(
+            "replan pins 50% of the budget (--pin-share auto: the least held-out felt wait"
+        ),
+        "{out}"
+    );
+    // Replaying c: replan pins expert 0 (trained on a and b) before the
+    // clock, which hits on all 20 tokens; its LRU slot holds one cold
+    // expert of the token before, never one asked for next: 40 misses.
+    let replan = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["policy"] == "replan")
+        .unwrap()
+        .clone();
+    assert_eq!(replan["startup_bytes"], 12288, "{replan}");
+    assert_eq!(replan["hits"], 20, "{replan}");
+    assert_eq!(replan["misses"], 40, "{replan}");
+}
+
+/// `auto` is `simulate --gate`'s recommendation for the training
+/// categories alone, at the same budget, cold for a cold replay and seeded
+/// for a seeded one: the held-out category c is not in what it simulates.
+#[test]
+fn auto_is_what_simulate_recommends_on_the_training_categories() {
+    let routes = [hot_and_scans as fn(u32, u32) -> Vec<u32>, |k, _| {
+        vec![2 * k, 2 * k + 1]
+    }];
+    for route in routes {
+        let fixture = one_layer(route);
+        let starts: [(&[&str], &[&str]); 2] =
+            [(&[], &[]), (&["--seed-tokens", "5"], &["--seeded"])];
+        for (replay_start, simulate_start) in starts {
+            let (_, doc) = fixture.report(
+                "auto.json",
+                &[&TWO_EXPERTS[..], &["--policy", "replan"], replay_start].concat(),
+            );
+            assert_eq!(doc["pin_share"]["seeded"], !replay_start.is_empty());
+            let sim = fixture.path("sim.json");
+            let mut simulate = vec![
+                "simulate",
+                "--trace",
+                s(&fixture.trace),
+                "--model",
+                s(&fixture.yaml),
+                "--layers",
+                "1",
+                "--categories",
+                "a,b",
+                "--policy",
+                "lru,pinned-lru",
+                "--allocation",
+                "global",
+                "--budget",
+                "24576",
+                "--gate",
+                "--no-sensitivity",
+                "--json",
+                s(&sim),
+            ];
+            simulate.extend_from_slice(simulate_start);
+            run_ok(&simulate);
+            assert_eq!(
+                doc["pin_share"]["recommendation"],
+                read_json(&sim)["pin_shares"][0]
+            );
+        }
     }
 }

@@ -8,9 +8,10 @@
 
 use super::arms::{Arm, SimOptions, Simulator};
 use super::budget::Allocation;
-use super::gate::Split;
+use super::gate::{held_out_splits, Split};
 use super::SimError;
 use crate::policy::PolicyKind;
+use residency_formats::heat::Trace;
 
 /// The shares of a budget tried: none, then up to three quarters (the LRU
 /// part keeps at least a quarter for what the training did not see).
@@ -108,11 +109,43 @@ pub fn recommend_pin_shares(
     Ok(out)
 }
 
+/// The recommendation for one cache of `budget_bytes` under `allocation`,
+/// each category of `trace` held out in turn with pins learned on the
+/// others (`replay --pin-share auto` asks it of the training categories
+/// alone, so the category it replays stays unseen). `expert_bytes[l]`: size
+/// of an expert of MoE ordinal `l`; `miss_seconds[o]`: felt seconds of a
+/// miss of object `o`.
+pub fn recommend_held_out_pin_share(
+    trace: &Trace,
+    expert_bytes: &[u64],
+    miss_seconds: &[f64],
+    budget_bytes: u64,
+    allocation: Allocation,
+    options: &SimOptions,
+) -> Result<PinShareRecommendation, SimError> {
+    let categories = trace.categories().len();
+    if categories < 2 {
+        // With one category there is nothing to learn pins on while it is
+        // held out: every share would pin nothing and tie at zero.
+        return Err(SimError::Invalid(format!(
+            "a pin share is recommended from each category held out in turn, which needs two categories or more; the trace has {categories}"
+        )));
+    }
+    let splits = held_out_splits(trace, expert_bytes);
+    let mut recommendations = recommend_pin_shares(
+        &splits,
+        miss_seconds,
+        &[budget_bytes],
+        &[allocation],
+        options,
+    )?;
+    Ok(recommendations.remove(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::gate::held_out_splits;
-    use residency_formats::heat::{HeatFormat, TokenRoutes, Trace};
+    use residency_formats::heat::{HeatFormat, TokenRoutes};
 
     const SIZE: u64 = 1000;
 
@@ -145,17 +178,15 @@ mod tests {
         }
     }
 
-    fn recommend(trace: &Trace) -> PinShareRecommendation {
-        let splits = held_out_splits(trace, &[SIZE]);
-        let mut r = recommend_pin_shares(
-            &splits,
+    fn recommend(trace: &Trace) -> Result<PinShareRecommendation, SimError> {
+        recommend_held_out_pin_share(
+            trace,
+            &[SIZE],
             &[1.0; 16],
-            &[2 * SIZE],
-            &[Allocation::Global],
+            2 * SIZE,
+            Allocation::Global,
             &SimOptions::default(),
         )
-        .unwrap();
-        r.remove(0)
     }
 
     fn felt(r: &PinShareRecommendation) -> Vec<f64> {
@@ -169,7 +200,7 @@ mod tests {
         // a token (60 a category). One pinned slot (shares 0.5 and 0.75;
         // 0.1 and 0.25 of 2 slots pin nothing) holds 0, learned on the
         // other category, from the start: 2 misses a token (40).
-        let r = recommend(&trace(0, 0, 2));
+        let r = recommend(&trace(0, 0, 2)).unwrap();
         assert_eq!(felt(&r), [120.0, 120.0, 120.0, 80.0, 80.0]);
         assert_eq!(r.recommended_share, 0.5);
     }
@@ -181,8 +212,19 @@ mod tests {
         // hot one, 21 a category. Pins learned on the other category hold
         // its hot expert, which this one never routes: 1 LRU slot, 2
         // misses a token (40).
-        let r = recommend(&trace(0, 8, 1));
+        let r = recommend(&trace(0, 8, 1)).unwrap();
         assert_eq!(felt(&r), [42.0, 42.0, 42.0, 80.0, 80.0]);
         assert_eq!(r.recommended_share, 0.0);
+    }
+
+    #[test]
+    fn one_category_has_nothing_to_hold_out() {
+        let mut one = trace(0, 0, 2);
+        one.tokens.retain(|t| t.category.as_deref() == Some("a"));
+        let e = recommend(&one).unwrap_err().to_string();
+        assert!(
+            e.contains("needs two categories or more; the trace has 1"),
+            "{e}"
+        );
     }
 }

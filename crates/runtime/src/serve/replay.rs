@@ -30,6 +30,7 @@ use residency_cache::online::{LayerShape, OnlineAllocator, OnlineError, OnlinePa
 use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
 use residency_cache::sim::arms::{knapsack, SimOptions, Simulator};
 use residency_cache::sim::budget::{uniform_slots, Allocation};
+use residency_cache::sim::pin_share::PinShareRecommendation;
 use residency_cache::sim::stream::Stream;
 use residency_cache::sim::SimError;
 use residency_formats::heat::TokenRoutes;
@@ -125,7 +126,40 @@ pub struct ReplayConfig {
 /// (`schemas/replay-output.schema.json`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct ReplayReport {
+    /// How `replan`'s pinned share was chosen; absent when no arm is
+    /// `replan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pin_share: Option<PinShareChoice>,
     pub runs: Vec<ReplayRun>,
+}
+
+/// The share of the budget `replan` pins, and where it came from.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct PinShareChoice {
+    /// Of the RAM budget, 0 to 1.
+    pub share: f64,
+    pub chosen_by: PinShareSource,
+    /// `auto`: the training categories, each held out in turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub held_out_categories: Vec<String>,
+    /// Whether the replay's arms are seeded (`--seed-tokens`); `auto` then
+    /// simulates its arms seeded too, from the training knapsack
+    /// (`simulate --seeded`), else cold.
+    pub seeded: bool,
+    /// `auto`: the simulator's held-out felt wait of `pinned-lru` at every
+    /// share tried, at this budget (global allocation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recommendation: Option<PinShareRecommendation>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PinShareSource {
+    /// Given as a number (`--pin-share 0.5`).
+    Flag,
+    /// Recommended by held-out replays of the training categories
+    /// (`sim::pin_share`, as `simulate --gate` recommends it).
+    Auto,
 }
 
 /// One arm's run.
@@ -198,6 +232,32 @@ fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
         .collect()
 }
 
+/// That `tokens` route every MoE layer of the checkpoint, and only experts
+/// it has: what serving them, or counting them per `(layer, expert)`, needs.
+pub fn check_geometry<'a>(
+    checkpoint: &Checkpoint,
+    tokens: impl Iterator<Item = &'a TokenRoutes> + Clone,
+) -> Result<(), ReplayError> {
+    let layers = checkpoint.config.moe_layers().len();
+    let experts = checkpoint.config.experts;
+    let trace_layers = tokens.clone().next().map_or(0, |t| t.routes.len());
+    let widest = tokens
+        .clone()
+        .flat_map(|t| t.routes.iter().flatten())
+        .max()
+        .map_or(0, |&e| e as usize + 1);
+    let ragged = tokens.clone().any(|t| t.routes.len() != trace_layers);
+    if trace_layers != layers || ragged || widest > experts {
+        return Err(ReplayError::Geometry {
+            trace: trace_layers,
+            trace_experts: widest,
+            checkpoint: layers,
+            checkpoint_experts: experts,
+        });
+    }
+    Ok(())
+}
+
 /// Replays `tokens` through every arm of `config`. `train_counts[o]`:
 /// requests for expert `o` in the training data (the evaluated tokens
 /// themselves for an in-sample run).
@@ -207,27 +267,7 @@ pub fn replay(
     train_counts: &[u64],
     config: &ReplayConfig,
 ) -> Result<Vec<ReplayRun>, ReplayError> {
-    let layers = checkpoint.config.moe_layers().len();
-    let experts = checkpoint.config.experts;
-    let trace_layers = tokens.first().map_or(0, |t| t.routes.len());
-    let widest = tokens
-        .iter()
-        .chain(&config.seed)
-        .flat_map(|t| t.routes.iter().flatten())
-        .max()
-        .map_or(0, |&e| e as usize + 1);
-    let ragged = tokens
-        .iter()
-        .chain(&config.seed)
-        .any(|t| t.routes.len() != trace_layers);
-    if trace_layers != layers || ragged || widest > experts {
-        return Err(ReplayError::Geometry {
-            trace: trace_layers,
-            trace_experts: widest,
-            checkpoint: layers,
-            checkpoint_experts: experts,
-        });
-    }
+    check_geometry(checkpoint, tokens.iter().chain(&config.seed))?;
     let moving = config.policies.contains(&ServePolicy::Dynamic);
     if moving && !config.layer_policy.resizes() {
         return Err(ReplayError::LayerPolicy(config.layer_policy));
