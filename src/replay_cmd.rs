@@ -66,7 +66,7 @@ pub struct ReplayArgs {
     rounds: usize,
     /// `replan`: share of the budget for pins, 0 to 1, or `auto`: the
     /// share `simulate --gate` recommends for the training categories, each
-    /// held out in turn (needs two), at this budget.
+    /// held out in turn, at this budget (with fewer than two: none).
     #[arg(long, value_parser = PinShareArg::parse, default_value = "auto")]
     pin_share: PinShareArg,
     /// `replan`: tokens between passes.
@@ -365,11 +365,16 @@ fn choose_pin_share(
     };
     let categories: Vec<String> = trace.categories().into_iter().map(String::from).collect();
     if categories.len() < 2 {
-        bail!(
-            "--pin-share auto (the default) holds each training category out in turn and needs two; the training tokens have {} ({}): name two or more with --train-categories, or give a share, e.g. --pin-share 0.5",
-            categories.len(),
-            if categories.is_empty() { "none".into() } else { categories.join(", ") }
-        );
+        // Nothing to hold out, so no share can be shown to pay: the rule's
+        // tie (every share unjudged) goes to the smallest, no pins, and the
+        // run goes on as LRU would rather than stopping a default.
+        return Ok(PinShareChoice {
+            share: 0.0,
+            chosen_by: PinShareSource::Auto,
+            held_out_categories: categories,
+            seeded,
+            recommendation: None,
+        });
     }
     let objects = checkpoint.config.experts * layers;
     let options = SimOptions {
@@ -396,10 +401,21 @@ fn choose_pin_share(
 /// Which share `replan` pins, and why.
 fn print_pin_share(choice: &PinShareChoice) {
     let Some(r) = &choice.recommendation else {
+        let why = match choice.chosen_by {
+            PinShareSource::Flag => format!("--pin-share {}", choice.share),
+            PinShareSource::Auto => format!(
+                "--pin-share auto: pins are judged on a training category held out from the others, and the training tokens have {} ({}); name two or more with --train-categories, or give a share, e.g. --pin-share 0.5",
+                choice.held_out_categories.len(),
+                if choice.held_out_categories.is_empty() {
+                    "none".into()
+                } else {
+                    choice.held_out_categories.join(", ")
+                }
+            ),
+        };
         println!(
-            "replan pins {:.0}% of the budget (--pin-share {})",
-            100.0 * choice.share,
-            choice.share
+            "replan pins {:.0}% of the budget ({why})",
+            100.0 * choice.share
         );
         return;
     };

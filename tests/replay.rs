@@ -235,6 +235,30 @@ fn seeding_is_start_up_and_leaves_the_outputs_alone() {
         assert_eq!(r["misses"], 8, "{r}");
         assert_eq!(r["hits"], 120 - 8, "{r}");
     }
+    // One training category leaves none to hold out, so `auto` (the
+    // default) cannot show that a pin pays: replan pins nothing and runs,
+    // and the line says what would let it judge.
+    let (out, doc) = fixture.report(
+        "one-category.json",
+        &["--train-categories", "a", "--policy", "lru,replan"],
+    );
+    assert!(out.contains("replan pins 0% of the budget (--pin-share auto: pins are judged on a training category held out from the others, and the training tokens have 1 (a); name two or more"), "{out}");
+    assert_eq!(doc["pin_share"]["chosen_by"], "auto");
+    assert_eq!(doc["pin_share"]["share"], 0.0);
+    assert!(doc["pin_share"]
+        .get("recommendation")
+        .is_none_or(|r| r.is_null()));
+    let startup: Vec<&Value> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| &r["startup_bytes"])
+        .collect();
+    assert_eq!(
+        startup,
+        [&Value::from(0), &Value::from(0)],
+        "no pins, nothing read before the clock"
+    );
     // Seeding needs training categories to take the tokens from.
     let o = fixture.replay(&["--seed-tokens", "4"]);
     assert_eq!(o.status.code(), Some(1));
@@ -347,7 +371,7 @@ fn bad_replay_input_is_one_line_with_no_output() {
         &json,
     );
     // Arguments that leave nothing to do or make no sense: one line, no file.
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 6] = [
         (&["--train-categories", "a,b"], "no token left to replay"),
         (
             &["--pin-share", "1.5"],
@@ -356,12 +380,6 @@ fn bad_replay_input_is_one_line_with_no_output() {
         (
             &["--pin-share", "foo"],
             "`foo`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`",
-        ),
-        // The default policies include `replan`, and its default share is
-        // `auto`, which one training category cannot hold out.
-        (
-            &["--train-categories", "a"],
-            "--pin-share auto (the default) holds each training category out in turn and needs two; the training tokens have 1 (a)",
         ),
         (
             &["--replan-every-seconds", "0"],
