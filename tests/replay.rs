@@ -482,13 +482,7 @@ fn auto_pins_nothing_where_recency_wins() {
     assert!(out.contains("replan pins 0% of the budget (--pin-share auto: no pinned share waits less than LRU alone (recency wins)"), "{out}");
     // Replaying c: replan pins nothing, so it is LRU: nothing read before
     // the clock, and its 2 experts each missed once.
-    let replan = doc["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["policy"] == "replan")
-        .unwrap()
-        .clone();
+    let replan = arm(&doc, "replan");
     assert_eq!(replan["startup_bytes"], 0, "{replan}");
     assert_eq!(replan["misses"], 2, "{replan}");
     assert_eq!(replan["hits"], 20 * 2 - 2, "{replan}");
@@ -549,16 +543,16 @@ fn auto_pins_a_stable_hot_set() {
     // Replaying c: replan pins expert 0 (trained on a and b) before the
     // clock, which hits on all 20 tokens; its LRU slot holds one cold
     // expert of the token before, never one asked for next: 40 misses.
-    let replan = doc["runs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["policy"] == "replan")
-        .unwrap()
-        .clone();
+    let replan = arm(&doc, "replan");
     assert_eq!(replan["startup_bytes"], 12288, "{replan}");
     assert_eq!(replan["hits"], 20, "{replan}");
     assert_eq!(replan["misses"], 40, "{replan}");
+}
+
+/// The run of `policy` in a replay's JSON.
+fn arm(doc: &Value, policy: &str) -> Value {
+    let runs = doc["runs"].as_array().unwrap();
+    runs.iter().find(|r| r["policy"] == policy).unwrap().clone()
 }
 
 /// `auto` is `simulate --gate`'s recommendation for the training
