@@ -15,6 +15,7 @@ use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_core::units::Bytes;
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
+use residency_hwprofile::Spread;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
@@ -243,6 +244,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         print_pin_share(choice);
     }
     print_runs(&runs);
+    print_simulated(&runs, config.miss_seconds);
     // Runs of the same tokens must compute the same outputs.
     let differs = runs.iter().any(|a| {
         runs.iter()
@@ -485,6 +487,50 @@ fn replay_per_category(
         }
     }
     Ok(runs)
+}
+
+/// Per arm (and category), the simulator's prediction beside the median
+/// of the measured rounds, and their ratios (issue 15 item 5).
+fn print_simulated(runs: &[ReplayRun], miss_seconds: f64) {
+    let mut arms: Vec<(&str, Option<&str>)> = Vec::new();
+    for r in runs.iter().filter(|r| r.simulated.is_some()) {
+        let arm = (r.policy.as_str(), r.category.as_deref());
+        if !arms.contains(&arm) {
+            arms.push(arm);
+        }
+    }
+    if arms.is_empty() {
+        return;
+    }
+    println!(
+        "the simulator on the same tokens and budget (each miss felt in full, {:.3} ms), against the median of the rounds:",
+        miss_seconds * 1e3
+    );
+    println!(
+        "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",
+        "policy", "category", "sim misses", "misses", "ratio", "sim felt s", "felt s", "ratio"
+    );
+    for (policy, category) in arms {
+        let of_arm: Vec<&ReplayRun> = runs
+            .iter()
+            .filter(|r| r.policy == policy && r.category.as_deref() == category)
+            .collect();
+        let simulated = of_arm[0].simulated.as_ref().expect("filtered above");
+        let median = |values: Vec<f64>| Spread::of(&values).map_or(0.0, |s| s.median);
+        let misses = median(of_arm.iter().map(|r| r.misses as f64).collect());
+        let felt = median(of_arm.iter().map(|r| r.felt_wait_seconds).collect());
+        println!(
+            "  {:<16} {:>12} {:>10} {:>10} {:>7.3} {:>10.3} {:>10.3} {:>7.3}",
+            policy,
+            category.unwrap_or("all"),
+            simulated.misses,
+            misses,
+            simulated.misses as f64 / misses.max(1.0),
+            simulated.felt_wait_seconds,
+            felt,
+            simulated.felt_wait_seconds / felt.max(1e-9)
+        );
+    }
 }
 
 fn print_runs(runs: &[ReplayRun]) {

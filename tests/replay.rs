@@ -486,6 +486,17 @@ fn auto_pins_nothing_where_recency_wins() {
     assert_eq!(replan["startup_bytes"], 0, "{replan}");
     assert_eq!(replan["misses"], 2, "{replan}");
     assert_eq!(replan["hits"], 20 * 2 - 2, "{replan}");
+    // The simulator on the same tokens and budget: LRU misses c's two
+    // experts once each, as the store did (by hand, above), each miss felt
+    // in full. `replan` has no simulator arm: it re-plans while serving.
+    let lru = arm(&doc, "lru");
+    assert_eq!(lru["simulated"]["misses"], 2, "{lru}");
+    assert!(lru["simulated"]["felt_wait_seconds"].as_f64().unwrap() > 0.0);
+    assert!(replan.get("simulated").is_none(), "{replan}");
+    assert!(
+        out.contains("the simulator on the same tokens and budget"),
+        "{out}"
+    );
     // A number still pins what it says: half of 2 slots, one expert read
     // before the clock.
     let (out, doc) = fixture.report(

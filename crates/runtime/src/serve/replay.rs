@@ -28,7 +28,7 @@ use crate::store::{
 };
 use residency_cache::online::{LayerShape, OnlineAllocator, OnlineError, OnlineParams};
 use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
-use residency_cache::sim::arms::{knapsack, SimOptions, Simulator};
+use residency_cache::sim::arms::{knapsack, Arm, SimOptions, Simulator};
 use residency_cache::sim::budget::{uniform_slots, Allocation};
 use residency_cache::sim::pin_share::PinShareRecommendation;
 use residency_cache::sim::stream::Stream;
@@ -192,6 +192,19 @@ pub struct ReplayRun {
     pub evictions: u64,
     pub migration_bytes: u64,
     pub output_checksum: String,
+    /// The simulator's misses and felt wait for this arm on the same
+    /// tokens and budget (`predicted`), where it has the arm.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub simulated: Option<Simulated>,
+}
+
+/// What `residency simulate`'s code predicts for an arm: the same tokens
+/// through the same policy, allocation and budget, each miss priced at
+/// the replay's miss cost (`ReplayConfig::miss_seconds`) and felt in full.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct Simulated {
+    pub misses: u64,
+    pub felt_wait_seconds: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,24 +286,106 @@ pub fn replay(
         return Err(ReplayError::LayerPolicy(config.layer_policy));
     }
     config.online.check()?;
+    let sizes: Vec<u64> = expert_keys(checkpoint)
+        .iter()
+        .map(|k| checkpoint.object_bytes(k))
+        .collect();
+    let experts = checkpoint.config.experts;
+    let mut predicted = Vec::with_capacity(config.policies.len());
+    for &policy in &config.policies {
+        predicted.push(simulate_arm(
+            config,
+            policy,
+            &sizes,
+            tokens,
+            train_counts,
+            experts,
+        )?);
+    }
     let mut runs = Vec::new();
     for round in 0..config.rounds.max(1) {
-        let mut order = config.policies.clone();
+        let mut order: Vec<usize> = (0..config.policies.len()).collect();
         if round % 2 == 1 {
             order.reverse();
         }
-        for policy in order {
-            runs.push(run_arm(
-                checkpoint,
-                tokens,
-                train_counts,
-                config,
-                policy,
-                round,
-            )?);
+        for i in order {
+            let policy = config.policies[i];
+            let run = run_arm(checkpoint, tokens, train_counts, config, policy, round)?;
+            runs.push(ReplayRun {
+                simulated: predicted[i].clone(),
+                ..run
+            });
         }
     }
     Ok(runs)
+}
+
+/// The simulator on `tokens` as `policy` serves them, where it has the
+/// arm: `lru`, `lfru`, `frequency`, `cost` and `plan` as one global cache,
+/// the per-layer arms as their allocation (`uniform`, offline `dynamic`,
+/// `online`) under the layer policy. None for `replan`, which re-plans
+/// from live heat while serving (the simulator's pins are static), for
+/// `resident` (no store), and for runs that do not start cold (`warm`, or
+/// seed tokens served first: the simulator's seeded start is the training
+/// knapsack, not the store's state after those tokens).
+fn simulate_arm(
+    config: &ReplayConfig,
+    policy: ServePolicy,
+    sizes: &[u64],
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    experts: usize,
+) -> Result<Option<Simulated>, ReplayError> {
+    let allocation = match policy {
+        ServePolicy::Replan | ServePolicy::Resident => return Ok(None),
+        _ if config.warm || !config.seed.is_empty() => return Ok(None),
+        ServePolicy::Uniform => Allocation::Uniform,
+        ServePolicy::DynamicOffline => Allocation::Dynamic,
+        ServePolicy::Dynamic => Allocation::Online,
+        _ => Allocation::Global,
+    };
+    let options = SimOptions {
+        online: config.online.clone(),
+        ..SimOptions::default()
+    };
+    let mut sim = simulator(config, sizes, tokens, Some(train_counts), experts, options);
+    let layers = sizes.len() / experts;
+    let run = sim.run(
+        Arm {
+            policy: policy.cache_policy(config.layer_policy),
+            allocation,
+            budget_bytes: config.ram_budget_bytes,
+        },
+        &vec![1.0; layers],
+    )?;
+    Ok(Some(Simulated {
+        misses: run.stats.misses,
+        felt_wait_seconds: run.felt_wait_seconds,
+    }))
+}
+
+/// A simulator of `tokens` over the checkpoint's experts (`sizes`, every
+/// layer's `experts` in turn), each miss at the replay's miss cost;
+/// `train_counts` is its learning policies' prior, `None` the tokens' own
+/// counts (in hindsight).
+fn simulator(
+    config: &ReplayConfig,
+    sizes: &[u64],
+    tokens: &[TokenRoutes],
+    train_counts: Option<&[u64]>,
+    experts: usize,
+    options: SimOptions,
+) -> Simulator {
+    let layers = sizes.len() / experts;
+    let slot_bytes: Vec<u64> = (0..layers).map(|l| sizes[l * experts]).collect();
+    let stream = Stream::from_tokens(tokens, &vec![experts; layers], &slot_bytes);
+    let counts = train_counts.map_or_else(|| stream.counts(), <[u64]>::to_vec);
+    Simulator::new(
+        stream,
+        counts,
+        vec![config.miss_seconds; sizes.len()],
+        options,
+    )
 }
 
 fn run_arm(
@@ -573,14 +668,7 @@ fn layer_capacities(
             .map(|(k, &b)| k as u64 * b)
             .collect());
     }
-    let stream = Stream::from_tokens(tokens, &vec![experts; layers], &slot_bytes);
-    let counts = stream.counts();
-    let mut sim = Simulator::new(
-        stream,
-        counts,
-        vec![config.miss_seconds; sizes.len()],
-        SimOptions::default(),
-    );
+    let mut sim = simulator(config, sizes, tokens, None, experts, SimOptions::default());
     sim.layer_capacities(
         config.layer_policy,
         Allocation::Dynamic,
@@ -742,6 +830,7 @@ impl Served {
             evictions: 0,
             migration_bytes: 0,
             output_checksum: self.checksum,
+            simulated: None,
         }
     }
 }
