@@ -185,20 +185,13 @@ pub struct Spread {
 
 impl Spread {
     /// `None` for no values; the median of an even count is the mean of
-    /// the middle two.
+    /// the middle two (`residency_hwprofile::Spread`, as calibration
+    /// reports its trials).
     pub fn of(values: &[f64]) -> Option<Spread> {
-        let mut sorted = values.to_vec();
-        sorted.sort_by(f64::total_cmp);
-        let n = sorted.len();
-        let median = match n {
-            0 => return None,
-            _ if n % 2 == 1 => sorted[n / 2],
-            _ => (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0,
-        };
-        Some(Spread {
-            median,
-            min: sorted[0],
-            max: sorted[n - 1],
+        residency_hwprofile::Spread::of(values).map(|s| Spread {
+            median: s.median,
+            min: s.min,
+            max: s.max,
         })
     }
 }
