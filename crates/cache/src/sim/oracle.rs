@@ -71,10 +71,14 @@ pub fn read_oracle_general(path: &Path) -> Result<Stream> {
 /// What the records read so far made: dense objects by id, their sizes,
 /// the requests.
 struct Parsed {
-    /// Looked up once per request, so hashed with [`IdHasher`] rather than
-    /// SipHash (std's default, tens of cycles a lookup). Ids come from the
-    /// file, but a hostile trace can only make its own replay slow.
-    dense: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
+    /// Each id's dense object and size. Looked up once per request, so
+    /// hashed with [`IdHasher`] rather than SipHash (std's default, tens of
+    /// cycles a lookup); ids come from the file, but a hostile trace can
+    /// only make its own replay slow. The size is kept beside the object,
+    /// not only in `sizes_bytes`, so that checking a request's size reads
+    /// the bucket the lookup already brought in: with thousands of objects
+    /// both tables outgrow L1, and the second read was a wait per request.
+    dense: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
     sizes_bytes: Vec<u64>,
     requests: Vec<ObjectIndex>,
 }
@@ -93,7 +97,7 @@ impl Parsed {
         for (k, record) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
             let i = first + k;
             let id = u64::from_le_bytes(record[4..12].try_into().unwrap());
-            let size = u32::from_le_bytes(record[12..16].try_into().unwrap()) as u64;
+            let size = u32::from_le_bytes(record[12..16].try_into().unwrap());
             let bad = |problem: String| {
                 PlannerError::input(
                     path,
@@ -106,13 +110,12 @@ impl Parsed {
                 return Err(bad(format!("object {id} has size 0")));
             }
             let next = self.dense.len() as u32;
-            let o = *self.dense.entry(id).or_insert(next);
+            let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
             if o == next {
-                self.sizes_bytes.push(size);
-            } else if self.sizes_bytes[o as usize] != size {
+                self.sizes_bytes.push(size.into());
+            } else if first_size != size {
                 return Err(bad(format!(
-                    "object {id} changes size from {} to {size} bytes",
-                    self.sizes_bytes[o as usize]
+                    "object {id} changes size from {first_size} to {size} bytes"
                 )));
             }
             self.requests.push(o);
