@@ -138,8 +138,10 @@ impl Stream {
     /// End (exclusive) of the requests from `start` that one token asks of
     /// one layer at once: a serving store looks all of them up before it
     /// loads any (`Store::try_acquire`, then the misses), so the replay
-    /// serves them in that order too (`sim::replay`).
-    #[inline]
+    /// serves them in that order too (`sim::replay`). Inlined by force:
+    /// the replay asks once a request, and left to itself the compiler
+    /// kept it out of line.
+    #[inline(always)]
     pub fn leased_group_end(&self, start: usize) -> usize {
         let token_end = self.token_end(start);
         let mut end = start + 1;
