@@ -13,7 +13,6 @@ use residency_cache::policy::{build, PolicyKind, PolicySetup};
 use residency_cache::sim::arms::SimOptions;
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::gate::{gate, held_out_splits, GateConfig};
-use residency_cache::sim::replay::replay;
 use residency_cache::sim::stack::lru_misses_per_slot;
 use residency_cache::sim::stream::Stream;
 use residency_cache::sim::synthetic::{zipf_trace, SyntheticShape};
@@ -60,7 +59,7 @@ fn bench(c: &mut Criterion) {
                 params: Default::default(),
             };
             let mut lru = build(PolicyKind::Lru, &setup).unwrap();
-            replay(lru.as_mut(), &stream, &[], &zero).misses
+            lru.replay_stream(&stream, &[], &zero).misses
         })
     });
     group.bench_function("stack_curves", |b| {

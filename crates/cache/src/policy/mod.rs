@@ -115,6 +115,19 @@ pub trait Policy {
     fn reads_next_access(&self) -> bool {
         false
     }
+    /// Replays `stream` through this policy: [`crate::sim::replay::replay`],
+    /// compiled once for each policy, so that called through `dyn Policy`
+    /// (as the simulator holds its policies) the loop calls `access` and
+    /// `contains` directly, inlined, instead of through the vtable once or
+    /// twice a request. Not for overriding.
+    fn replay_stream(
+        &mut self,
+        stream: &crate::sim::stream::Stream,
+        seeds: &[ObjectIndex],
+        miss_seconds: &[f64],
+    ) -> crate::sim::replay::ReplayStats {
+        crate::sim::replay::replay(self, stream, seeds, miss_seconds)
+    }
 }
 
 residency_core::named! {

@@ -8,38 +8,51 @@ use super::{ObjectIndex, PolicySetup};
 
 const NIL: u32 = u32::MAX;
 
+/// The neighbours of one node. Both in one record, so that an unlink or a
+/// link touches one cache line per node rather than one per array: replays
+/// run this list once or twice a request, over more objects than L1 holds.
+#[derive(Debug, Clone, Copy)]
+struct Link {
+    /// `NIL` for a non-member: membership needs no array of its own.
+    prev: u32,
+    next: u32,
+}
+
 /// Objects in order from front (most recent) to back (next victim).
 #[derive(Debug, Clone)]
 pub(crate) struct RecencyList {
-    /// `prev[o]`, `next[o]` of member `o`; index `objects` is the sentinel
-    /// (its `next` is the front, its `prev` the back).
-    prev: Vec<u32>,
-    next: Vec<u32>,
-    member: Vec<bool>,
+    /// The links of member `o`; index `objects` is the sentinel (its `next`
+    /// is the front, its `prev` the back).
+    links: Vec<Link>,
     len: usize,
 }
 
 impl RecencyList {
     pub fn new(objects: usize) -> Self {
         let sentinel = objects as u32;
-        RecencyList {
-            prev: (0..=objects)
-                .map(|i| if i == objects { sentinel } else { NIL })
-                .collect(),
-            next: (0..=objects)
-                .map(|i| if i == objects { sentinel } else { NIL })
-                .collect(),
-            member: vec![false; objects],
-            len: 0,
-        }
+        let mut links = vec![
+            Link {
+                prev: NIL,
+                next: NIL
+            };
+            objects + 1
+        ];
+        links[objects] = Link {
+            prev: sentinel,
+            next: sentinel,
+        };
+        RecencyList { links, len: 0 }
     }
 
+    #[inline]
     fn sentinel(&self) -> u32 {
-        self.member.len() as u32
+        (self.links.len() - 1) as u32
     }
 
+    #[inline]
     pub fn contains(&self, o: ObjectIndex) -> bool {
-        self.member[o as usize]
+        debug_assert!(o < self.sentinel());
+        self.links[o as usize].prev != NIL
     }
 
     pub fn len(&self) -> usize {
@@ -47,45 +60,52 @@ impl RecencyList {
     }
 
     /// Inserts a non-member at the front.
+    #[inline]
     pub fn push_front(&mut self, o: ObjectIndex) {
         let s = self.sentinel();
         self.link_after(s, o);
     }
 
+    #[inline]
     fn link_after(&mut self, at: u32, o: ObjectIndex) {
-        debug_assert!(!self.member[o as usize]);
-        let after = self.next[at as usize];
-        self.prev[o as usize] = at;
-        self.next[o as usize] = after;
-        self.next[at as usize] = o;
-        self.prev[after as usize] = o;
-        self.member[o as usize] = true;
+        debug_assert!(!self.contains(o));
+        let after = self.links[at as usize].next;
+        self.links[o as usize] = Link {
+            prev: at,
+            next: after,
+        };
+        self.links[at as usize].next = o;
+        self.links[after as usize].prev = o;
         self.len += 1;
     }
 
     /// Removes a member.
+    #[inline]
     pub fn remove(&mut self, o: ObjectIndex) {
-        debug_assert!(self.member[o as usize]);
-        let (p, n) = (self.prev[o as usize], self.next[o as usize]);
-        self.next[p as usize] = n;
-        self.prev[n as usize] = p;
-        self.member[o as usize] = false;
+        debug_assert!(self.contains(o));
+        let Link { prev, next } = self.links[o as usize];
+        self.links[prev as usize].next = next;
+        self.links[next as usize].prev = prev;
+        self.links[o as usize].prev = NIL;
         self.len -= 1;
     }
 
     /// Moves a member to the front.
+    #[inline]
     pub fn move_to_front(&mut self, o: ObjectIndex) {
         self.remove(o);
         self.push_front(o);
     }
 
     /// The back (least recent) member.
+    #[inline]
     pub fn back(&self) -> Option<ObjectIndex> {
-        let last = self.prev[self.sentinel() as usize];
+        let last = self.links[self.sentinel() as usize].prev;
         (last != self.sentinel()).then_some(last)
     }
 
     /// Removes and returns the back member.
+    #[inline]
     pub fn pop_back(&mut self) -> Option<ObjectIndex> {
         let last = self.back()?;
         self.remove(last);
@@ -94,7 +114,7 @@ impl RecencyList {
 
     /// The member in front of `o` (towards the front), if any.
     pub fn before(&self, o: ObjectIndex) -> Option<ObjectIndex> {
-        let p = self.prev[o as usize];
+        let p = self.links[o as usize].prev;
         (p != self.sentinel()).then_some(p)
     }
 
@@ -128,14 +148,17 @@ impl SizedList {
         &self.list
     }
 
+    #[inline]
     pub fn contains(&self, o: ObjectIndex) -> bool {
         self.list.contains(o)
     }
 
+    #[inline]
     pub fn used_bytes(&self) -> u64 {
         self.used_bytes
     }
 
+    #[inline]
     pub fn capacity_bytes(&self) -> u64 {
         self.capacity_bytes
     }
@@ -148,6 +171,7 @@ impl SizedList {
     }
 
     /// Whether `size_bytes` more fit without an eviction.
+    #[inline]
     pub fn fits(&self, size_bytes: u64) -> bool {
         self.used_bytes + size_bytes <= self.capacity_bytes
     }
@@ -156,11 +180,13 @@ impl SizedList {
         self.size_bytes[o as usize]
     }
 
+    #[inline]
     pub fn move_to_front(&mut self, o: ObjectIndex) {
         self.list.move_to_front(o);
     }
 
     /// Inserts a non-member of `size_bytes` at the front.
+    #[inline]
     pub fn push_front(&mut self, o: ObjectIndex, size_bytes: u64) {
         self.list.push_front(o);
         self.size_bytes[o as usize] = size_bytes;
@@ -168,6 +194,7 @@ impl SizedList {
     }
 
     /// Takes the back member out, its bytes freed.
+    #[inline]
     pub fn pop_back(&mut self) -> Option<ObjectIndex> {
         let o = self.list.pop_back()?;
         self.used_bytes -= self.size_bytes[o as usize];

@@ -12,7 +12,7 @@
 //! stack-distance pass, the others' from a replay at every capacity.
 
 use super::budget::{floor_slots, uniform_slots, water_fill_above, Allocation, LayerCurve};
-use super::replay::{replay, replay_online, ReplayStats};
+use super::replay::{replay_online, ReplayStats};
 use super::stack::lru_misses_per_slot;
 use super::stream::Stream;
 use super::SimError;
@@ -365,14 +365,9 @@ impl Simulator {
         };
         let mut p = build(policy, &setup)?;
         let stats = if layer == GLOBAL {
-            replay(p.as_mut(), &self.eval, &seeds, &miss_seconds)
+            p.replay_stream(&self.eval, &seeds, &miss_seconds)
         } else {
-            let mut stats = replay(
-                p.as_mut(),
-                &self.layer_streams()[layer],
-                &seeds,
-                &miss_seconds,
-            );
+            let mut stats = p.replay_stream(&self.layer_streams()[layer], &seeds, &miss_seconds);
             // The layer stream is layer 0 of its own; put it at `layer`.
             let (misses, felt) = (
                 stats.misses_by_layer[0],

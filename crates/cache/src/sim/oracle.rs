@@ -6,6 +6,7 @@
 
 use super::stream::Stream;
 use crate::policy::{ObjectIndex, NEVER};
+use rayon::prelude::*;
 use residency_core::error::{write_atomic, PlannerError, Result};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -13,9 +14,10 @@ use std::path::Path;
 
 const RECORD_BYTES: usize = 24;
 
-/// Bytes mapped at a time: whole records (24 x 1 Mi) and whole pages, so no
-/// record straddles two windows and every window's offset is page-aligned.
-const WINDOW_BYTES: usize = RECORD_BYTES << 20;
+/// Records mapped at a time: 24 MiB, whole pages, so no record straddles
+/// two windows and every window's offset is page-aligned.
+const WINDOW_RECORDS: usize = 1 << 20;
+const WINDOW_BYTES: usize = RECORD_BYTES * WINDOW_RECORDS;
 
 /// Reads a trace; a length that is not a whole number of records, a size-0
 /// record or an object whose size changes is an error naming the record.
@@ -25,6 +27,14 @@ const WINDOW_BYTES: usize = RECORD_BYTES << 20;
 /// more kernel time (faulting in the copy) than the replay took, and a
 /// mapped page counts in the resident set until it is unmapped, so the
 /// whole file mapped at once would weigh six times the requests kept.
+///
+/// A trace of several windows is cut into one run of windows per rayon
+/// thread, parsed side by side (the parse is a hash lookup a record, about
+/// a third of a whole `simulate` of one policy), then merged in file order:
+/// each part's objects, in its own order of first appearance, either are
+/// an earlier part's or are new, so they get the numbers one pass would
+/// have given them. Any problem is named by reading the file again in one
+/// pass, so the error is the first bad record's whatever the split.
 pub fn read_oracle_general(path: &Path) -> Result<Stream> {
     let file = std::fs::File::open(path).map_err(|e| PlannerError::io(path, e))?;
     let len = file
@@ -39,61 +49,135 @@ pub fn read_oracle_general(path: &Path) -> Result<Stream> {
             "give an uncompressed libCacheSim oracleGeneral file (decompress .zst first)",
         ));
     }
-    let mut parsed = Parsed::with_capacity(len / RECORD_BYTES);
-    for offset in (0..len).step_by(WINDOW_BYTES) {
-        // SAFETY: the map is read-only and a trace is not written while it
-        // is read (the same contract as the runtime's mmap reader of
-        // checkpoints); a file truncated under us would raise SIGBUS on
-        // access, as with any mmap reader. Nothing borrowed from the map
-        // outlives this iteration.
-        let map = unsafe {
-            memmap2::MmapOptions::new()
-                .offset(offset as u64)
-                .len(WINDOW_BYTES.min(len - offset))
-                .map(&file)
+    let parts = rayon::current_num_threads().clamp(1, len.div_ceil(WINDOW_BYTES));
+    if parts > 1 {
+        if let Ok(Some(stream)) = read_parts(&file, path, len, parts) {
+            return Ok(stream);
         }
-        .map_err(|e| PlannerError::io(path, e))?;
-        // Records are read once, front to back: ask for read-ahead. Advice
-        // is a hint; a kernel that ignores it only reads more slowly.
-        let _ = map.advise(memmap2::Advice::Sequential);
-        parsed.records(path, offset / RECORD_BYTES, &map)?;
     }
-    let objects = parsed.sizes_bytes.len() as u32;
-    let tokens = parsed.requests.len() as u64;
-    Ok(Stream::new(
-        parsed.sizes_bytes,
+    read_parts(&file, path, len, 1).map(|read| read.expect("one part has nothing to merge"))
+}
+
+/// The trace of `len` bytes read in `parts` runs of whole windows, merged;
+/// `None` where an object's size differs between parts. With more than one
+/// part, an error is some part's first bad record, not the file's.
+fn read_parts(
+    file: &std::fs::File,
+    path: &Path,
+    len: usize,
+    parts: usize,
+) -> Result<Option<Stream>> {
+    let records = len / RECORD_BYTES;
+    let windows = records.div_ceil(WINDOW_RECORDS);
+    let bounds: Vec<usize> = (0..=parts)
+        .map(|k| (k * windows / parts * WINDOW_RECORDS).min(records))
+        .collect();
+    let mut requests: Vec<ObjectIndex> = vec![0; records];
+    let mut slices = split_at_bounds(&mut requests, &bounds);
+    let read: Vec<Part> = slices
+        .par_iter_mut()
+        .zip(bounds.par_windows(2))
+        .map(|(out, range)| Part::read(file, path, range[0], out))
+        .collect::<Result<_>>()?;
+    let mut read = read.into_iter();
+    let mut all = read.next().expect("at least one part");
+    let Some(renumbered) = read
+        .map(|part| all.absorb(&part))
+        .collect::<Option<Vec<_>>>()
+    else {
+        return Ok(None);
+    };
+    slices[1..]
+        .par_iter_mut()
+        .zip(renumbered)
+        .for_each(|(out, global)| out.iter_mut().for_each(|o| *o = global[*o as usize]));
+    let objects = all.sizes.len() as u32;
+    Ok(Some(Stream::new(
+        all.sizes.into_iter().map(u64::from).collect(),
         vec![0, objects],
-        parsed.requests,
-        tokens,
-    ))
+        requests,
+        records as u64,
+    )))
 }
 
-/// What the records read so far made: dense objects by id, their sizes,
-/// the requests.
-struct Parsed {
-    /// Looked up once per request, so hashed with [`IdHasher`] rather than
-    /// SipHash (std's default, tens of cycles a lookup). Ids come from the
-    /// file, but a hostile trace can only make its own replay slow.
-    dense: HashMap<u64, u32, BuildHasherDefault<IdHasher>>,
-    sizes_bytes: Vec<u64>,
-    requests: Vec<ObjectIndex>,
+/// `all` cut into consecutive slices at `bounds` (from 0 to `all.len()`).
+fn split_at_bounds<'a, T>(mut all: &'a mut [T], bounds: &[usize]) -> Vec<&'a mut [T]> {
+    bounds
+        .windows(2)
+        .map(|w| {
+            let (head, tail) = std::mem::take(&mut all).split_at_mut(w[1] - w[0]);
+            all = tail;
+            head
+        })
+        .collect()
 }
 
-impl Parsed {
-    fn with_capacity(records: usize) -> Parsed {
-        Parsed {
+/// What one run of records made: dense objects by id (numbered from 0 in
+/// the run's order of first appearance), their ids and sizes; the run's
+/// requests are written in place, as these numbers.
+struct Part {
+    /// Each id's dense object and size. Looked up once per request, so
+    /// hashed with [`IdHasher`] rather than SipHash (std's default, tens of
+    /// cycles a lookup); ids come from the file, but a hostile trace can
+    /// only make its own replay slow. The size is kept beside the object,
+    /// not only in `sizes`, so that checking a request's size reads the
+    /// bucket the lookup already brought in: with thousands of objects
+    /// both tables outgrow L1, and the second read was a wait per request.
+    dense: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+    ids: Vec<u64>,
+    sizes: Vec<u32>,
+}
+
+impl Part {
+    /// Parses the records from record `first` that fill `out`, one window
+    /// mapped at a time (`first` starts a window).
+    fn read(
+        file: &std::fs::File,
+        path: &Path,
+        first: usize,
+        out: &mut [ObjectIndex],
+    ) -> Result<Part> {
+        let mut part = Part {
             dense: HashMap::default(),
-            sizes_bytes: Vec::new(),
-            requests: Vec::with_capacity(records),
+            ids: Vec::new(),
+            sizes: Vec::new(),
+        };
+        for (w, out) in out.chunks_mut(WINDOW_RECORDS).enumerate() {
+            let at = first + w * WINDOW_RECORDS;
+            // SAFETY: the map is read-only and a trace is not written while
+            // it is read (the same contract as the runtime's mmap reader of
+            // checkpoints); a file truncated under us would raise SIGBUS on
+            // access, as with any mmap reader. Nothing borrowed from the
+            // map outlives this iteration.
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset((at * RECORD_BYTES) as u64)
+                    .len(out.len() * RECORD_BYTES)
+                    .map(file)
+            }
+            .map_err(|e| PlannerError::io(path, e))?;
+            // Records are read once, front to back: ask for read-ahead.
+            // Advice is a hint; a kernel that ignores it only reads more
+            // slowly.
+            let _ = map.advise(memmap2::Advice::Sequential);
+            part.records(path, at, &map, out)?;
         }
+        Ok(part)
     }
 
-    /// Parses whole records, the first of which is record `first` of the file.
-    fn records(&mut self, path: &Path, first: usize, bytes: &[u8]) -> Result<()> {
-        for (k, record) in bytes.chunks_exact(RECORD_BYTES).enumerate() {
+    /// Parses whole records into `out`, the first of which is record
+    /// `first` of the file.
+    fn records(
+        &mut self,
+        path: &Path,
+        first: usize,
+        bytes: &[u8],
+        out: &mut [ObjectIndex],
+    ) -> Result<()> {
+        for ((k, record), slot) in bytes.chunks_exact(RECORD_BYTES).enumerate().zip(out) {
             let i = first + k;
             let id = u64::from_le_bytes(record[4..12].try_into().unwrap());
-            let size = u32::from_le_bytes(record[12..16].try_into().unwrap()) as u64;
+            let size = u32::from_le_bytes(record[12..16].try_into().unwrap());
             let bad = |problem: String| {
                 PlannerError::input(
                     path,
@@ -106,18 +190,41 @@ impl Parsed {
                 return Err(bad(format!("object {id} has size 0")));
             }
             let next = self.dense.len() as u32;
-            let o = *self.dense.entry(id).or_insert(next);
+            let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
             if o == next {
-                self.sizes_bytes.push(size);
-            } else if self.sizes_bytes[o as usize] != size {
+                self.ids.push(id);
+                self.sizes.push(size);
+            } else if first_size != size {
                 return Err(bad(format!(
-                    "object {id} changes size from {} to {size} bytes",
-                    self.sizes_bytes[o as usize]
+                    "object {id} changes size from {first_size} to {size} bytes"
                 )));
             }
-            self.requests.push(o);
+            *slot = o;
         }
         Ok(())
+    }
+
+    /// Takes in the objects of `later`, a part read after every part taken
+    /// in so far: its objects that are new, in their order of first
+    /// appearance, get the next numbers. Returns each of its objects'
+    /// number here; `None` where one has another size here.
+    fn absorb(&mut self, later: &Part) -> Option<Vec<ObjectIndex>> {
+        later
+            .ids
+            .iter()
+            .zip(&later.sizes)
+            .map(|(&id, &size)| {
+                let next = self.dense.len() as u32;
+                let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
+                if o == next {
+                    self.ids.push(id);
+                    self.sizes.push(size);
+                } else if first_size != size {
+                    return None;
+                }
+                Some(o)
+            })
+            .collect()
     }
 }
 
@@ -226,7 +333,7 @@ mod tests {
         // second window and changes its object's size.
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.bin");
-        let n = WINDOW_BYTES / RECORD_BYTES + 1;
+        let n = WINDOW_RECORDS + 1;
         let requests: Vec<u32> = (0..n as u32).map(|i| i % 7).collect();
         let stream = Stream::new(vec![5; 7], vec![0, 7], requests.clone(), n as u64);
         write_oracle_general(&path, &stream).unwrap();
@@ -239,6 +346,60 @@ mod tests {
             e.contains(&format!("record {}", n - 1)) && e.contains("from 5 to 6"),
             "{e}"
         );
+    }
+
+    /// A trace of one window of ids 0 10 20 30 40 over and over (4 bytes
+    /// each), then `tail` in a second window.
+    fn two_windows(path: &Path, tail: &[(u64, u32)]) -> usize {
+        let mut bytes: Vec<u8> = (0..WINDOW_RECORDS as u64)
+            .flat_map(|i| record(i % 5 * 10, 4))
+            .collect();
+        bytes.extend(tail.iter().flat_map(|&(id, size)| record(id, size)));
+        std::fs::write(path, &bytes).unwrap();
+        bytes.len()
+    }
+
+    #[test]
+    fn parts_read_side_by_side_get_the_numbers_of_one_pass() {
+        // By hand: the first window numbers 0 10 20 30 40 as 0..5; the
+        // second window's new ids, in order of first appearance, 99 77 55,
+        // go on as 5 6 7, and its old ones keep theirs.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        let tail = [(99, 4), (20, 4), (77, 4), (99, 4), (0, 4), (55, 4)];
+        let len = two_windows(&path, &tail);
+        let file = std::fs::File::open(&path).unwrap();
+        for parts in [1, 2] {
+            let s = read_parts(&file, &path, len, parts).unwrap().unwrap();
+            assert_eq!(s.requests.len(), WINDOW_RECORDS + tail.len());
+            assert_eq!(s.requests[..7], [0, 1, 2, 3, 4, 0, 1]);
+            assert_eq!(s.requests[WINDOW_RECORDS..], [5, 2, 6, 5, 0, 7]);
+            assert_eq!(s.sizes_bytes, vec![4; 8]);
+        }
+    }
+
+    #[test]
+    fn a_problem_in_a_later_part_is_named_as_one_pass_names_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        // Object 10 has 4 bytes in the first window and 5 in the second:
+        // the second part alone cannot see it, the merge declines, and one
+        // pass names the record.
+        let len = two_windows(&path, &[(7, 4), (10, 5)]);
+        let file = std::fs::File::open(&path).unwrap();
+        assert!(read_parts(&file, &path, len, 2).unwrap().is_none());
+        let e = read_oracle_general(&path).unwrap_err().to_string();
+        let at = format!("record {}", WINDOW_RECORDS + 1);
+        assert!(e.contains(&at) && e.contains("from 4 to 5"), "{e}");
+        // A size-0 record after an object that changes size: one pass
+        // names the first of the two, whichever part found which.
+        let len = two_windows(&path, &[(10, 5), (8, 0)]);
+        let file = std::fs::File::open(&path).unwrap();
+        let e = read_parts(&file, &path, len, 2).unwrap_err().to_string();
+        assert!(e.contains("size 0"), "{e}");
+        let e = read_oracle_general(&path).unwrap_err().to_string();
+        assert!(e.contains(&format!("record {WINDOW_RECORDS} ")), "{e}");
+        assert!(e.contains("from 4 to 5"), "{e}");
     }
 
     #[test]

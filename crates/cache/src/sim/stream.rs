@@ -138,21 +138,42 @@ impl Stream {
     /// End (exclusive) of the requests from `start` that one token asks of
     /// one layer at once: a serving store looks all of them up before it
     /// loads any (`Store::try_acquire`, then the misses), so the replay
-    /// serves them in that order too (`sim::replay`). Request `i` belongs
-    /// to token `i * tokens / requests`, exact for MoE tokens (the same
-    /// number of requests each); a generic trace's requests are one each.
+    /// serves them in that order too (`sim::replay`). Inlined by force:
+    /// the replay asks once a request, and left to itself the compiler
+    /// kept it out of line.
+    #[inline(always)]
     pub fn leased_group_end(&self, start: usize) -> usize {
-        let n = self.requests.len() as u128;
-        let token_of = |i: usize| i as u128 * self.tokens as u128 / n.max(1);
-        let layer = self.layer_of[self.requests[start] as usize];
+        let token_end = self.token_end(start);
         let mut end = start + 1;
-        while end < self.requests.len()
-            && self.layer_of[self.requests[end] as usize] == layer
-            && token_of(end) == token_of(start)
-        {
-            end += 1;
+        if end < token_end {
+            let layer_of = |i: usize| self.layer_of[self.requests[i] as usize];
+            let layer = layer_of(start);
+            while end < token_end && layer_of(end) == layer {
+                end += 1;
+            }
         }
         end
+    }
+
+    /// End (exclusive) of the token of request `i`. Request `i` belongs to
+    /// token `i * tokens / requests`, exact for MoE tokens (the same number
+    /// of requests each); so token `t` holds requests
+    /// `ceil(t * requests / tokens)..ceil((t + 1) * requests / tokens)`.
+    /// One division a group rather than one a request, and none where
+    /// every request is a token of its own (a generic trace: the replay
+    /// asks this once a request).
+    #[inline]
+    pub fn token_end(&self, i: usize) -> usize {
+        let n = self.requests.len();
+        if self.tokens >= n as u64 {
+            return i + 1;
+        }
+        if self.tokens == 0 {
+            return n;
+        }
+        let (n, tokens) = (n as u128, self.tokens as u128);
+        let token = i as u128 * tokens / n;
+        ((token + 1) * n).div_ceil(tokens) as usize
     }
 
     /// The largest object.
@@ -217,5 +238,39 @@ mod tests {
         // 3 requests of layer 0 and 3 of layer 1 over 2 tokens: 1.5 a
         // token, rounded up to 2 each.
         assert_eq!(s.leased_at_once(), vec![2, 2]);
+    }
+
+    #[test]
+    fn token_ends_follow_the_token_of_each_request() {
+        // Independent method: request i belongs to token i * tokens / n
+        // (floor); a token ends at the first request of a later token.
+        for n in 1..=13usize {
+            for tokens in 0..=2 * n as u64 {
+                let s = Stream::new(vec![1], vec![0, 1], vec![0; n], tokens);
+                let token_of = |i: usize| i as u64 * tokens / n as u64;
+                for i in 0..n {
+                    let end = (i + 1..n)
+                        .find(|&j| token_of(j) != token_of(i))
+                        .unwrap_or(n);
+                    assert_eq!(s.token_end(i), end, "n {n} tokens {tokens} i {i}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_leased_group_ends_with_its_token_or_its_layer() {
+        // The stream of the first test: tokens 2 0 | 4 and 2 | 4 3 (3
+        // requests each); groups by hand: [2 0] [4] [2] [4 3].
+        let tokens = [
+            token(vec![vec![2, 0], vec![1]]),
+            token(vec![vec![2], vec![1, 0]]),
+        ];
+        let s = Stream::from_tokens(&tokens, &[3, 2], &[10, 20]);
+        let ends: Vec<usize> = [0, 2, 3, 4]
+            .iter()
+            .map(|&i| s.leased_group_end(i))
+            .collect();
+        assert_eq!(ends, vec![2, 3, 4, 6]);
     }
 }
