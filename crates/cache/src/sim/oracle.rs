@@ -189,19 +189,27 @@ impl Part {
             if size == 0 {
                 return Err(bad(format!("object {id} has size 0")));
             }
-            let next = self.dense.len() as u32;
-            let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
-            if o == next {
-                self.ids.push(id);
-                self.sizes.push(size);
-            } else if first_size != size {
-                return Err(bad(format!(
+            *slot = self.intern(id, size).map_err(|first_size| {
+                bad(format!(
                     "object {id} changes size from {first_size} to {size} bytes"
-                )));
-            }
-            *slot = o;
+                ))
+            })?;
         }
         Ok(())
+    }
+
+    /// Object `id`'s number, the next one where it is new; `Err` with its
+    /// first size where it had another.
+    fn intern(&mut self, id: u64, size: u32) -> std::result::Result<ObjectIndex, u32> {
+        let next = self.dense.len() as u32;
+        let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
+        if o == next {
+            self.ids.push(id);
+            self.sizes.push(size);
+        } else if first_size != size {
+            return Err(first_size);
+        }
+        Ok(o)
     }
 
     /// Takes in the objects of `later`, a part read after every part taken
@@ -213,17 +221,7 @@ impl Part {
             .ids
             .iter()
             .zip(&later.sizes)
-            .map(|(&id, &size)| {
-                let next = self.dense.len() as u32;
-                let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
-                if o == next {
-                    self.ids.push(id);
-                    self.sizes.push(size);
-                } else if first_size != size {
-                    return None;
-                }
-                Some(o)
-            })
+            .map(|(&id, &size)| self.intern(id, size).ok())
             .collect()
     }
 }
