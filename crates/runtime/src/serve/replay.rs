@@ -291,16 +291,34 @@ pub fn replay(
         .map(|k| checkpoint.object_bytes(k))
         .collect();
     let experts = checkpoint.config.experts;
+    // One simulator for every arm (its per-layer curves are shared), made
+    // only when an arm has a prediction.
+    let mut sim = None;
     let mut predicted = Vec::with_capacity(config.policies.len());
     for &policy in &config.policies {
-        predicted.push(simulate_arm(
-            config,
-            policy,
-            &sizes,
-            tokens,
-            train_counts,
-            experts,
-        )?);
+        let Some(allocation) = simulated_allocation(config, policy) else {
+            predicted.push(None);
+            continue;
+        };
+        let sim = sim.get_or_insert_with(|| {
+            let options = SimOptions {
+                online: config.online.clone(),
+                ..SimOptions::default()
+            };
+            simulator(config, &sizes, tokens, Some(train_counts), experts, options)
+        });
+        let run = sim.run(
+            Arm {
+                policy: policy.cache_policy(config.layer_policy),
+                allocation,
+                budget_bytes: config.ram_budget_bytes,
+            },
+            &vec![1.0; sizes.len() / experts],
+        )?;
+        predicted.push(Some(Simulated {
+            misses: run.stats.misses,
+            felt_wait_seconds: run.felt_wait_seconds,
+        }));
     }
     let mut runs = Vec::new();
     for round in 0..config.rounds.max(1) {
@@ -320,48 +338,23 @@ pub fn replay(
     Ok(runs)
 }
 
-/// The simulator on `tokens` as `policy` serves them, where it has the
-/// arm: `lru`, `lfru`, `frequency`, `cost` and `plan` as one global cache,
-/// the per-layer arms as their allocation (`uniform`, offline `dynamic`,
+/// The simulator's allocation for `policy`'s arm, where it has the arm:
+/// `lru`, `lfru`, `frequency`, `cost` and `plan` as one global cache, the
+/// per-layer arms as their allocation (`uniform`, offline `dynamic`,
 /// `online`) under the layer policy. None for `replan`, which re-plans
 /// from live heat while serving (the simulator's pins are static), for
 /// `resident` (no store), and for runs that do not start cold (`warm`, or
 /// seed tokens served first: the simulator's seeded start is the training
 /// knapsack, not the store's state after those tokens).
-fn simulate_arm(
-    config: &ReplayConfig,
-    policy: ServePolicy,
-    sizes: &[u64],
-    tokens: &[TokenRoutes],
-    train_counts: &[u64],
-    experts: usize,
-) -> Result<Option<Simulated>, ReplayError> {
-    let allocation = match policy {
-        ServePolicy::Replan | ServePolicy::Resident => return Ok(None),
-        _ if config.warm || !config.seed.is_empty() => return Ok(None),
-        ServePolicy::Uniform => Allocation::Uniform,
-        ServePolicy::DynamicOffline => Allocation::Dynamic,
-        ServePolicy::Dynamic => Allocation::Online,
-        _ => Allocation::Global,
-    };
-    let options = SimOptions {
-        online: config.online.clone(),
-        ..SimOptions::default()
-    };
-    let mut sim = simulator(config, sizes, tokens, Some(train_counts), experts, options);
-    let layers = sizes.len() / experts;
-    let run = sim.run(
-        Arm {
-            policy: policy.cache_policy(config.layer_policy),
-            allocation,
-            budget_bytes: config.ram_budget_bytes,
-        },
-        &vec![1.0; layers],
-    )?;
-    Ok(Some(Simulated {
-        misses: run.stats.misses,
-        felt_wait_seconds: run.felt_wait_seconds,
-    }))
+fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Allocation> {
+    match policy {
+        ServePolicy::Replan | ServePolicy::Resident => None,
+        _ if config.warm || !config.seed.is_empty() => None,
+        ServePolicy::Uniform => Some(Allocation::Uniform),
+        ServePolicy::DynamicOffline => Some(Allocation::Dynamic),
+        ServePolicy::Dynamic => Some(Allocation::Online),
+        _ => Some(Allocation::Global),
+    }
 }
 
 /// A simulator of `tokens` over the checkpoint's experts (`sizes`, every
