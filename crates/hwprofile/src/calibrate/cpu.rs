@@ -1,14 +1,15 @@
 //! CPU GEMV bandwidth per NUMA node: the `gemv` kernel on the node's kept
 //! threads (`NodeThreads`, one per physical core, each pinned to its CPU,
-//! as `bench` runs a stage), over packed experts in memory bound to the
-//! node, several times the last-level cache so that they stream from RAM.
-//! Then the node's stage overhead: what a stage's GEMV of `top_k` experts
+//! as `bench` runs a stage), over packed experts each in a slab of its own
+//! from a pool bound to the node (as `apply` loads a resident), several
+//! times the last-level cache so that they stream from RAM. Then the
+//! node's stage overhead: what a stage's GEMV of `top_k` of those experts
 //! on the same threads takes beyond its bytes at that rate.
 
-use super::experts::inputs_for;
+use super::experts::{inputs_for, ExpertSlab};
 use super::{Run, MAX_GEMV_BYTES};
 use crate::doc::{field, rate_text, round_rate, round_time, time_text};
-use crate::gemv::{NodeThreads, PackedRows, PackedView, QuantizedInput};
+use crate::gemv::{NodeThreads, QuantizedInput};
 use crate::system::{self, NodeFacts};
 use residency_core::units::Bytes;
 use residency_runtime::storage::HostPool;
@@ -35,10 +36,19 @@ impl Run<'_> {
             .map_err(|e| e.to_string())
             .and_then(|rows| {
                 let inputs = inputs_for(&rows);
-                let bytes: u64 = rows.iter().map(PackedRows::bytes).sum();
+                let experts = rows
+                    .first()
+                    .map_or(0, |m| m.rows / self.source.rows_of_width(m.cols));
+                // The stacks only source the bytes: freed before the clock.
+                let slabs = self.source.expert_slabs(&rows, 0..experts, &pool);
+                drop(rows);
+                let bytes: u64 = slabs.iter().map(ExpertSlab::bytes).sum();
                 let threads = NodeThreads::new(&node.core_cpus).map_err(|e| e.to_string())?;
-                let work: Vec<_> = rows.iter().map(|m| m.view()).zip(&inputs).collect();
-                let mut y = vec![0f32; rows.iter().map(|m| m.rows).sum()];
+                let work: Vec<_> = slabs
+                    .iter()
+                    .flat_map(|e| e.gemvs(packing, &inputs))
+                    .collect();
+                let mut y = vec![0f32; work.iter().map(|(m, _)| m.rows).sum()];
                 let (spread, _) = self.repeat(&step, self.share, |passes| {
                     let started = Instant::now();
                     for _ in 0..passes {
@@ -48,15 +58,15 @@ impl Run<'_> {
                     Ok((bytes * passes as u64) as f64 / started.elapsed().as_secs_f64())
                 })?;
                 drop(work);
-                Ok((spread, bytes, rows, inputs, threads))
+                Ok((spread, bytes, slabs, inputs, threads))
             });
         match result {
-            Ok((spread, bytes, rows, inputs, node_threads)) => {
+            Ok((spread, bytes, slabs, inputs, node_threads)) => {
                 let rate = round_rate(spread.median);
                 self.doc.profile.numa[i].gemv_bandwidth = rate;
                 let threads = node_threads.threads();
                 let what = format!(
-                    "{} {}, {}, {threads} kept thread{} pinned to node {}",
+                    "{} {}, {}, each expert in a slab of its own, {threads} kept thread{} pinned to node {}",
                     packing.name(),
                     self.source.label,
                     Bytes(bytes),
@@ -71,7 +81,7 @@ impl Run<'_> {
                     true,
                     what,
                 );
-                if let Err(e) = self.cpu_stage_overhead(i, &rows, &inputs, &node_threads, rate.0) {
+                if let Err(e) = self.cpu_stage_overhead(i, &slabs, &inputs, &node_threads, rate.0) {
                     self.notes
                         .push(format!("numa[{i}]: stage_overhead not measured: {e}"));
                 }
@@ -90,33 +100,27 @@ impl Run<'_> {
     fn cpu_stage_overhead(
         &mut self,
         i: usize,
-        rows: &[PackedRows],
+        slabs: &[ExpertSlab],
         inputs: &[QuantizedInput],
         threads: &NodeThreads,
         bytes_per_s: f64,
     ) -> Result<(), String> {
         let packing = self.source.cpu;
-        // Stage j runs experts j x top_k .. (j + 1) x top_k of the stack
-        // (fewer where the stack is smaller): consecutive stages read
-        // different bytes, as a decoder's layers do, so none of them is
-        // served from the cache.
-        let stack = rows
-            .first()
-            .map_or(0, |m| m.rows / self.source.rows_of_width(m.cols));
-        let experts = self.source.top_k.clamp(1, stack.max(1));
-        let count = (stack / experts).max(1);
+        // Stage j runs experts j x top_k .. (j + 1) x top_k (fewer where
+        // there are fewer): consecutive stages read different bytes, as a
+        // decoder's layers do, so none of them is served from the cache.
         // Each projection its own GEMV, as bench runs an expert.
-        let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
-        let stage_work = |j: usize| -> Vec<(PackedView, &QuantizedInput)> {
-            let parts = self
-                .source
-                .stage_parts(&widths, j * experts..(j + 1) * experts);
-            parts
-                .into_iter()
-                .map(|(m, range)| (rows[m].view().rows_range(range), &inputs[m]))
-                .collect()
-        };
-        let stages: Vec<_> = (0..count).map(stage_work).collect();
+        let experts = self.source.top_k.clamp(1, slabs.len().max(1));
+        let stages: Vec<Vec<_>> = slabs
+            .chunks_exact(experts)
+            .map(|stage| {
+                stage
+                    .iter()
+                    .flat_map(|e| e.gemvs(packing, inputs))
+                    .collect()
+            })
+            .collect();
+        let count = stages.len();
         let bytes = stages[0].iter().map(|(m, _)| m.bytes()).sum::<u64>();
         let mut y = vec![0f32; stages[0].iter().map(|(m, _)| m.rows).sum()];
         let step = format!("numa[{i}]: stage overhead");

@@ -4,12 +4,12 @@
 //! seeded input vector for each matrix.
 
 use super::{CalibrateOptions, FALLBACK_INT4_GROUP};
-use crate::gemv::{PackedRows, Packing, QuantizedInput};
+use crate::gemv::{PackedRows, PackedView, Packing, QuantizedInput};
 use crate::ProfileError;
 use residency_core::model::{FormatSize, Model};
 use residency_formats::inputs::defaults;
 use residency_runtime::checkpoint::{family, Checkpoint, Extent};
-use residency_runtime::storage::HostPool;
+use residency_runtime::storage::{AlignedSlab, HostPool};
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::os::unix::fs::FileExt;
@@ -211,6 +211,51 @@ impl ExpertSource {
         parts
     }
 
+    /// Experts `experts` of the stacks `rows` (made by `expert_rows`), each
+    /// copied into a slab of its own from `pool`, its projections' weights
+    /// and scales one after another: the memory `apply` loads a resident
+    /// expert into and `bench` computes it from. A slab of an expert's
+    /// size is mapped apart from the others and mostly backed by 4 KiB
+    /// pages, unlike the stacks, whose gigabyte gets huge pages.
+    pub(super) fn expert_slabs(
+        &self,
+        rows: &[PackedRows],
+        experts: Range<usize>,
+        pool: &Arc<HostPool>,
+    ) -> Vec<ExpertSlab> {
+        let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
+        experts
+            .map(|e| {
+                let views: Vec<(usize, PackedView)> = self
+                    .stage_parts(&widths, e..e + 1)
+                    .into_iter()
+                    .map(|(m, range)| (m, rows[m].view().rows_range(range)))
+                    .collect();
+                let bytes = views.iter().map(|(_, v)| v.bytes() as usize).sum();
+                let mut slab = AlignedSlab::in_pool(pool, bytes);
+                let mut at = 0;
+                let mut parts = Vec::new();
+                for (m, v) in views {
+                    let mut copy = |from: &[u8]| {
+                        slab[at..at + from.len()].copy_from_slice(from);
+                        at += from.len();
+                        at - from.len()..at
+                    };
+                    let weights = copy(v.weights);
+                    let scales = copy(v.scales);
+                    parts.push(SlabPart {
+                        input: m,
+                        rows: v.rows,
+                        cols: v.cols,
+                        weights,
+                        scales,
+                    });
+                }
+                ExpertSlab { slab, parts }
+            })
+            .collect()
+    }
+
     pub(super) fn shards(&self) -> &[PathBuf] {
         self.checkpoint.as_ref().map_or(&[], |(_, s)| s.as_slice())
     }
@@ -253,6 +298,49 @@ impl ExpertSource {
             }
         }
         Ok(matrices)
+    }
+}
+
+/// One expert in its own slab (`ExpertSource::expert_slabs`).
+pub(super) struct ExpertSlab {
+    slab: AlignedSlab,
+    parts: Vec<SlabPart>,
+}
+
+/// A projection in an expert's slab; `input` is its stack's index, whose
+/// input vector it takes.
+struct SlabPart {
+    input: usize,
+    rows: usize,
+    cols: usize,
+    weights: Range<usize>,
+    scales: Range<usize>,
+}
+
+impl ExpertSlab {
+    /// Its projections as GEMVs, each with its stack's input of `inputs`.
+    pub(super) fn gemvs<'a>(
+        &'a self,
+        packing: Packing,
+        inputs: &'a [QuantizedInput],
+    ) -> impl Iterator<Item = (PackedView<'a>, &'a QuantizedInput)> {
+        self.parts.iter().map(move |p| {
+            let view = PackedView {
+                packing,
+                cols: p.cols,
+                rows: p.rows,
+                weights: &self.slab[p.weights.clone()],
+                scales: &self.slab[p.scales.clone()],
+            };
+            (view, &inputs[p.input])
+        })
+    }
+
+    pub(super) fn bytes(&self) -> u64 {
+        self.parts
+            .iter()
+            .map(|p| (p.weights.len() + p.scales.len()) as u64)
+            .sum()
     }
 }
 

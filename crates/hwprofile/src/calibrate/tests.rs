@@ -172,3 +172,43 @@ fn a_stage_s_gemvs_are_its_experts_projections_in_the_stacks() {
         ]
     );
 }
+
+#[test]
+fn each_expert_s_slab_holds_its_projections_as_the_stacks_do() {
+    // Gate and up: 64 rows of 128 int4 features (64 bytes a row, two F16
+    // scales); down: 128 rows of 64 (32 bytes, one scale). Hand-counted:
+    // 64 x (64 + 4) x 2 + 128 x (32 + 2) = 8704 + 4352 = 13056 bytes.
+    let packing = crate::gemv::Packing { bits: 4, group: 64 };
+    let source = ExpertSource {
+        label: String::new(),
+        shapes: vec![(64, 128), (64, 128), (128, 64)],
+        top_k: 2,
+        cpu: packing,
+        gpu: packing,
+        checkpoint: None,
+    };
+    let rows = source.expert_rows(packing, 3 * 13056, None).unwrap();
+    let inputs = super::experts::inputs_for(&rows);
+    let pool = residency_runtime::storage::HostPool::new(None, 0);
+    let slabs = source.expert_slabs(&rows, 1..3, &pool);
+    assert_eq!(slabs.len(), 2);
+    assert_eq!(slabs[0].bytes(), 13056);
+    // Expert 2's projections, taken from the stacks by `stage_parts`
+    // (checked by hand above): the same bytes and the same outputs.
+    let widths: Vec<usize> = rows.iter().map(|m| m.cols).collect();
+    let parts = source.stage_parts(&widths, 2..3);
+    let mine: Vec<_> = slabs[1].gemvs(packing, &inputs).collect();
+    assert_eq!(mine.len(), parts.len());
+    for ((view, x), (m, range)) in mine.iter().zip(parts) {
+        let stacked = rows[m].view().rows_range(range);
+        assert_eq!(
+            (view.weights, view.scales),
+            (stacked.weights, stacked.scales)
+        );
+        assert!(std::ptr::eq(*x, &inputs[m]));
+        let (mut a, mut b) = (vec![0f32; view.rows], vec![0f32; view.rows]);
+        view.rows_into(x, 0, &mut a);
+        stacked.rows_into(&inputs[m], 0, &mut b);
+        assert_eq!(a, b);
+    }
+}
