@@ -76,8 +76,9 @@ pub(super) struct ExpertSource {
     pub(super) top_k: usize,
     pub(super) cpu: Packing,
     pub(super) gpu: Packing,
-    /// The checkpoint's experts, each a list of projections, and its shards.
-    pub(super) checkpoint: Option<(Vec<Vec<Projection>>, Vec<PathBuf>)>,
+    /// The checkpoint's experts, each a list of projections, and the
+    /// checkpoint (its shards, and its objects for the store's loader).
+    pub(super) checkpoint: Option<(Vec<Vec<Projection>>, Checkpoint)>,
 }
 
 impl ExpertSource {
@@ -85,7 +86,7 @@ impl ExpertSource {
         if let Some(dir) = &options.checkpoint {
             let checkpoint = Checkpoint::open(dir)?;
             if let Some(packing) = Packing::of(checkpoint.config.format) {
-                return ExpertSource::of_checkpoint(&checkpoint, packing);
+                return ExpertSource::of_checkpoint(checkpoint, packing);
             }
             // BF16 experts: the kernels run packed formats, so generate
             // int4 experts of the checkpoint's geometry.
@@ -137,10 +138,10 @@ impl ExpertSource {
     }
 
     fn of_checkpoint(
-        checkpoint: &Checkpoint,
+        checkpoint: Checkpoint,
         packing: Packing,
     ) -> Result<ExpertSource, ProfileError> {
-        let specs = tensor_specs(checkpoint);
+        let specs = tensor_specs(&checkpoint);
         let experts: Vec<Vec<Projection>> = checkpoint
             .objects
             .iter()
@@ -164,7 +165,7 @@ impl ExpertSource {
             top_k: checkpoint.config.top_k,
             cpu: packing,
             gpu: packing,
-            checkpoint: Some((experts, checkpoint.shards.clone())),
+            checkpoint: Some((experts, checkpoint)),
         })
     }
 
@@ -257,7 +258,9 @@ impl ExpertSource {
     }
 
     pub(super) fn shards(&self) -> &[PathBuf] {
-        self.checkpoint.as_ref().map_or(&[], |(_, s)| s.as_slice())
+        self.checkpoint
+            .as_ref()
+            .map_or(&[], |(_, c)| c.shards.as_slice())
     }
 
     /// Whole experts in `packing`, about `target_bytes` of them, as one

@@ -6,11 +6,11 @@
 //!   experts (a checkpoint's, else generated in the model's RAM-tier
 //!   format) in memory bound to the node, several times the last-level
 //!   cache so that they stream from RAM.
-//! - Drive read bandwidth and latency: O_DIRECT sequential reads of
-//!   `SEQUENTIAL_READ_BYTES`, and 4 KiB random reads at queue depth 1, on
-//!   the checkpoint's shards, else on a temporary file written under the
-//!   model directory (removed afterwards), for the profile's drive that
-//!   holds that directory.
+//! - Drive read latency and bandwidth: 4 KiB random reads at queue depth
+//!   1, and O_DIRECT reads of one expert's bytes at random places, one at
+//!   a time (as a streamed expert is read), on the checkpoint's shards,
+//!   else on a temporary file written under the model directory (removed
+//!   afterwards), for the profile's drive that holds that directory.
 //! - Per CUDA GPU: resident GEMV bandwidth (the PTX kernel over packed
 //!   experts in device memory, checked against the CPU kernel first),
 //!   pinned upload bandwidth, and a stage's sync and per-GEMV overheads,
@@ -51,9 +51,8 @@ pub const MAX_TRIALS: usize = 25;
 const TARGET_TRIALS: usize = 10;
 /// Most repetitions in one trial (of a sync round trip, the quickest).
 const MAX_REPS: usize = 100_000;
-/// Size of each sequential O_DIRECT read (large enough that the drive, not
-/// the syscall, sets the pace).
-pub const SEQUENTIAL_READ_BYTES: usize = 8 << 20;
+/// Size of each write of the temporary file a drive is timed on.
+pub const WRITE_PIECE_BYTES: usize = 8 << 20;
 /// Size of each random read timed for latency.
 pub const LATENCY_READ_BYTES: usize = 4096;
 /// Host-to-device copy timed for upload bandwidth.

@@ -1,10 +1,12 @@
 //! The store's loader over a real checkpoint: an object's extents (whole
 //! tensors, or an expert's slices of fused expert tensors) are read with the
-//! chosen storage backend straight into one aligned slab of its home's host
-//! pool (its NUMA node's memory, recycled) when they lie back to back in one
-//! shard (the generator and real exporters write an expert's projections
-//! together), else extent by extent into one buffer (a fused layout such as
-//! Llama-4's: an expert's slice of `gate_up_proj`, then of `down_proj`).
+//! chosen storage backend, one read per run of them back to back in a
+//! shard, straight into one aligned slab of its home's host pool (its NUMA
+//! node's memory, recycled) when they are one run, else each run copied in
+//! turn into one such slab (an int4 expert whose scales the writer put
+//! apart from its weights, as safetensors groups tensors by dtype; a fused
+//! layout such as Llama-4's: an expert's slice of `gate_up_proj`, then of
+//! `down_proj`).
 
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;
@@ -108,11 +110,22 @@ impl CheckpointLoader {
     }
 }
 
-/// Whether the extents follow each other without a gap in one shard.
-fn contiguous(extents: &[Extent]) -> bool {
-    extents
-        .windows(2)
-        .all(|w| w[0].shard == w[1].shard && w[0].offset + w[0].len == w[1].offset)
+/// `extents` (in file order) cut where one does not follow the last: the
+/// index ranges of the runs that lie back to back in one shard.
+fn runs(extents: &[Extent]) -> Vec<Range<usize>> {
+    let mut runs: Vec<Range<usize>> = Vec::new();
+    for i in 0..extents.len() {
+        match runs.last_mut() {
+            Some(run) if follows(&extents[i - 1], &extents[i]) => run.end = i + 1,
+            _ => runs.push(i..i + 1),
+        }
+    }
+    runs
+}
+
+/// Whether `b` starts where `a` ends, in the same shard.
+fn follows(a: &Extent, b: &Extent) -> bool {
+    a.shard == b.shard && a.offset + a.len == b.offset
 }
 
 impl Loader for CheckpointLoader {
@@ -122,28 +135,73 @@ impl Loader for CheckpointLoader {
 
     fn load(&self, o: ObjectIndex) -> Result<Box<dyn ObjectBytes>, String> {
         let extents = &self.extents[o as usize];
-        let (Some(first), Some(last)) = (extents.first(), extents.last()) else {
+        if extents.is_empty() {
             return Err(format!(
                 "{} is not in the checkpoint",
                 self.keys[o as usize]
             ));
-        };
+        }
         let describe = |e: StorageError| format!("{}: {e}", self.keys[o as usize]);
-        if contiguous(extents) {
-            let whole = Extent {
-                shard: first.shard.clone(),
-                offset: first.offset,
-                len: last.offset + last.len - first.offset,
-                tensor: first.tensor.clone(),
-            };
-            let (slab, range) = self.read(o, &whole).map_err(describe)?;
+        // One read per run of extents back to back in a shard (the
+        // checkpoint keeps an object's extents in file order).
+        let run_extent = |run: &Range<usize>| Extent {
+            shard: extents[run.start].shard.clone(),
+            offset: extents[run.start].offset,
+            len: extents[run.clone()].iter().map(|e| e.len).sum(),
+            tensor: extents[run.start].tensor.clone(),
+        };
+        let runs = runs(extents);
+        if let [run] = runs.as_slice() {
+            let (slab, range) = self.read(o, &run_extent(run)).map_err(describe)?;
             return Ok(Box::new(SlabBytes { slab, range }));
         }
-        let mut bytes = Vec::with_capacity(self.size_bytes(o) as usize);
-        for e in extents {
-            let (slab, range) = self.read(o, e).map_err(describe)?;
-            bytes.extend_from_slice(&slab[range]);
+        // Several runs (an int4 expert's weights and its scales, where the
+        // writer groups tensors by dtype as safetensors does; a fused
+        // layout's slices): each copied in turn into one slab of the pool.
+        // The slabs are recycled; a fresh buffer for each load was faulted
+        // in page by page, which cost a streamed expert more than its copy.
+        let pool = &self.pools[self.pool_of[o as usize] as usize];
+        let total = self.size_bytes(o) as usize;
+        let mut out = AlignedSlab::in_pool(pool, total);
+        let mut at = 0;
+        for run in &runs {
+            let (slab, range) = self.read(o, &run_extent(run)).map_err(describe)?;
+            out[at..at + range.len()].copy_from_slice(&slab[range.clone()]);
+            at += range.len();
         }
-        Ok(Box::new(bytes))
+        Ok(Box::new(SlabBytes {
+            slab: out,
+            range: 0..total,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn extent(shard: &str, offset: u64, len: u64) -> Extent {
+        Extent {
+            shard: PathBuf::from(shard),
+            offset,
+            len,
+            tensor: String::new(),
+        }
+    }
+
+    #[test]
+    fn extents_back_to_back_in_a_shard_are_one_run() {
+        // 0..10 and 10..20 touch; 50..60 leaves a gap; 60..70 of another
+        // shard starts where the last ended but elsewhere; 70..75 follows it.
+        let extents = [
+            extent("a", 0, 10),
+            extent("a", 10, 10),
+            extent("a", 50, 10),
+            extent("b", 60, 10),
+            extent("b", 70, 5),
+        ];
+        assert_eq!(runs(&extents), [0..2, 2..3, 3..5]);
+        assert_eq!(runs(&extents[..1]), vec![Range { start: 0, end: 1 }]);
+        assert!(runs(&[]).is_empty());
     }
 }
