@@ -112,7 +112,10 @@ fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
         // checkpoint's one shard.
         assert!(read.contains("the checkpoint's experts"), "{read}");
         let latency = c.doc.origin("drives[0].read_latency").unwrap();
-        assert!(latency.contains("1 shard(s) of the checkpoint"), "{latency}");
+        assert!(
+            latency.contains("1 shard(s) of the checkpoint"),
+            "{latency}"
+        );
     }
     // The checkpoint's experts, repeated: 4 x 2 experts of 3 projections.
     let source = ExpertSource::new(&opts).unwrap();
