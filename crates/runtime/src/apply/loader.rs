@@ -11,7 +11,7 @@
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;
 use crate::storage::drives::DriveSet;
-use crate::storage::{AlignedSlab, HostPool, ReadBackend, StorageError};
+use crate::storage::{span, AlignedSlab, HostPool, ReadBackend, StorageError, ALIGN_BYTES};
 use crate::store::{Loader, ObjectBytes};
 use residency_cache::policy::ObjectIndex;
 use std::collections::HashMap;
@@ -157,21 +157,43 @@ impl Loader for CheckpointLoader {
         }
         // Several runs (an int4 expert's weights and its scales, where the
         // writer groups tensors by dtype as safetensors does; a fused
-        // layout's slices): each copied in turn into one slab of the pool.
-        // The slabs are recycled; a fresh buffer for each load was faulted
-        // in page by page, which cost a streamed expert more than its copy.
+        // layout's slices): the largest read in place into one slab of the
+        // pool, the others read apart and copied before and after it, so
+        // that the object's bytes are one range in extents order. Copying
+        // all of them into a fresh buffer cost a streamed expert more than
+        // its read's latency.
+        let lens: Vec<usize> = runs.iter().map(|r| run_extent(r).len as usize).collect();
+        let largest = (0..runs.len())
+            .max_by_key(|&i| lens[i])
+            .expect("two runs or more");
+        let before: usize = lens[..largest].iter().sum();
+        let after: usize = lens[largest + 1..].iter().sum();
+        let big = run_extent(&runs[largest]);
+        let read = span(big.offset, big.len as usize);
+        // The largest run's read window starts on a page at `window`, its
+        // payload `read.payload(..)` bytes in; the runs before it end there.
+        let skew = read.payload_start;
+        let window = (before.saturating_sub(skew)).div_ceil(ALIGN_BYTES) * ALIGN_BYTES;
+        let start = window + skew - before;
+        let total = before + big.len as usize + after;
         let pool = &self.pools[self.pool_of[o as usize] as usize];
-        let total = self.size_bytes(o) as usize;
-        let mut out = AlignedSlab::in_pool(pool, total);
-        let mut at = 0;
-        for run in &runs {
-            let (slab, range) = self.read(o, &run_extent(run)).map_err(describe)?;
-            out[at..at + range.len()].copy_from_slice(&slab[range.clone()]);
-            at += range.len();
+        let mut slab = AlignedSlab::in_pool(pool, (window + read.aligned_len).max(start + total));
+        let (_, dest) = slab.window().split_at(window);
+        let payload = self.shards[&big.shard]
+            .read_window(big.offset, big.len as usize, dest)
+            .map_err(describe)?;
+        debug_assert_eq!(window + payload.start, start + before);
+        let mut at = start;
+        for (i, run) in runs.iter().enumerate() {
+            if i != largest {
+                let (piece, range) = self.read(o, &run_extent(run)).map_err(describe)?;
+                slab[at..at + range.len()].copy_from_slice(&piece[range]);
+            }
+            at += lens[i];
         }
         Ok(Box::new(SlabBytes {
-            slab: out,
-            range: 0..total,
+            slab,
+            range: start..start + total,
         }))
     }
 }

@@ -157,15 +157,25 @@ impl DriveSet {
         len: usize,
         slab: &mut AlignedSlab,
     ) -> Result<Range<usize>, StorageError> {
+        self.read_window(offset, len, slab.window())
+    }
+
+    /// `read_into` a window of a slab (at least `span(offset,
+    /// len).aligned_len` bytes); the payload range is the window's.
+    pub fn read_window(
+        &self,
+        offset: u64,
+        len: usize,
+        dest: SlabWindow<'_>,
+    ) -> Result<Range<usize>, StorageError> {
         match self.layout {
             DriveLayout::Mirror => {
                 let drive = &self.drives[self.least_busy()];
                 let _in_flight = drive.start(len);
-                self.backend
-                    .read_window(&drive.file, offset, len, slab.window())
+                self.backend.read_window(&drive.file, offset, len, dest)
             }
             DriveLayout::Stripe { chunk_bytes } => {
-                self.read_striped(offset, len, chunk_bytes, slab.window())
+                self.read_striped(offset, len, chunk_bytes, dest)
             }
         }
     }
