@@ -2,11 +2,11 @@
 //! tensors, or an expert's slices of fused expert tensors) are read with the
 //! chosen storage backend, one read per run of them back to back in a
 //! shard, straight into one aligned slab of its home's host pool (its NUMA
-//! node's memory, recycled) when they are one run, else each run copied in
-//! turn into one such slab (an int4 expert whose scales the writer put
-//! apart from its weights, as safetensors groups tensors by dtype; a fused
-//! layout such as Llama-4's: an expert's slice of `gate_up_proj`, then of
-//! `down_proj`).
+//! node's memory, recycled) when they are one run; else the largest run in
+//! place in one such slab and the others copied before and after it (an
+//! int4 expert whose scales the writer put apart from its weights, as
+//! safetensors groups tensors by dtype; a fused layout such as Llama-4's:
+//! an expert's slice of `gate_up_proj`, then of `down_proj`).
 
 use crate::checkpoint::{Checkpoint, Extent};
 use crate::identity::ObjectKey;
