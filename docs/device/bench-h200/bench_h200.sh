@@ -1,0 +1,80 @@
+#!/bin/bash
+# The script behind docs/prediction.md's H200 calls (section 8 on): run on
+# the device machine from the repository root, with this machine's release
+# build carried in `.devbin/` (`cp target/release/residency .devbin/`; for an
+# A/B, the other binary as .devbin/residency-before).
+#
+#   bash docs/device/bench-h200/bench_h200.sh PHASE...
+#     setup                       generate the Qwen3-30B-A3B and DeepSeek-V2-Lite
+#                                 int4 checkpoints in /tmp, detect a profile
+#     info                        transparent huge page settings
+#     cal BIN NAME CHECKPOINT     calibrate with BIN on CHECKPOINT into NAME.yaml
+#     ab ROUNDS                   before against after, interleaved, each calibrated
+#     sweep ROUNDS BUDGETS STRATEGIES q30|ds TAG
+#                                 bench --sweep with the sweep's profile.yaml
+#
+# Each command's time goes to log.txt, its output to cmd.log, one line a run
+# to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
+# packed into $OUT/bundle.tgz after each phase (a device call returns few files).
+set -u
+B=${B:-.devbin/residency}
+BEFORE=${BEFORE:-.devbin/residency-before}
+O=/tmp/o; mkdir -p $O
+T0=$(date +%s.%N)
+run() { local t=$(date +%s.%N); "$@" >> $O/cmd.log 2>&1; local rc=$?; echo "[$(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $t}") s rc $rc] $*" | tee -a $O/log.txt; return $rc; }
+setup() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee -a $O/log.txt
+  nproc | tee -a $O/log.txt
+  run $B gen-checkpoint --model profiles/models/qwen3-30b-a3b.yaml --dtype int4 --out /tmp/q30
+  run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --dtype int4 --out /tmp/ds
+  run $B profile detect --out /tmp/p.yaml
+}
+cal() { # binary, out profile, checkpoint
+  run $1 profile calibrate /tmp/p.yaml --checkpoint ${3:-/tmp/q30} --seconds ${CALSEC:-10} --out $2
+  grep -E "numa\[0\]\.(gemv|stage)" $O/cmd.log | tail -2 | cut -c1-150 | tee -a $O/log.txt
+}
+summary() { # json label
+  python3 - "$1" "$2" <<'PY' | tee -a $O/log.txt
+import json,sys
+d=json.load(open(sys.argv[1]))
+for r in d['rows']:
+    if r.get('does_not_fit'): print(sys.argv[2], r['strategy'], 'does not fit'); continue
+    for run in r['runs']:
+        rep=run['report']; st={s['name']:s for s in rep['stages']}
+        ex=st.get('experts',{}); cpu=[x for x in rep['resources'] if x['name'].startswith('cpu')]
+        print('%s %2d %-9s %8.2f %8.2f %5.2f  experts %6.2f/%6.2f ms  cpu %6.2f/%6.2f ms' % (sys.argv[2], r['budget_bytes']>>30, r['strategy'], rep['predicted_tok_per_s'], rep['tok_per_s'], rep['tok_per_s']/rep['predicted_tok_per_s'], ex.get('measured_seconds',0)*1e3, ex.get('predicted_seconds',0)*1e3, cpu[0]['measured_seconds']*1e3, cpu[0]['predicted_seconds']*1e3))
+PY
+}
+ab() { # rounds
+  mkdir -p $O/ab
+  cal $BEFORE $O/ab/profile-before.yaml; cal $B $O/ab/profile-after.yaml
+  for r in $(seq 1 $1); do
+    for w in before after; do
+      bin=$B; [ $w = before ] && bin=$BEFORE
+      run $bin bench --sweep --checkpoint /tmp/q30 --profile $O/ab/profile-$w.yaml --backend pread --rounds 1 --tokens 32 --strategies plan,exps-cpu,cpu --budgets 16GiB --json $O/ab/qwen3-$w-r$r.json
+      summary $O/ab/qwen3-$w-r$r.json "r$r $w qwen3"
+      run $bin bench --sweep --checkpoint /tmp/ds --profile $O/ab/profile-$w.yaml --backend pread --rounds 1 --tokens 32 --strategies plan,exps-cpu,cpu --budgets 4GiB --json $O/ab/deepseek-$w-r$r.json
+      summary $O/ab/deepseek-$w-r$r.json "r$r $w deepseek"
+    done
+  done
+}
+sweep() { # rounds budgets strategies model(q30|ds) tag
+  mkdir -p $O/sweep
+  [ -f $O/sweep/profile.yaml ] || CALSEC=${CALSEC:-30} cal $B $O/sweep/profile.yaml
+  run timeout ${STIMEOUT:-400} $B bench --sweep --checkpoint /tmp/$4 --profile $O/sweep/profile.yaml --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
+  summary $O/sweep/$5.json "$5"
+}
+pack() { tar czf ${OUT:-/tmp}/bundle.tgz -C $O . && cp $O/log.txt ${OUT:-/tmp}/; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    setup) setup; shift;;
+    info) (cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; grep -i huge /proc/meminfo) | tee -a $O/log.txt; shift;;
+    cal) mkdir -p $O/sweep; CALSEC=${CALSEC:-30} cal $2 $O/sweep/$3.yaml $4; shift 4;;
+    ab) ab $2; shift 2;;
+    sweep) sweep $2 $3 $4 $5 $6; shift 6;;
+    *) echo "unknown phase $1"; exit 2;;
+  esac
+  pack
+done
+echo "total $(awk "BEGIN{printf \"%.1f\", $(date +%s.%N) - $T0}") s" | tee -a $O/log.txt
+pack
