@@ -151,6 +151,19 @@ fn bad_budgets_and_directories_are_one_line() {
     );
 }
 
+/// Generated int4 experts (group 64, top 2) of projections `shapes`.
+fn generated(shapes: Vec<(usize, usize)>) -> ExpertSource {
+    let packing = crate::gemv::Packing { bits: 4, group: 64 };
+    ExpertSource {
+        label: String::new(),
+        shapes,
+        top_k: 2,
+        cpu: packing,
+        gpu: packing,
+        checkpoint: None,
+    }
+}
+
 #[test]
 fn a_stage_s_gemvs_are_its_experts_projections_in_the_stacks() {
     // Gate and up: 3 rows of 8 features; down: 8 rows of 3. `expert_rows`
@@ -158,15 +171,7 @@ fn a_stage_s_gemvs_are_its_experts_projections_in_the_stacks() {
     // then up) and 8 of width 3 an expert. So expert 1's gate is rows 6..9
     // of the width-8 stack, its up 9..12, its down rows 8..16 of the
     // width-3 stack; expert 2's start at 12 and 16.
-    let packing = crate::gemv::Packing { bits: 4, group: 64 };
-    let source = ExpertSource {
-        label: String::new(),
-        shapes: vec![(3, 8), (3, 8), (8, 3)],
-        top_k: 2,
-        cpu: packing,
-        gpu: packing,
-        checkpoint: None,
-    };
+    let source = generated(vec![(3, 8), (3, 8), (8, 3)]);
     assert_eq!(
         source.stage_parts(&[8, 3], 1..3),
         [
@@ -185,15 +190,8 @@ fn each_expert_s_slab_holds_its_projections_as_the_stacks_do() {
     // Gate and up: 64 rows of 128 int4 features (64 bytes a row, two F16
     // scales); down: 128 rows of 64 (32 bytes, one scale). Hand-counted:
     // 64 x (64 + 4) x 2 + 128 x (32 + 2) = 8704 + 4352 = 13056 bytes.
-    let packing = crate::gemv::Packing { bits: 4, group: 64 };
-    let source = ExpertSource {
-        label: String::new(),
-        shapes: vec![(64, 128), (64, 128), (128, 64)],
-        top_k: 2,
-        cpu: packing,
-        gpu: packing,
-        checkpoint: None,
-    };
+    let source = generated(vec![(64, 128), (64, 128), (128, 64)]);
+    let packing = source.cpu;
     let rows = source.expert_rows(packing, 3 * 13056, None).unwrap();
     let inputs = super::experts::inputs_for(&rows);
     let pool = residency_runtime::storage::HostPool::new(None, 0);
