@@ -150,9 +150,9 @@ impl Loader for CheckpointLoader {
             len: extents[run.clone()].iter().map(|e| e.len).sum(),
             tensor: extents[run.start].tensor.clone(),
         };
-        let runs = runs(extents);
-        if let [run] = runs.as_slice() {
-            let (slab, range) = self.read(o, &run_extent(run)).map_err(describe)?;
+        let pieces: Vec<Extent> = runs(extents).iter().map(run_extent).collect();
+        if let [whole] = pieces.as_slice() {
+            let (slab, range) = self.read(o, whole).map_err(describe)?;
             return Ok(Box::new(SlabBytes { slab, range }));
         }
         // Several runs (an int4 expert's weights and its scales, where the
@@ -162,16 +162,16 @@ impl Loader for CheckpointLoader {
         // that the object's bytes are one range in extents order. Copying
         // all of them into a fresh buffer cost a streamed expert more than
         // its read's latency.
-        let lens: Vec<usize> = runs.iter().map(|r| run_extent(r).len as usize).collect();
-        let largest = (0..runs.len())
+        let lens: Vec<usize> = pieces.iter().map(|e| e.len as usize).collect();
+        let largest = (0..pieces.len())
             .max_by_key(|&i| lens[i])
             .expect("two runs or more");
         let before: usize = lens[..largest].iter().sum();
         let after: usize = lens[largest + 1..].iter().sum();
-        let big = run_extent(&runs[largest]);
+        let big = &pieces[largest];
         let read = span(big.offset, big.len as usize);
         // The largest run's read window starts on a page at `window`, its
-        // payload `read.payload(..)` bytes in; the runs before it end there.
+        // payload `skew` bytes in; the runs before it end there.
         let skew = read.payload_start;
         let window = (before.saturating_sub(skew)).div_ceil(ALIGN_BYTES) * ALIGN_BYTES;
         let start = window + skew - before;
@@ -184,9 +184,9 @@ impl Loader for CheckpointLoader {
             .map_err(describe)?;
         debug_assert_eq!(window + payload.start, start + before);
         let mut at = start;
-        for (i, run) in runs.iter().enumerate() {
+        for (i, piece) in pieces.iter().enumerate() {
             if i != largest {
-                let (piece, range) = self.read(o, &run_extent(run)).map_err(describe)?;
+                let (piece, range) = self.read(o, piece).map_err(describe)?;
                 slab[at..at + range.len()].copy_from_slice(&piece[range]);
             }
             at += lens[i];
