@@ -8,19 +8,19 @@ use anyhow::{bail, Context, Result};
 use residency_cache::policy::PolicyKind;
 use residency_cache::sim::arms::{SimOptions, Start};
 use residency_cache::sim::budget::Allocation;
-use residency_cache::sim::felt::read_seconds;
+use residency_cache::sim::felt::{fastest_drive, read_seconds};
 use residency_cache::sim::job::{cut_trace, Budget, Cut};
 use residency_cache::sim::pin_share::recommend_held_out_pin_share;
 use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
-use residency_core::units::Bytes;
+use residency_core::units::{Bytes, BytesPerSecond};
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_hwprofile::Spread;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
-    check_geometry, replay, PinShareChoice, PinShareSource, ReplayConfig, ReplayReport, ReplayRun,
-    ServePolicy,
+    check_geometry, matvec_bytes_per_s, replay, PinShareChoice, PinShareSource, ReplayConfig,
+    ReplayReport, ReplayRun, ServePolicy,
 };
 use std::path::PathBuf;
 
@@ -218,6 +218,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
         rounds: args.rounds,
         miss_seconds,
+        hit_compute_bytes_per_s: matvec_bytes_per_s(expert_bytes[0], checkpoint.config.hidden),
+        reads_at_once: fastest_drive(&profile).map_or(1, |d| d.read_concurrency),
         move_link: drive_to_ram(&profile),
         backend: args.backend.backend,
         warm: args.warm,
@@ -244,7 +246,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         print_pin_share(choice);
     }
     print_runs(&runs);
-    print_simulated(&runs, config.miss_seconds);
+    print_simulated(&runs, &config);
     // Runs of the same tokens must compute the same outputs.
     let differs = runs.iter().any(|a| {
         runs.iter()
@@ -491,7 +493,7 @@ fn replay_per_category(
 
 /// Per arm (and category), the simulator's prediction beside the median
 /// of the measured rounds, and their ratios (issue 15 item 5).
-fn print_simulated(runs: &[ReplayRun], miss_seconds: f64) {
+fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
     let mut arms: Vec<(&str, Option<&str>)> = Vec::new();
     for r in runs.iter().filter(|r| r.simulated.is_some()) {
         let arm = (r.policy.as_str(), r.category.as_deref());
@@ -503,8 +505,10 @@ fn print_simulated(runs: &[ReplayRun], miss_seconds: f64) {
         return;
     }
     println!(
-        "the simulator on the same tokens and budget (each miss felt in full, {:.3} ms), against the median of the rounds:",
-        miss_seconds * 1e3
+        "the simulator on the same tokens and budget (a miss reads for {:.3} ms, {} at once, less in each layer of a token what the compute before it hides, at {}), against the median of the rounds:",
+        config.miss_seconds * 1e3,
+        config.reads_at_once,
+        BytesPerSecond(config.hit_compute_bytes_per_s)
     );
     println!(
         "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",

@@ -37,6 +37,13 @@ pub struct SimulateArgs {
     /// lines: felt wait / physical misses.
     #[arg(long)]
     miss_cost_log: Option<PathBuf>,
+    /// Count a token's wait in a layer as its misses' reads less its hits'
+    /// compute at the profile's CPU rate, as a store that reads a layer's
+    /// misses while it computes the hits waits; without it every miss is
+    /// felt in full. Not with --miss-cost-log: an engine's felt wait
+    /// already has the overlap in it.
+    #[arg(long, conflicts_with = "miss_cost_log")]
+    hits_hide_reads: bool,
     /// Policies, comma-separated.
     #[arg(long, value_delimiter = ',', value_parser = named::<PolicyKind>(), default_value = "lru")]
     policy: Vec<PolicyKind>,
@@ -127,6 +134,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             Some(log) => Some(miss_seconds_from_prof_log(log)?),
             None => args.miss_cost,
         },
+        hits_hide_reads: args.hits_hide_reads,
         policies: args.policy.clone(),
         budgets: args.budget.clone(),
         allocations: args.allocation.clone(),
@@ -148,6 +156,8 @@ pub fn run(args: SimulateArgs) -> Result<()> {
             pin_fraction: args.pin_fraction,
             plan_residents: None,
             online: args.online.params()?,
+            hit_compute_seconds: Vec::new(),
+            reads_at_once: 1,
         },
         plan: args.plan.clone(),
         gate: args.gate,

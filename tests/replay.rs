@@ -487,11 +487,21 @@ fn auto_pins_nothing_where_recency_wins() {
     assert_eq!(replan["misses"], 2, "{replan}");
     assert_eq!(replan["hits"], 20 * 2 - 2, "{replan}");
     // The simulator on the same tokens and budget: LRU misses c's two
-    // experts once each, as the store did (by hand, above), each miss felt
-    // in full. `replan` has no simulator arm: it re-plans while serving.
+    // experts once each, as the store did (by hand, above), both on the
+    // first token, which has no hit to hide them: some wait is left, at
+    // the profile's drive and at the run's own reads. `replan` has no
+    // simulator arm: it re-plans while serving.
     let lru = arm(&doc, "lru");
     assert_eq!(lru["simulated"]["misses"], 2, "{lru}");
     assert!(lru["simulated"]["felt_wait_seconds"].as_f64().unwrap() > 0.0);
+    assert!(
+        lru["simulated"]["felt_wait_seconds_at_run_reads"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    // The misses' reads were timed, from their start to the last landing.
+    assert!(lru["miss_reads_seconds"].as_f64().unwrap() > 0.0, "{lru}");
     assert!(replan.get("simulated").is_none(), "{replan}");
     assert!(
         out.contains("the simulator on the same tokens and budget"),

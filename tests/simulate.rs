@@ -169,3 +169,38 @@ fn bad_simulate_input_is_one_line_with_no_output() {
         );
     }
 }
+
+#[test]
+fn hits_hiding_reads_never_add_wait_and_change_no_miss() {
+    // The same arms with and without --hits-hide-reads: the misses are the
+    // policy's, so they are equal; a token's wait in a layer with hits
+    // hiding is at most its reads in full (design §6), and at 25 % some
+    // tokens hit, so the sum is strictly lower.
+    let model = model("deepseek-v2-lite");
+    let args = [
+        "--model",
+        &model,
+        "--policy",
+        "lru",
+        "--budget",
+        "25%",
+        "--allocation",
+        "global,uniform,online",
+        "--tokens",
+        "50",
+        "--layers",
+        "4",
+    ];
+    let Some(full) = simulate_shared(ESFT, &args) else {
+        return;
+    };
+    let hidden = simulate_shared(ESFT, &[&args[..], &["--hits-hide-reads"]].concat()).unwrap();
+    let runs = |doc: &Value| doc["runs"].as_array().unwrap().clone();
+    let (full, hidden) = (runs(&full.doc), runs(&hidden.doc));
+    assert_eq!(full.len(), 3);
+    for (f, h) in full.iter().zip(&hidden) {
+        assert_eq!(f["misses"], h["misses"]);
+        let felt = |r: &Value| r["felt_wait_seconds"].as_f64().unwrap();
+        assert!(felt(h) < felt(f), "{} against {}", felt(h), felt(f));
+    }
+}

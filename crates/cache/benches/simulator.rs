@@ -13,6 +13,7 @@ use residency_cache::policy::{build, PolicyKind, PolicySetup};
 use residency_cache::sim::arms::SimOptions;
 use residency_cache::sim::budget::Allocation;
 use residency_cache::sim::gate::{gate, held_out_splits, GateConfig};
+use residency_cache::sim::replay::FeltCosts;
 use residency_cache::sim::stack::lru_misses_per_slot;
 use residency_cache::sim::stream::Stream;
 use residency_cache::sim::synthetic::{zipf_trace, SyntheticShape};
@@ -59,7 +60,8 @@ fn bench(c: &mut Criterion) {
                 params: Default::default(),
             };
             let mut lru = build(PolicyKind::Lru, &setup).unwrap();
-            lru.replay_stream(&stream, &[], &zero).misses
+            lru.replay_stream(&stream, &[], FeltCosts::in_full(&zero))
+                .misses
         })
     });
     group.bench_function("stack_curves", |b| {

@@ -4,7 +4,7 @@
 
 use residency_cache::policy::{build, PolicyKind, PolicySetup};
 use residency_cache::sim::oracle::read_oracle_general;
-use residency_cache::sim::replay::replay;
+use residency_cache::sim::replay::{replay, FeltCosts};
 use residency_cache::sim::stack::{lru_misses_at, stack_distances};
 use std::path::PathBuf;
 
@@ -46,7 +46,7 @@ fn lru_and_fifo_match_libcachesim_exactly() {
                 params: Default::default(),
             };
             let mut policy = build(kind, &setup).unwrap();
-            let stats = replay(policy.as_mut(), &stream, &[], &zero);
+            let stats = replay(policy.as_mut(), &stream, &[], FeltCosts::in_full(&zero));
             assert_eq!(stats.requests, 113_872);
             assert_eq!(
                 (stats.misses, stats.miss_bytes),

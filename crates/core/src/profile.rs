@@ -59,6 +59,21 @@ pub struct Drive {
     pub numa: usize,
     pub read_bandwidth: BytesPerSecond,
     pub read_latency: Seconds,
+    /// Reads the drive serves at once, sharing its bandwidth: reads issued
+    /// together land in waves of this many (`profile calibrate` measures
+    /// it; 1: one after another). Only felt wait reads it: a layer's
+    /// misses land in waves, and the compute of what has landed hides the
+    /// rest.
+    #[serde(default = "one_read_at_once", skip_serializing_if = "is_one")]
+    pub read_concurrency: u32,
+}
+
+fn one_read_at_once() -> u32 {
+    1
+}
+
+fn is_one(n: &u32) -> bool {
+    *n == 1
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]

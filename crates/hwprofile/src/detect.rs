@@ -395,6 +395,7 @@ fn add_drive(doc: &mut ProfileDoc, disk: &BlockFacts, model_dir: &Path, nodes: &
         numa,
         read_bandwidth: round_rate(bandwidth),
         read_latency: Seconds(latency),
+        read_concurrency: 1,
     });
     let set =
         |doc: &mut ProfileDoc, key: &str, origin: Origin| doc.set(&field("drives", 0, key), origin);
@@ -431,6 +432,14 @@ fn add_drive(doc: &mut ProfileDoc, disk: &BlockFacts, model_dir: &Path, nodes: &
         Origin::Default(format!(
             "{why}; calibrate measures 4 KiB reads at queue depth 1"
         )),
+    );
+    set(
+        doc,
+        "read_concurrency",
+        Origin::Default(
+            "one read at a time; calibrate issues 8 expert reads together and times their landings"
+                .into(),
+        ),
     );
 }
 

@@ -284,6 +284,7 @@ fn drive_fields(d: &Drive) -> Vec<(&'static str, String)> {
         numa,
         read_bandwidth,
         read_latency,
+        read_concurrency,
     } = d;
     vec![
         ("id", id.to_string()),
@@ -291,6 +292,7 @@ fn drive_fields(d: &Drive) -> Vec<(&'static str, String)> {
         ("numa", numa.to_string()),
         ("read_bandwidth", rate_text(*read_bandwidth)),
         ("read_latency", time_text(*read_latency)),
+        ("read_concurrency", read_concurrency.to_string()),
     ]
 }
 
@@ -590,14 +592,29 @@ pub fn round_size(bytes: u64, up: bool) -> Bytes {
     parse_size(&format!("{figure:.decimals$} {unit}")).expect("a size written in a known unit")
 }
 
+/// What a measured figure counts, for its unit in comments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Quantity {
+    BytesPerSecond,
+    Seconds,
+    /// A plain number (reads at once).
+    Count,
+}
+
+const COUNT_UNITS: [(&str, f64); 1] = [("", 1.0)];
+
 /// `value` and the figures `others` in the unit of `value`, for comments:
 /// (`31.2`, [`30.1`, `32.0`], `GB/s`).
 pub fn figures_in_unit(
     value: f64,
     others: &[f64],
-    rate: bool,
+    quantity: Quantity,
 ) -> (String, Vec<String>, &'static str) {
-    let units: &[(&'static str, f64)] = if rate { &RATE_UNITS } else { &TIME_UNITS };
+    let units: &[(&'static str, f64)] = match quantity {
+        Quantity::BytesPerSecond => &RATE_UNITS,
+        Quantity::Seconds => &TIME_UNITS,
+        Quantity::Count => &COUNT_UNITS,
+    };
     let (unit, factor) = unit_for(value, units);
     let main = significant(value / factor, 3);
     let decimals = main.split_once('.').map_or(0, |(_, d)| d.len());

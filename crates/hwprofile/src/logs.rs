@@ -25,7 +25,7 @@
 //! report 0 ms for h2d and kernels; `moe_total` mixes CPU and GPU work), so
 //! the GPU's GEMV and upload bandwidths stay as they were.
 
-use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc};
+use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc, Quantity};
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
 use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
@@ -349,7 +349,7 @@ impl Calibrating<'_> {
         let time = round_time(s.median);
         let comment = format!(
             "{} (`qtier: ... take` ms/token / {} MoE layers of {}; {})",
-            s.describe(false, "runs"),
+            s.describe(Quantity::Seconds, "runs"),
             layers,
             model.name(),
             lines_of(takes, self.log)
@@ -379,7 +379,7 @@ impl Calibrating<'_> {
         let rate = round_rate(s.median);
         let comment = format!(
             "{} (top-{} x {} MoE layers x {} B experts ({}'s ram tier) / `expert kernel: compute` ms/token{}; {})",
-            s.describe(true, "runs"),
+            s.describe(Quantity::BytesPerSecond, "runs"),
             model.top_k(),
             layers,
             model.moe[0].ram_bytes,
@@ -408,7 +408,7 @@ impl Calibrating<'_> {
         self.done.doc.profile.fixed_token_seconds = time;
         let comment = format!(
             "{} (`step() total: ... outside the phases` of {})",
-            s.describe(false, "runs"),
+            s.describe(Quantity::Seconds, "runs"),
             lines_of(outsides, self.log)
         );
         self.set(

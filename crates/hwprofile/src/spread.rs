@@ -1,7 +1,7 @@
 //! The spread of repeated trials (median, fastest, slowest), and its
 //! comment: `median 31.2 GB/s over 5 trials [30.1..32.0]`.
 
-use super::doc::figures_in_unit;
+use super::doc::{figures_in_unit, Quantity};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
@@ -38,12 +38,17 @@ impl Spread {
         self.max / self.min
     }
 
-    /// `median 31.2 GB/s over 5 trials [30.1..32.0]` (`rate`: bytes per
-    /// second, else seconds); `what` names the samples (`trials`, `runs`).
-    pub fn describe(&self, rate: bool, what: &str) -> String {
-        let (median, range, unit) = figures_in_unit(self.median, &[self.min, self.max], rate);
+    /// `median 31.2 GB/s over 5 trials [30.1..32.0]` in the unit of
+    /// `quantity`; `what` names the samples (`trials`, `runs`).
+    pub fn describe(&self, quantity: Quantity, what: &str) -> String {
+        let (median, range, unit) = figures_in_unit(self.median, &[self.min, self.max], quantity);
+        let median = if unit.is_empty() {
+            median
+        } else {
+            format!("{median} {unit}")
+        };
         format!(
-            "median {median} {unit} over {} {what} [{}..{}]",
+            "median {median} over {} {what} [{}..{}]",
             self.count, range[0], range[1]
         )
     }
@@ -58,13 +63,13 @@ mod tests {
         let s = Spread::of(&[32.0e9, 30.1e9, 31.2e9, 31.5e9, 30.9e9]).unwrap();
         assert_eq!(s.median, 31.2e9);
         assert_eq!(
-            s.describe(true, "trials"),
+            s.describe(Quantity::BytesPerSecond, "trials"),
             "median 31.2 GB/s over 5 trials [30.1..32.0]"
         );
         let t = Spread::of(&[34.25e-6, 40.75e-6]).unwrap();
         // Even count: the mean of the middle two.
         assert_eq!(
-            t.describe(false, "runs"),
+            t.describe(Quantity::Seconds, "runs"),
             "median 37.5 us over 2 runs [34.2..40.8]"
         );
         assert!(Spread::of(&[]).is_none());

@@ -12,6 +12,9 @@
 #     ab ROUNDS                   before against after, interleaved, each calibrated
 #     sweep ROUNDS BUDGETS STRATEGIES q30|ds TAG
 #                                 bench --sweep with the sweep's profile.yaml
+#     replay TRACE BUDGETS ROUNDS replay's arms on a 4-layer DeepSeek-V2-Lite
+#                                 checkpoint, calibrated on it first (issue 15
+#                                 item 5: the simulator beside the store)
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
 # to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
@@ -64,6 +67,20 @@ sweep() { # rounds budgets strategies model(q30|ds) tag
   run timeout ${STIMEOUT:-400} $B bench --sweep --checkpoint /tmp/$4 --profile $O/sweep/profile.yaml --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
   summary $O/sweep/$5.json "$5"
 }
+replay_arms() { # trace budgets rounds
+  mkdir -p $O/replay
+  [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
+  [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4
+  CALSEC=20 cal $B $O/replay/profile.yaml /tmp/ds4
+  grep -E "drives\[0\]" $O/cmd.log | tail -3 | cut -c1-150 | tee -a $O/log.txt
+  for b in ${2//,/ }; do
+    run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens 48 \
+      --profile $O/replay/profile.yaml --policy lru,uniform,dynamic-offline,dynamic --online-every 4 \
+      --ram-budget $b --rounds $3 --json $O/replay/${b%\%}pct.json
+    grep -A5 "the simulator on" $O/cmd.log | tail -6 | tee -a $O/log.txt
+    pack
+  done
+}
 pack() { tar czf ${OUT:-/tmp}/bundle.tgz -C $O . && cp $O/log.txt ${OUT:-/tmp}/; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -72,6 +89,7 @@ while [ $# -gt 0 ]; do
     cal) mkdir -p $O/sweep; CALSEC=${CALSEC:-30} cal $2 $O/sweep/$3.yaml $4; shift 4;;
     ab) ab $2; shift 2;;
     sweep) sweep $2 $3 $4 $5 $6; shift 6;;
+    replay) replay_arms $2 $3 $4; shift 4;;
     *) echo "unknown phase $1"; exit 2;;
   esac
   pack

@@ -124,9 +124,9 @@ pub trait Policy {
         &mut self,
         stream: &crate::sim::stream::Stream,
         seeds: &[ObjectIndex],
-        miss_seconds: &[f64],
+        costs: crate::sim::replay::FeltCosts,
     ) -> crate::sim::replay::ReplayStats {
-        crate::sim::replay::replay(self, stream, seeds, miss_seconds)
+        crate::sim::replay::replay(self, stream, seeds, costs)
     }
 }
 

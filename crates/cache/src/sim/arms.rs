@@ -12,7 +12,7 @@
 //! stack-distance pass, the others' from a replay at every capacity.
 
 use super::budget::{floor_slots, uniform_slots, water_fill_above, Allocation, LayerCurve};
-use super::replay::{replay_online, ReplayStats};
+use super::replay::{replay_online, FeltCosts, ReplayStats};
 use super::stack::lru_misses_per_slot;
 use super::stream::Stream;
 use super::SimError;
@@ -48,6 +48,11 @@ pub struct SimOptions {
     pub plan_residents: Option<Vec<ObjectIndex>>,
     /// The `online` allocation's allocator.
     pub online: OnlineParams,
+    /// Seconds to compute a hit of each object, which hide as much of its
+    /// group's reads (`replay::FeltCosts`); empty: every miss felt in full.
+    pub hit_compute_seconds: Vec<f64>,
+    /// Reads the drive serves at once (`replay::FeltCosts`).
+    pub reads_at_once: u32,
 }
 
 impl Default for SimOptions {
@@ -58,6 +63,8 @@ impl Default for SimOptions {
             pin_fraction: 0.5,
             plan_residents: None,
             online: OnlineParams::default(),
+            hit_compute_seconds: Vec::new(),
+            reads_at_once: 1,
         }
     }
 }
@@ -108,6 +115,7 @@ impl Simulator {
     ) -> Simulator {
         debug_assert_eq!(train_counts.len(), eval.objects());
         debug_assert_eq!(miss_seconds.len(), eval.objects());
+        debug_assert!([0, eval.objects()].contains(&options.hit_compute_seconds.len()));
         Simulator {
             train_counts,
             miss_seconds,
@@ -227,7 +235,11 @@ impl Simulator {
             &mut policies,
             &self.eval,
             &seeds,
-            &self.miss_seconds,
+            FeltCosts {
+                miss_seconds: &self.miss_seconds,
+                hit_compute_seconds: &self.options.hit_compute_seconds,
+                reads_at_once: self.options.reads_at_once,
+            },
             &mut allocator,
             &mut |_| {},
         );
@@ -322,7 +334,16 @@ impl Simulator {
         capacity_bytes: u64,
         scale: &[f64],
     ) -> Result<ReplayStats, SimError> {
-        let miss_seconds: Vec<f64> = self.miss_seconds[range.clone()].to_vec();
+        let hit_compute = &self.options.hit_compute_seconds;
+        let costs = FeltCosts {
+            miss_seconds: &self.miss_seconds[range.clone()],
+            hit_compute_seconds: if hit_compute.is_empty() {
+                &[]
+            } else {
+                &hit_compute[range.clone()]
+            },
+            reads_at_once: self.options.reads_at_once,
+        };
         let (prior_rate, scaled) = self.priors(range.clone(), scale);
         let sizes = &self.eval.sizes_bytes[range.clone()];
         let by_value = |budget: u64| knapsack(sizes, &prior_rate, &scaled, budget);
@@ -365,9 +386,9 @@ impl Simulator {
         };
         let mut p = build(policy, &setup)?;
         let stats = if layer == GLOBAL {
-            p.replay_stream(&self.eval, &seeds, &miss_seconds)
+            p.replay_stream(&self.eval, &seeds, costs)
         } else {
-            let mut stats = p.replay_stream(&self.layer_streams()[layer], &seeds, &miss_seconds);
+            let mut stats = p.replay_stream(&self.layer_streams()[layer], &seeds, costs);
             // The layer stream is layer 0 of its own; put it at `layer`.
             let (misses, felt) = (
                 stats.misses_by_layer[0],

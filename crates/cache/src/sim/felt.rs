@@ -5,7 +5,7 @@
 //! felt: latency + bytes / bandwidth of the profile's fastest drive.
 
 use residency_core::error::{read_text, PlannerError};
-use residency_core::profile::HardwareProfile;
+use residency_core::profile::{Drive, HardwareProfile};
 use std::path::Path;
 
 /// Seconds per physical miss from a log's totals.
@@ -98,15 +98,21 @@ pub fn number_before<T: std::str::FromStr>(line: &str, marker: &str) -> Option<T
     head.rsplit(' ').next()?.parse().ok()
 }
 
-/// Seconds to read `bytes` from the profile's fastest drive (highest read
-/// bandwidth; ties: lowest latency). `None` for a profile without drives.
-pub fn read_seconds(profile: &HardwareProfile, bytes: u64) -> Option<f64> {
-    let drive = profile.drives.iter().max_by(|a, b| {
+/// The profile's fastest drive (highest read bandwidth; ties: lowest
+/// latency), which prices uncalibrated misses. `None` without drives.
+pub fn fastest_drive(profile: &HardwareProfile) -> Option<&Drive> {
+    profile.drives.iter().max_by(|a, b| {
         a.read_bandwidth
             .0
             .total_cmp(&b.read_bandwidth.0)
             .then(b.read_latency.0.total_cmp(&a.read_latency.0))
-    })?;
+    })
+}
+
+/// Seconds to read `bytes` from the profile's fastest drive. `None` for a
+/// profile without drives.
+pub fn read_seconds(profile: &HardwareProfile, bytes: u64) -> Option<f64> {
+    let drive = fastest_drive(profile)?;
     Some(drive.read_latency.0 + bytes as f64 / drive.read_bandwidth.0)
 }
 

@@ -6,7 +6,7 @@
 
 use super::arms::{Arm, Run, SimOptions, Simulator};
 use super::budget::Allocation;
-use super::felt::read_seconds;
+use super::felt::{fastest_drive, read_seconds};
 use super::gate::{gate, held_out_splits, GateConfig, GateReport};
 use super::gate::{CategoryGain, Verdict};
 use super::oracle::read_oracle_general;
@@ -99,6 +99,9 @@ pub struct SimulateJob {
     /// Calibrated seconds per physical miss for every layer (overrides the
     /// profile); see `felt::miss_seconds_from_prof_log`.
     pub miss_seconds: Option<f64>,
+    /// Hits hide reads: each object's hit compute is its bytes at the
+    /// profile's CPU rate (`SimOptions::hit_compute_seconds`).
+    pub hits_hide_reads: bool,
     pub policies: Vec<PolicyKind>,
     pub budgets: Vec<Budget>,
     pub allocations: Vec<Allocation>,
@@ -136,17 +139,10 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
             )));
         }
         let stream = read_oracle_general(&job.trace)?;
-        let miss_seconds = stream
-            .sizes_bytes
-            .iter()
-            .map(|&b| {
-                job.miss_seconds
-                    .or_else(|| read_seconds(&job.profile, b))
-                    .unwrap_or(0.0)
-            })
-            .collect();
+        let miss_seconds = miss_costs(job, &stream.sizes_bytes);
         let counts = stream.counts();
-        return run_arms(job, stream, counts, miss_seconds, None, notes);
+        let options = job_options(job, &stream.sizes_bytes);
+        return run_arms(job, options, stream, counts, miss_seconds, None, notes);
     }
     let model = job.model.as_ref().ok_or_else(|| {
         SimError::Invalid(format!(
@@ -167,18 +163,14 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
         .take(trace.layers())
         .map(|l| l.ram_bytes)
         .collect();
-    let miss_seconds: Vec<f64> = trace
+    let sizes_bytes: Vec<u64> = trace
         .experts
         .iter()
         .zip(&expert_bytes)
-        .flat_map(|(&n, &b)| {
-            let m = job
-                .miss_seconds
-                .or_else(|| read_seconds(&job.profile, b))
-                .unwrap_or(0.0);
-            std::iter::repeat_n(m, n)
-        })
+        .flat_map(|(&n, &b)| std::iter::repeat_n(b, n))
         .collect();
+    let miss_seconds = miss_costs(job, &sizes_bytes);
+    let options = job_options(job, &sizes_bytes);
     if job.gate {
         let splits = held_out_splits(&trace, &expert_bytes);
         let candidates = job
@@ -194,7 +186,7 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
             budgets_bytes: job.budgets.iter().map(|b| b.bytes(all_bytes)).collect(),
             candidates,
             sensitivity: job.sensitivity,
-            options: job.options.clone(),
+            options: options.clone(),
         };
         let (requests, tokens) = splits.iter().fold((0, 0), |(r, t), s| {
             (r + s.eval.requests.len() as u64, t + s.eval.tokens)
@@ -212,7 +204,7 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
                 &miss_seconds,
                 &config.budgets_bytes,
                 &static_allocations,
-                &job.options,
+                &options,
             )?
         } else {
             Vec::new()
@@ -244,11 +236,51 @@ pub fn simulate(job: &SimulateJob) -> Result<SimulateOutput, SimError> {
         Some(path) => Some(plan_residents(path, &stream)?),
         None => None,
     };
-    run_arms(job, stream, counts, miss_seconds, plan_residents, notes)
+    run_arms(
+        job,
+        options,
+        stream,
+        counts,
+        miss_seconds,
+        plan_residents,
+        notes,
+    )
+}
+
+/// Felt seconds of a miss of each object: the job's calibrated cost, else
+/// a read of its bytes from the profile's fastest drive.
+fn miss_costs(job: &SimulateJob, sizes_bytes: &[u64]) -> Vec<f64> {
+    sizes_bytes
+        .iter()
+        .map(|&b| {
+            job.miss_seconds
+                .or_else(|| read_seconds(&job.profile, b))
+                .unwrap_or(0.0)
+        })
+        .collect()
+}
+
+/// The job's simulator options, with each object's hit compute
+/// (`sizes_bytes[o]` at the profile's first node's CPU rate) and the
+/// fastest drive's reads at once where the job has hits hide reads.
+fn job_options(job: &SimulateJob, sizes_bytes: &[u64]) -> SimOptions {
+    let cpu_bytes_per_s = job.profile.numa.first().map(|n| n.gemv_bandwidth.0);
+    let hit_compute_seconds = match cpu_bytes_per_s {
+        Some(rate) if job.hits_hide_reads && rate > 0.0 => {
+            sizes_bytes.iter().map(|&b| b as f64 / rate).collect()
+        }
+        _ => Vec::new(),
+    };
+    SimOptions {
+        hit_compute_seconds,
+        reads_at_once: fastest_drive(&job.profile).map_or(1, |d| d.read_concurrency),
+        ..job.options.clone()
+    }
 }
 
 fn run_arms(
     job: &SimulateJob,
+    options: SimOptions,
     stream: Stream,
     train_counts: Vec<u64>,
     miss_seconds: Vec<f64>,
@@ -263,7 +295,7 @@ fn run_arms(
     let layers = stream.layers();
     let options = SimOptions {
         plan_residents,
-        ..job.options.clone()
+        ..options
     };
     let mut sim = Simulator::new(stream, train_counts, miss_seconds, options);
     let all_bytes: u64 = sim.stream().sizes_bytes.iter().sum();

@@ -2,6 +2,14 @@
 //! misses and miss bytes (libCacheSim's `n_miss`, `n_miss_byte`), felt wait
 //! per layer, hits on seeded versus admitted objects, admissions, evictions.
 //!
+//! Felt wait is counted per leased group (one token's requests of one
+//! layer, `Stream::leased_group_end`), as a serving store waits: it starts
+//! the group's reads, which the drive serves one after another, while its
+//! compute thread multiplies the hits, then each miss as it lands. The
+//! group waits for miss `i` what its reads up to `i` take beyond the
+//! compute before it (the hits', and misses `1..i`'s), at the worst `i`
+//! ([`FeltCosts`]). Without compute costs every miss is felt in full.
+//!
 //! Paired arms start from the same state: cold, or seeded with the same
 //! residents. Seeding feeds the seed objects through the policy itself
 //! before counting starts, so every policy builds its own state for them.
@@ -30,8 +38,123 @@ pub struct ReplayStats {
     /// Seed objects resident when counting started (start-up residents).
     pub seeded_bytes: u64,
     pub misses_by_layer: Vec<u64>,
-    /// Felt wait per layer: the sum of `miss_seconds` of its misses.
+    /// Felt wait per layer: over its groups, what their misses' reads take
+    /// beyond their hits' compute (see [`FeltCosts`]).
     pub felt_wait_seconds_by_layer: Vec<f64>,
+}
+
+/// What felt wait counts, per object of the stream: `miss_seconds[o]`,
+/// reading `o` on a miss, and `hit_compute_seconds[o]`, computing `o`,
+/// during which the same group's reads go on; the drive serves
+/// `reads_at_once` of them at a time (its `read_concurrency`). Empty
+/// `hit_compute_seconds`: nothing is hidden (a miss cost calibrated from an
+/// engine's felt wait already has the overlap in it).
+#[derive(Debug, Clone, Copy)]
+pub struct FeltCosts<'a> {
+    pub miss_seconds: &'a [f64],
+    pub hit_compute_seconds: &'a [f64],
+    pub reads_at_once: u32,
+}
+
+impl<'a> FeltCosts<'a> {
+    /// Every miss felt in full.
+    pub fn in_full(miss_seconds: &'a [f64]) -> FeltCosts<'a> {
+        FeltCosts {
+            miss_seconds,
+            hit_compute_seconds: &[],
+            reads_at_once: 1,
+        }
+    }
+}
+
+/// One group's wait so far: the hits come first in a group (see
+/// `leased_order`), so their compute is all known when the misses come.
+/// The drive serves `wave` reads at a time, sharing its rate, so the misses
+/// land in waves of that many, each when the reads up to its end are done.
+/// Without compute costs (`hit_compute_seconds` empty) nothing overlaps
+/// and every miss's read is felt in full.
+#[derive(Default)]
+struct GroupWait<'a> {
+    hit_compute_seconds: &'a [f64],
+    wave: u32,
+    layer: u32,
+    /// Compute before the next wave's first miss can start: the hits',
+    /// then each landed miss's.
+    computed_seconds: f64,
+    /// Reads of the landed waves.
+    reads_seconds: f64,
+    /// The wave not landed yet: its misses, reads and compute.
+    pending: u32,
+    pending_reads_seconds: f64,
+    pending_compute_seconds: f64,
+    /// The longest the compute thread has waited for a wave so far (every
+    /// read, without compute costs).
+    waited_seconds: f64,
+}
+
+impl<'a> GroupWait<'a> {
+    fn new(costs: FeltCosts<'a>) -> GroupWait<'a> {
+        GroupWait {
+            hit_compute_seconds: costs.hit_compute_seconds,
+            wave: costs.reads_at_once.max(1),
+            ..GroupWait::default()
+        }
+    }
+
+    /// A hit of `o`, computed while the group's reads go on.
+    #[inline(always)]
+    fn hit(&mut self, o: ObjectIndex) {
+        if let Some(&seconds) = self.hit_compute_seconds.get(o as usize) {
+            self.computed_seconds += seconds;
+        }
+    }
+
+    /// A miss of `o` in `layer`, reading for `read_seconds`.
+    #[inline(always)]
+    fn miss(&mut self, o: ObjectIndex, layer: u32, read_seconds: f64) {
+        self.layer = layer;
+        let Some(&compute_seconds) = self.hit_compute_seconds.get(o as usize) else {
+            self.waited_seconds += read_seconds;
+            return;
+        };
+        self.pending += 1;
+        self.pending_reads_seconds += read_seconds;
+        self.pending_compute_seconds += compute_seconds;
+        if self.pending == self.wave {
+            self.land();
+        }
+    }
+
+    /// The pending wave lands: its first miss waits for every read so far
+    /// beyond the compute before it.
+    #[inline(always)]
+    fn land(&mut self) {
+        self.reads_seconds += self.pending_reads_seconds;
+        let wait = self.reads_seconds - self.computed_seconds;
+        self.waited_seconds = self.waited_seconds.max(wait);
+        self.computed_seconds += self.pending_compute_seconds;
+        self.pending = 0;
+        self.pending_reads_seconds = 0.0;
+        self.pending_compute_seconds = 0.0;
+    }
+
+    /// Adds the group's wait to `stats` and starts the next group: the
+    /// waits before a wave overlap the later ones, so the worst is the
+    /// group's.
+    #[inline(always)]
+    fn close(&mut self, stats: &mut ReplayStats) {
+        if self.pending > 0 {
+            self.land();
+        }
+        if self.waited_seconds > 0.0 {
+            stats.felt_wait_seconds_by_layer[self.layer as usize] += self.waited_seconds;
+        }
+        *self = GroupWait {
+            hit_compute_seconds: self.hit_compute_seconds,
+            wave: self.wave,
+            ..GroupWait::default()
+        };
+    }
 }
 
 impl ReplayStats {
@@ -70,8 +193,9 @@ impl ReplayStats {
 }
 
 impl ReplayStats {
-    /// Counts `request` (its object's layer and miss cost in `misses`) that
-    /// ended in `outcome` after `evicted` left; `seeded[o]`: whether `o`
+    /// Counts `request` (its object's layer and miss cost in `misses`)
+    /// that ended in `outcome` after `evicted` left, its felt wait in its
+    /// group's `wait`; `seeded[o]`: whether `o`
     /// is resident since seeding, `seeded` empty when nothing was seeded
     /// (a cold replay then reads and clears no flag: one cache line less a
     /// request). Inlined by force: it runs once a
@@ -84,6 +208,7 @@ impl ReplayStats {
         evicted: &[ObjectIndex],
         request: &Request,
         misses: &[MissRecord],
+        wait: &mut GroupWait,
         outcome: Outcome,
     ) {
         let (o, size) = (request.object, request.size_bytes);
@@ -93,6 +218,9 @@ impl ReplayStats {
             }
         }
         self.evictions += evicted.len() as u64;
+        if outcome == Outcome::Hit {
+            wait.hit(o);
+        }
         match outcome {
             Outcome::Hit if !seeded.is_empty() && seeded[o as usize] => self.hits_seeded += 1,
             Outcome::Hit => self.hits_admitted += 1,
@@ -104,7 +232,7 @@ impl ReplayStats {
                 self.misses += 1;
                 self.miss_bytes += size;
                 self.misses_by_layer[layer as usize] += 1;
-                self.felt_wait_seconds_by_layer[layer as usize] += miss_seconds;
+                wait.miss(o, layer, miss_seconds);
                 if miss == Outcome::Admitted {
                     self.admissions += 1;
                     self.admitted_bytes += size;
@@ -136,14 +264,14 @@ impl ReplayStats {
     }
 }
 
-/// Replays `stream` through `policy` after seeding it with `seeds`.
-/// `miss_seconds[o]` is the felt wait one miss of object `o` costs.
-/// Generic so that [`Policy::replay_stream`] compiles it for each policy.
+/// Replays `stream` through `policy` after seeding it with `seeds`, felt
+/// wait counted with `costs`. Generic so that [`Policy::replay_stream`]
+/// compiles it for each policy.
 pub fn replay<P: Policy + ?Sized>(
     policy: &mut P,
     stream: &Stream,
     seeds: &[ObjectIndex],
-    miss_seconds: &[f64],
+    costs: FeltCosts,
 ) -> ReplayStats {
     let layers = stream.layers();
     let mut stats = ReplayStats::of_layers(layers);
@@ -172,7 +300,8 @@ pub fn replay<P: Policy + ?Sized>(
     // Building the next-access index costs more than an LRU replay; only
     // the policies that read it pay for it, the others see NEVER.
     let next_access = policy.reads_next_access().then(|| stream.next_access());
-    let misses = MissRecord::all(stream, miss_seconds);
+    let misses = MissRecord::all(stream, costs.miss_seconds);
+    let mut wait = GroupWait::new(costs);
     let mut order = Vec::new();
     let mut start = 0;
     while start < stream.requests.len() {
@@ -197,8 +326,9 @@ pub fn replay<P: Policy + ?Sized>(
             };
             evicted.clear();
             let outcome = policy.access(&request, &mut evicted);
-            stats.tally(&mut seeded, &evicted, &request, &misses, outcome);
+            stats.tally(&mut seeded, &evicted, &request, &misses, &mut wait, outcome);
         }
+        wait.close(&mut stats);
         start = end;
     }
     stats.requests = stream.requests.len() as u64;
@@ -265,8 +395,7 @@ pub struct OnlineReplay {
 /// while `allocator` re-allocates their budgets between tokens: every
 /// shrink before any grow, so the capacities never sum above the budget.
 /// `seeds[l]` (local indices) are fed through layer `l`'s policy before
-/// counting starts; `miss_seconds[o]` is what felt wait counts for a miss
-/// of `o`. `observe` sees the caches after every request and every move
+/// counting starts; felt wait is counted with `costs`. `observe` sees the caches after every request and every move
 /// (tests check the budget there). Request `i` belongs to token
 /// `i * tokens / requests`, exact for MoE tokens (the same number of
 /// requests each).
@@ -274,7 +403,7 @@ pub fn replay_online(
     policies: &mut [BoxedPolicy],
     stream: &Stream,
     seeds: &[Vec<ObjectIndex>],
-    miss_seconds: &[f64],
+    costs: FeltCosts,
     allocator: &mut OnlineAllocator,
     observe: &mut dyn FnMut(&[BoxedPolicy]),
 ) -> OnlineReplay {
@@ -303,7 +432,8 @@ pub fn replay_online(
             }
         }
     }
-    let misses = MissRecord::all(stream, miss_seconds);
+    let misses = MissRecord::all(stream, costs.miss_seconds);
+    let mut wait = GroupWait::new(costs);
     let (mut moves, mut moved_bytes) = (0, 0);
     let n = stream.requests.len().max(1) as u128;
     let token_of = |i: usize| (i as u128 * stream.tokens as u128 / n) as u64;
@@ -362,10 +492,11 @@ pub fn replay_online(
                 object: o,
                 ..request
             };
-            stats.tally(&mut seeded, &evicted, &global, &misses, outcome);
+            stats.tally(&mut seeded, &evicted, &global, &misses, &mut wait, outcome);
             allocator.record(l, local);
             observe(policies);
         }
+        wait.close(&mut stats);
     }
     stats.requests = stream.requests.len() as u64;
     OnlineReplay {

@@ -8,7 +8,7 @@
 
 use super::experts::{inputs_for, ExpertSlab};
 use super::{Run, MAX_GEMV_BYTES};
-use crate::doc::{field, rate_text, round_rate, round_time, time_text};
+use crate::doc::{field, rate_text, round_rate, round_time, time_text, Quantity};
 use crate::gemv::{NodeThreads, QuantizedInput};
 use crate::system::{self, NodeFacts};
 use residency_core::units::Bytes;
@@ -78,7 +78,7 @@ impl Run<'_> {
                     &field("numa", i, "gemv_bandwidth"),
                     shown,
                     &spread,
-                    true,
+                    Quantity::BytesPerSecond,
                     what,
                 );
                 if let Err(e) = self.cpu_stage_overhead(i, &slabs, &inputs, &node_threads, rate.0) {
@@ -144,7 +144,7 @@ impl Run<'_> {
             &field("numa", i, "stage_overhead"),
             time_text(time),
             &spread,
-            false,
+            Quantity::Seconds,
             what,
         );
         Ok(())

@@ -7,9 +7,18 @@
 //! cost model prices a streamed expert, and the simulator a miss, as the
 //! latency plus its bytes at that bandwidth; sequential reads, which
 //! neither does, run faster (docs/prediction.md).
+//!
+//! Then how many reads the drive serves at once: [`READS_AT_ONCE`] reads
+//! of one expert's bytes at random places issued together, as a serving
+//! store issues a layer's misses (single reads, not the loader's: an
+//! expert it reads in several runs would land only after the others' first
+//! runs, which times the loader's split rather than the drive). A
+//! drive that serves `q` at a time, sharing its rate, lands them in waves
+//! of `q`, the first when `q / READS_AT_ONCE` of the batch's time has
+//! passed; so `q` is `READS_AT_ONCE` times the first landing over the last.
 
 use super::{Run, LATENCY_READ_BYTES, WRITE_PIECE_BYTES};
-use crate::doc::{field, rate_text, round_rate, round_time, time_text};
+use crate::doc::{field, rate_text, round_rate, round_time, time_text, Quantity};
 use crate::gemv::fill_random;
 use crate::spread::Spread;
 use crate::system;
@@ -23,6 +32,10 @@ use residency_runtime::storage::{open_backend, AlignedSlab, BackendKind, DataFil
 use residency_runtime::store::Loader;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
+
+/// Expert reads issued together to time the drive's concurrency: a layer's
+/// misses of a top-8 model.
+pub const READS_AT_ONCE: usize = 8;
 
 impl Run<'_> {
     /// The profile's drive that holds `dir`, and the files to time on it
@@ -144,27 +157,39 @@ impl Run<'_> {
             ),
         };
         match result {
-            Ok((bandwidth, latency)) => {
+            Ok((bandwidth, latency, concurrency)) => {
                 let rate = round_rate(bandwidth.median);
                 let time = round_time(latency.median);
+                let at_once = (concurrency.median.round() as u32).clamp(1, READS_AT_ONCE as u32);
                 self.doc.profile.drives[d].read_bandwidth = rate;
                 self.doc.profile.drives[d].read_latency = time;
+                self.doc.profile.drives[d].read_concurrency = at_once;
                 let shown_rate = rate_text(rate);
                 let shown_time = time_text(time);
                 self.record(
                     &field("drives", d, "read_bandwidth"),
                     shown_rate,
                     &bandwidth,
-                    true,
+                    Quantity::BytesPerSecond,
                     format!("{reads}, each less read_latency"),
                 );
                 self.record(
                     &field("drives", d, "read_latency"),
                     shown_time,
                     &latency,
-                    false,
+                    Quantity::Seconds,
                     format!(
                         "O_DIRECT random 4 KiB reads at queue depth 1 of {on}; each trial's median"
+                    ),
+                );
+                self.record(
+                    &field("drives", d, "read_concurrency"),
+                    at_once.to_string(),
+                    &concurrency,
+                    Quantity::Count,
+                    format!(
+                        "{READS_AT_ONCE} O_DIRECT reads of {} at random places issued together on threads of their own: {READS_AT_ONCE} x the first landing / the last, each trial's mean",
+                        Bytes(read_bytes as u64)
                     ),
                 );
             }
@@ -175,47 +200,28 @@ impl Run<'_> {
         Ok(())
     }
 
-    /// (bandwidth, latency) spreads of drive `d` over `files`, the
-    /// bandwidth of `loader`'s loads of experts at random where given, else
-    /// of reads of `read_bytes` at random places.
+    /// (bandwidth, latency, concurrency) spreads of drive `d` over
+    /// `files`: the bandwidth of `loader`'s loads of experts at random
+    /// where given, else of reads of `read_bytes` at random places; the
+    /// concurrency of such reads.
     fn time_drive(
         &self,
         d: usize,
         files: &[DataFile],
         loader: Option<&CheckpointLoader>,
         read_bytes: usize,
-    ) -> Result<(Spread, Spread), String> {
+    ) -> Result<(Spread, Spread, Spread), String> {
         let total: u64 = files.iter().map(DataFile::len_bytes).sum();
         if total < LATENCY_READ_BYTES as u64 {
             return Err("the files to read are empty".into());
         }
         let mut state = Xorshift(0x2545_f491_4f6c_dd1d);
-        // A random page of the files laid end to end, moved back where a
-        // read of `len` from it would run past its file's end: (file,
-        // offset, bytes to read).
-        let mut place = |len: usize| -> (&DataFile, u64, usize) {
-            let page = LATENCY_READ_BYTES as u64;
-            let mut at = state.below(total / page) * page;
-            for f in files {
-                if at < f.len_bytes() {
-                    let len = len.min(f.len_bytes() as usize);
-                    let last = (f.len_bytes() - len as u64) / page * page;
-                    return (f, at.min(last), len);
-                }
-                at -= f.len_bytes();
-            }
-            unreachable!("`at` is below the total length")
-        };
         let mut slab = AlignedSlab::new(read_bytes + LATENCY_READ_BYTES);
         let mut read = |len: usize| -> Result<usize, String> {
-            let (file, offset, len) = place(len);
-            Syscall::DIRECT
-                .read_into(file, offset, len, &mut slab)
-                .map(|r| r.len())
-                .map_err(|e| e.to_string())
+            read_at_random(files, total, &mut state, len, &mut slab)
         };
         let step = format!("drives[{d}]: read latency");
-        let (latency, _) = self.repeat(&step, self.share / 2, |reads| {
+        let (latency, _) = self.repeat(&step, self.share / 3, |reads| {
             let mut seconds = Vec::with_capacity(reads);
             for _ in 0..reads {
                 let started = Instant::now();
@@ -226,7 +232,7 @@ impl Run<'_> {
         })?;
         let step = format!("drives[{d}]: read bandwidth");
         let mut pick = Xorshift(0x9e37_79b9_7f4a_7c15);
-        let (bandwidth, _) = self.repeat(&step, self.share / 2, |reads| {
+        let (bandwidth, _) = self.repeat(&step, self.share / 3, |reads| {
             let started = Instant::now();
             let mut got = 0u64;
             for _ in 0..reads {
@@ -244,8 +250,66 @@ impl Run<'_> {
             let transfer = (elapsed - reads as f64 * latency.median).max(elapsed / 2.0);
             Ok(got as f64 / transfer)
         })?;
-        Ok((bandwidth, latency))
+        let step = format!("drives[{d}]: reads served at once");
+        let mut slabs: Vec<AlignedSlab> = (0..READS_AT_ONCE)
+            .map(|_| AlignedSlab::new(read_bytes + LATENCY_READ_BYTES))
+            .collect();
+        let (concurrency, _) = self.repeat(&step, self.share / 3, |batches| {
+            let mut sum = 0.0;
+            for _ in 0..batches {
+                let seeds: Vec<u64> = (0..READS_AT_ONCE).map(|_| pick.below(u64::MAX)).collect();
+                let started = Instant::now();
+                let landed = std::thread::scope(|scope| {
+                    let reads: Vec<_> = slabs
+                        .iter_mut()
+                        .zip(&seeds)
+                        .map(|(slab, &seed)| {
+                            scope.spawn(move || {
+                                let mut state = Xorshift(seed | 1);
+                                read_at_random(files, total, &mut state, read_bytes, slab)?;
+                                Ok::<f64, String>(started.elapsed().as_secs_f64())
+                            })
+                        })
+                        .collect();
+                    reads
+                        .into_iter()
+                        .map(|r| r.join().expect("a read does not panic"))
+                        .collect::<Result<Vec<f64>, String>>()
+                })?;
+                let first = landed.iter().copied().fold(f64::INFINITY, f64::min);
+                let last = landed.iter().copied().fold(0.0, f64::max);
+                sum += READS_AT_ONCE as f64 * first / last.max(1e-9);
+            }
+            Ok(sum / batches as f64)
+        })?;
+        Ok((bandwidth, latency, concurrency))
     }
+}
+
+/// Reads `len` bytes with O_DIRECT from a random page of `files` laid end
+/// to end (`total` bytes), moved back where the read would run past its
+/// file's end, into `slab`; the bytes read.
+fn read_at_random(
+    files: &[DataFile],
+    total: u64,
+    state: &mut Xorshift,
+    len: usize,
+    slab: &mut AlignedSlab,
+) -> Result<usize, String> {
+    let page = LATENCY_READ_BYTES as u64;
+    let mut at = state.below(total / page) * page;
+    for f in files {
+        if at < f.len_bytes() {
+            let len = len.min(f.len_bytes() as usize);
+            let last = (f.len_bytes() - len as u64) / page * page;
+            return Syscall::DIRECT
+                .read_into(f, at.min(last), len, slab)
+                .map(|r| r.len())
+                .map_err(|e| e.to_string());
+        }
+        at -= f.len_bytes();
+    }
+    unreachable!("`at` is below the total length")
 }
 
 /// xorshift64: where the next random read goes.

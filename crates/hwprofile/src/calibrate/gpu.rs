@@ -7,7 +7,7 @@
 use super::experts::inputs_for;
 use super::{Run, GPU_STAGE_SPAN_BYTES, MAX_GEMV_BYTES, UPLOAD_BYTES};
 use crate::cuda_bench::CudaBench;
-use crate::doc::{field, rate_text, round_rate, round_time, time_text};
+use crate::doc::{field, rate_text, round_rate, round_time, time_text, Quantity};
 use crate::gemv::PackedRows;
 use residency_core::units::Bytes;
 use std::time::Duration;
@@ -60,7 +60,7 @@ impl Run<'_> {
                     &field("gpus", g, "upload_bandwidth"),
                     rate_text(rate),
                     &spread,
-                    true,
+                    Quantity::BytesPerSecond,
                     what,
                 );
             }
@@ -102,7 +102,7 @@ impl Run<'_> {
             &field("gpus", g, "sync_overhead"),
             time_text(sync),
             &spread,
-            false,
+            Quantity::Seconds,
             what,
         );
         let experts = self.source.top_k.max(1);
@@ -139,7 +139,7 @@ impl Run<'_> {
             &field("gpus", g, "gemv_overhead"),
             time_text(time),
             &spread,
-            false,
+            Quantity::Seconds,
             what,
         );
         Ok(())
@@ -199,7 +199,7 @@ impl Run<'_> {
             &field("gpus", g, "gemv_bandwidth"),
             rate_text(rate),
             &spread,
-            true,
+            Quantity::BytesPerSecond,
             what,
         );
         Ok(())

@@ -35,6 +35,7 @@ mod gpu;
 #[cfg(test)]
 mod tests;
 
+use super::doc::Quantity;
 use super::gemv::{PackedRows, QuantizedInput};
 use super::spread::Spread;
 use super::system;
@@ -186,11 +187,18 @@ struct Run<'a> {
 impl Run<'_> {
     /// Records a measured value (already set in the profile) and its
     /// comment: the spread of its trials, and `what` was timed.
-    fn record(&mut self, path: &str, value: String, spread: &Spread, rate: bool, what: String) {
+    fn record(
+        &mut self,
+        path: &str,
+        value: String,
+        spread: &Spread,
+        quantity: Quantity,
+        what: String,
+    ) {
         let m = Measurement {
             path: path.to_string(),
             value,
-            comment: format!("{} ({what})", spread.describe(rate, "trials")),
+            comment: format!("{} ({what})", spread.describe(quantity, "trials")),
             spread: Some(*spread),
         };
         self.doc.measured(&m);

@@ -107,6 +107,11 @@ pub struct ReplayConfig {
     /// Felt seconds of one miss (the profile's drive), for the value of a
     /// pin and the cost policy.
     pub miss_seconds: f64,
+    /// The compute thread's rate over an expert's bytes
+    /// ([`matvec_bytes_per_s`]): the simulator's hits hide reads at it.
+    pub hit_compute_bytes_per_s: f64,
+    /// Reads the drive serves at once (the profile's `read_concurrency`).
+    pub reads_at_once: u32,
     /// The link a re-planner's promotion comes over (what a move costs).
     pub move_link: MoveLink,
     pub backend: BackendKind,
@@ -177,6 +182,10 @@ pub struct ReplayRun {
     pub p99_ms: f64,
     /// Seconds the compute thread waited for experts.
     pub felt_wait_seconds: f64,
+    /// Over every layer of a token that missed, the seconds from starting
+    /// its loads to the last one landing: its reads as the drive served
+    /// them, together.
+    pub miss_reads_seconds: f64,
     pub read_service_seconds: f64,
     /// Bytes read while serving (start-up excluded).
     pub bytes_read: u64,
@@ -200,11 +209,17 @@ pub struct ReplayRun {
 
 /// What `residency simulate`'s code predicts for an arm: the same tokens
 /// through the same policy, allocation and budget, each miss priced at
-/// the replay's miss cost (`ReplayConfig::miss_seconds`) and felt in full.
+/// the replay's miss cost (`ReplayConfig::miss_seconds`), less in each
+/// layer of a token what its hits' compute hides
+/// (`ReplayConfig::hit_compute_bytes_per_s`), as `layer` overlaps them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct Simulated {
     pub misses: u64,
     pub felt_wait_seconds: f64,
+    /// The same with each miss read in the seconds the run's reads took a
+    /// miss (the median over rounds of `miss_reads_seconds / misses`): the
+    /// model without the profile's drive rate.
+    pub felt_wait_seconds_at_run_reads: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -296,31 +311,19 @@ pub fn replay(
     let mut sim = None;
     let mut predicted = Vec::with_capacity(config.policies.len());
     for &policy in &config.policies {
-        let Some(allocation) = simulated_allocation(config, policy) else {
-            predicted.push(None);
-            continue;
-        };
-        let sim = sim.get_or_insert_with(|| {
-            let options = SimOptions {
-                online: config.online.clone(),
-                ..SimOptions::default()
-            };
-            simulator(config, &sizes, tokens, Some(train_counts), experts, options)
+        predicted.push(match simulated_allocation(config, policy) {
+            None => None,
+            Some(allocation) => {
+                let sim = sim.get_or_insert_with(|| {
+                    let counts = Some(train_counts);
+                    simulator(config, config.miss_seconds, &sizes, tokens, counts, experts)
+                });
+                Some(simulate_arm(sim, config, policy, allocation)?)
+            }
         });
-        let run = sim.run(
-            Arm {
-                policy: policy.cache_policy(config.layer_policy),
-                allocation,
-                budget_bytes: config.ram_budget_bytes,
-            },
-            &vec![1.0; sizes.len() / experts],
-        )?;
-        predicted.push(Some(Simulated {
-            misses: run.stats.misses,
-            felt_wait_seconds: run.felt_wait_seconds,
-        }));
     }
     let mut runs = Vec::new();
+    let mut arm_of_run = Vec::new();
     for round in 0..config.rounds.max(1) {
         let mut order: Vec<usize> = (0..config.policies.len()).collect();
         if round % 2 == 1 {
@@ -328,11 +331,44 @@ pub fn replay(
         }
         for i in order {
             let policy = config.policies[i];
-            let run = run_arm(checkpoint, tokens, train_counts, config, policy, round)?;
-            runs.push(ReplayRun {
-                simulated: predicted[i].clone(),
-                ..run
-            });
+            runs.push(run_arm(
+                checkpoint,
+                tokens,
+                train_counts,
+                config,
+                policy,
+                round,
+            )?);
+            arm_of_run.push(i);
+        }
+    }
+    for (i, &policy) in config.policies.iter().enumerate() {
+        let (Some(allocation), Some((misses, felt_wait_seconds))) =
+            (simulated_allocation(config, policy), predicted[i])
+        else {
+            continue;
+        };
+        let per_miss: Vec<f64> = runs
+            .iter()
+            .zip(&arm_of_run)
+            .filter(|(r, &a)| a == i && r.misses > 0)
+            .map(|(r, _)| r.miss_reads_seconds / r.misses as f64)
+            .collect();
+        let at_run_reads = match median(per_miss) {
+            Some(read_seconds) => {
+                let counts = Some(train_counts);
+                let mut sim = simulator(config, read_seconds, &sizes, tokens, counts, experts);
+                simulate_arm(&mut sim, config, policy, allocation)?.1
+            }
+            None => felt_wait_seconds,
+        };
+        let simulated = Simulated {
+            misses,
+            felt_wait_seconds,
+            felt_wait_seconds_at_run_reads: at_run_reads,
+        };
+        for (run, _) in runs.iter_mut().zip(&arm_of_run).filter(|(_, &a)| a == i) {
+            run.simulated = Some(simulated.clone());
         }
     }
     Ok(runs)
@@ -357,28 +393,59 @@ fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Al
     }
 }
 
+/// The median, `None` of nothing.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
+}
+
+/// The simulator's misses and felt wait for `policy`'s arm under
+/// `allocation`, on `sim`'s tokens at the replay's budget.
+fn simulate_arm(
+    sim: &mut Simulator,
+    config: &ReplayConfig,
+    policy: ServePolicy,
+    allocation: Allocation,
+) -> Result<(u64, f64), ReplayError> {
+    let layers = sim.stream().layers();
+    let run = sim.run(
+        Arm {
+            policy: policy.cache_policy(config.layer_policy),
+            allocation,
+            budget_bytes: config.ram_budget_bytes,
+        },
+        &vec![1.0; layers],
+    )?;
+    Ok((run.stats.misses, run.felt_wait_seconds))
+}
+
 /// A simulator of `tokens` over the checkpoint's experts (`sizes`, every
-/// layer's `experts` in turn), each miss at the replay's miss cost;
+/// layer's `experts` in turn), each miss read in `miss_seconds`, each hit
+/// computed at the replay's rate, `online` as the replay's;
 /// `train_counts` is its learning policies' prior, `None` the tokens' own
 /// counts (in hindsight).
 fn simulator(
     config: &ReplayConfig,
+    miss_seconds: f64,
     sizes: &[u64],
     tokens: &[TokenRoutes],
     train_counts: Option<&[u64]>,
     experts: usize,
-    options: SimOptions,
 ) -> Simulator {
     let layers = sizes.len() / experts;
     let slot_bytes: Vec<u64> = (0..layers).map(|l| sizes[l * experts]).collect();
     let stream = Stream::from_tokens(tokens, &vec![experts; layers], &slot_bytes);
+    let options = SimOptions {
+        online: config.online.clone(),
+        hit_compute_seconds: sizes
+            .iter()
+            .map(|&b| b as f64 / config.hit_compute_bytes_per_s)
+            .collect(),
+        reads_at_once: config.reads_at_once,
+        ..SimOptions::default()
+    };
     let counts = train_counts.map_or_else(|| stream.counts(), <[u64]>::to_vec);
-    Simulator::new(
-        stream,
-        counts,
-        vec![config.miss_seconds; sizes.len()],
-        options,
-    )
+    Simulator::new(stream, counts, vec![miss_seconds; sizes.len()], options)
 }
 
 fn run_arm(
@@ -499,7 +566,7 @@ fn serve_resident(
                 .iter()
                 .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
                 .collect();
-            Ok((outputs, Duration::ZERO))
+            Ok((outputs, LayerWaits::default()))
         },
         |_, _| Ok(()),
     )?;
@@ -661,7 +728,7 @@ fn layer_capacities(
             .map(|(k, &b)| k as u64 * b)
             .collect());
     }
-    let mut sim = simulator(config, sizes, tokens, None, experts, SimOptions::default());
+    let mut sim = simulator(config, config.miss_seconds, sizes, tokens, None, experts);
     sim.layer_capacities(
         config.layer_policy,
         Allocation::Dynamic,
@@ -786,8 +853,24 @@ struct Served {
     tokens: u64,
     seconds: f64,
     latencies_seconds: Vec<f64>,
-    felt: Duration,
+    waits: LayerWaits,
     checksum: String,
+}
+
+/// What serving layers waited: the compute thread for misses (`felt`),
+/// and the misses' reads, from starting a layer's loads to the last
+/// landing (`reads`).
+#[derive(Debug, Clone, Copy, Default)]
+struct LayerWaits {
+    felt: Duration,
+    reads: Duration,
+}
+
+impl std::ops::AddAssign for LayerWaits {
+    fn add_assign(&mut self, other: LayerWaits) {
+        self.felt += other.felt;
+        self.reads += other.reads;
+    }
 }
 
 impl Served {
@@ -811,7 +894,8 @@ impl Served {
             tok_per_s: self.tokens as f64 / self.seconds.max(1e-9),
             p50_ms: percentile(0.5),
             p99_ms: percentile(0.99),
-            felt_wait_seconds: self.felt.as_secs_f64(),
+            felt_wait_seconds: self.waits.felt.as_secs_f64(),
+            miss_reads_seconds: self.waits.reads.as_secs_f64(),
             read_service_seconds: 0.0,
             bytes_read: 0,
             startup_bytes: 0,
@@ -829,19 +913,22 @@ impl Served {
 }
 
 /// Serves every token, layer by layer, through `serve_layer` (outputs in
-/// route order and the time waited); `after_token(tokens served, token)`
+/// route order and what it waited); `after_token(tokens served, token)`
 /// runs between tokens (heat, re-planning).
 fn serve(
     tokens: &[TokenRoutes],
     experts: usize,
     hidden: usize,
-    mut serve_layer: impl FnMut(&[ObjectIndex], &[f32]) -> Result<(Vec<Vec<f32>>, Duration), StoreError>,
+    mut serve_layer: impl FnMut(
+        &[ObjectIndex],
+        &[f32],
+    ) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError>,
     mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), StoreError>,
 ) -> Result<Served, StoreError> {
     let mut x = initial_activation(hidden);
     let mut checksum = Sha256::new();
     let mut latencies_seconds = Vec::with_capacity(tokens.len());
-    let mut felt = Duration::ZERO;
+    let mut waits = LayerWaits::default();
     let serving = Instant::now();
     for (t, token) in tokens.iter().enumerate() {
         let token_started = Instant::now();
@@ -851,7 +938,7 @@ fn serve(
                 .map(|&e| (l * experts + e as usize) as ObjectIndex)
                 .collect();
             let (outputs, waited) = serve_layer(&objects, &x)?;
-            felt += waited;
+            waits += waited;
             x = combine(&x, &outputs);
             for v in &x {
                 checksum.update(v.to_le_bytes());
@@ -864,7 +951,7 @@ fn serve(
         tokens: tokens.len() as u64,
         seconds: serving.elapsed().as_secs_f64(),
         latencies_seconds,
-        felt,
+        waits,
         checksum: format!("{:x}", checksum.finalize()),
     })
 }
@@ -887,25 +974,29 @@ fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
 /// load: if it did, it could wait for bytes that a finished load's lease
 /// holds while that load waits in the queue for it, and both would wait for
 /// the budget timeout. Outputs come back in route order, so the result is
-/// the same whatever the timing. Returns them and the time the computing
-/// thread waited.
+/// the same whatever the timing. Returns them, the time the computing
+/// thread waited, and the time from starting the loads to the last landing.
 fn layer(
     store: &Store,
     objects: &[ObjectIndex],
     x: &[f32],
-) -> Result<(Vec<Vec<f32>>, Duration), StoreError> {
+) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError> {
     let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
-    let mut waited = Duration::ZERO;
+    let mut waits = LayerWaits::default();
     let hits: Vec<Option<Lease>> = objects
         .iter()
         .map(|&o| store.try_acquire(o))
         .collect::<Result<_, _>>()?;
     std::thread::scope(|scope| {
         let (sender, arrivals) = std::sync::mpsc::channel();
+        let loads_started = Instant::now();
         for (i, &o) in objects.iter().enumerate() {
             if hits[i].is_none() {
                 let sender = sender.clone();
-                scope.spawn(move || sender.send((i, store.acquire(o))));
+                scope.spawn(move || {
+                    let lease = store.acquire(o);
+                    sender.send((i, lease, loads_started.elapsed()))
+                });
             }
         }
         drop(sender);
@@ -922,15 +1013,35 @@ fn layer(
         }
         loop {
             let started = Instant::now();
-            let Ok((i, lease)) = arrivals.recv() else {
+            let Ok((i, lease, landed)) = arrivals.recv() else {
                 break;
             };
-            waited += started.elapsed();
+            waits.felt += started.elapsed();
+            waits.reads = waits.reads.max(landed);
             outputs[i] = compute(&lease?);
         }
         Ok::<_, StoreError>(())
     })?;
-    Ok((outputs, waited))
+    Ok((outputs, waits))
+}
+
+/// The rate of [`matvec`] over `expert_bytes` bytes with `hidden`
+/// features, as the compute thread runs it: the median of 9 timed runs
+/// after 2 to warm up, on bytes written first (untouched pages would all
+/// map the zero page and be read from cache).
+pub fn matvec_bytes_per_s(expert_bytes: u64, hidden: usize) -> f64 {
+    let bytes = vec![1u8; expert_bytes as usize];
+    let x = initial_activation(hidden);
+    let mut seconds: Vec<f64> = (0..11)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(matvec(std::hint::black_box(&bytes), &x));
+            started.elapsed().as_secs_f64()
+        })
+        .skip(2)
+        .collect();
+    seconds.sort_by(f64::total_cmp);
+    expert_bytes as f64 / seconds[seconds.len() / 2].max(1e-9)
 }
 
 /// A deterministic start vector in [-0.5, 0.5).

@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::policy::{build, PolicySetup};
-use crate::sim::replay::replay;
+use crate::sim::replay::{replay, FeltCosts};
 use crate::sim::synthetic::{zipf_trace, SyntheticShape};
 use residency_formats::heat::{HeatFormat, TokenRoutes};
 
@@ -89,7 +89,12 @@ fn gains_and_sensitivity_reruns_agree_with_direct_replays() {
                 params: Default::default(),
             };
             let mut lru = build(PolicyKind::Lru, &setup).unwrap();
-            let stats = replay(lru.as_mut(), layer, &[], &vec![0.001 * (l + 1) as f64; 32]);
+            let stats = replay(
+                lru.as_mut(),
+                layer,
+                &[],
+                FeltCosts::in_full(&vec![0.001 * (l + 1) as f64; 32]),
+            );
             felt += stats.felt_wait_seconds();
         }
         assert!((gain.baseline_felt_seconds - felt).abs() < 1e-9);

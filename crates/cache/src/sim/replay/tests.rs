@@ -84,7 +84,7 @@ fn online_budgets_never_exceed_the_budget_while_they_move() {
             &mut policies,
             &stream,
             &[Vec::new(), Vec::new()],
-            &[1.0; 16],
+            FeltCosts::in_full(&[1.0; 16]),
             &mut allocator,
             &mut |ps| {
                 checks += 1;
@@ -176,7 +176,59 @@ fn a_token_s_resident_experts_are_served_before_its_misses() {
         params: Default::default(),
     };
     let mut lru = build(PolicyKind::Lru, &setup).unwrap();
-    let stats = replay(&mut *lru, &stream, &[], &[1.0; 3]);
+    let stats = replay(&mut *lru, &stream, &[], FeltCosts::in_full(&[1.0; 3]));
     assert_eq!((stats.misses, stats.hits_admitted), (3, 1));
     assert!(lru.contains(0) && lru.contains(2) && !lru.contains(1));
+}
+
+#[test]
+fn a_token_s_wait_in_a_layer_is_its_reads_beyond_the_compute_before_each() {
+    // One layer of 4 one-byte experts, LRU with 2 bytes; token 1 asks 0 1
+    // (two misses), token 2 asks 0 2 (0 hits, 2 misses). A miss reads for
+    // 3 s, an expert computes in 1 s. By hand, the compute thread's
+    // timeline (it computes the hits, then each miss once it has landed):
+    // - one read at a time: token 1's misses land at 3 and 6; it waits 3,
+    //   computes to 4, waits 2 more: 5. Token 2 computes 0 (to 1), its miss
+    //   lands at 3: waits 2. In all 7.
+    // - two at a time: token 1's both land at 6: waits 6; token 2: 2. 8.
+    // - without compute costs every read is felt in full: 3 misses x 3 = 9.
+    let stream = Stream::new(vec![1; 4], vec![0, 4], vec![0, 1, 0, 2], 2);
+    let setup = PolicySetup {
+        capacity_bytes: 2,
+        objects: 4,
+        knowledge: Default::default(),
+        params: Default::default(),
+    };
+    // The online replay (one layer, so nothing moves) counts the same way.
+    let felt = |hit_compute_seconds: &[f64], reads_at_once: u32| {
+        let costs = FeltCosts {
+            miss_seconds: &[3.0; 4],
+            hit_compute_seconds,
+            reads_at_once,
+        };
+        let mut lru = build(PolicyKind::Lru, &setup).unwrap();
+        let stats = replay(&mut *lru, &stream, &[], costs);
+        assert_eq!((stats.misses, stats.hits_admitted), (3, 1));
+        let shape = LayerShape {
+            slot_bytes: 1,
+            experts: 4,
+            miss_seconds: 3.0,
+            leased_at_once: 2,
+        };
+        let mut allocator = OnlineAllocator::new(online(1, 2.0), vec![shape], 2).unwrap();
+        let mut policies = vec![build(PolicyKind::Lru, &setup).unwrap()];
+        let online = replay_online(
+            &mut policies,
+            &stream,
+            &[Vec::new()],
+            costs,
+            &mut allocator,
+            &mut |_| {},
+        );
+        assert_eq!(online.stats.felt_wait_seconds(), stats.felt_wait_seconds());
+        stats.felt_wait_seconds()
+    };
+    assert_eq!(felt(&[1.0; 4], 1), 7.0);
+    assert_eq!(felt(&[1.0; 4], 2), 8.0);
+    assert_eq!(felt(&[], 1), 9.0);
 }

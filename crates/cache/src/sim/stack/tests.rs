@@ -2,7 +2,7 @@
 
 use super::*;
 use crate::policy::{build, PolicyKind, PolicySetup};
-use crate::sim::replay::replay;
+use crate::sim::replay::{replay, FeltCosts};
 
 fn stream(requests: &[u32], sizes: &[u64]) -> Stream {
     Stream::new(
@@ -71,7 +71,12 @@ fn one_pass_curve_equals_lru_replay_at_every_capacity() {
                 params: Default::default(),
             };
             let mut lru = build(PolicyKind::Lru, &setup).unwrap();
-            let stats = replay(lru.as_mut(), &s, &[], &vec![0.0; objects]);
+            let stats = replay(
+                lru.as_mut(),
+                &s,
+                &[],
+                FeltCosts::in_full(&vec![0.0; objects]),
+            );
             assert_eq!(stats.misses, m, "round {round}, capacity {c}");
         }
     }
