@@ -64,6 +64,18 @@ fn this_machine_calibrates_in_the_time_given() {
         );
     }
     assert!(p.numa.iter().all(|n| n.stage_overhead.0 >= 0.0));
+    // Reads served at once: 8 x the first landing / the last of 8 reads,
+    // so at most 8 (the first lands no later than the last), and what is
+    // written is a whole number of reads within 1..=8.
+    if let Some(m) = c
+        .measured
+        .iter()
+        .find(|m| m.path.ends_with("read_concurrency"))
+    {
+        let s = m.spread.unwrap();
+        assert!(s.max <= super::drive::READS_AT_ONCE as f64, "{m}");
+        assert!((1..=8).contains(&p.drives[0].read_concurrency), "{m}");
+    }
     // The temporary file is gone.
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     // It reads back.
