@@ -37,11 +37,12 @@ pub struct SimulateArgs {
     /// lines: felt wait / physical misses.
     #[arg(long)]
     miss_cost_log: Option<PathBuf>,
-    /// Count a token's wait in a layer as its misses' reads less its hits'
-    /// compute at the profile's CPU rate, as a store that reads a layer's
-    /// misses while it computes the hits waits; without it every miss is
-    /// felt in full. Not with --miss-cost-log: an engine's felt wait
-    /// already has the overlap in it.
+    /// Count a token's wait in a layer as a store that reads its misses
+    /// while it computes waits: the reads land in waves of the drive's
+    /// `read_concurrency`, and the compute before each wave (the hits',
+    /// then the landed misses', at the profile's CPU rate) hides its reads;
+    /// without it every miss is felt in full. Not with --miss-cost-log: an
+    /// engine's felt wait already has the overlap in it.
     #[arg(long, conflicts_with = "miss_cost_log")]
     hits_hide_reads: bool,
     /// Policies, comma-separated.
