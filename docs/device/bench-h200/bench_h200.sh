@@ -64,7 +64,7 @@ ab() { # rounds
 sweep() { # rounds budgets strategies model(q30|ds) tag
   mkdir -p $O/sweep
   [ -f $O/sweep/profile.yaml ] || CALSEC=${CALSEC:-30} cal $B $O/sweep/profile.yaml
-  run timeout ${STIMEOUT:-400} $B bench --sweep --checkpoint /tmp/$4 --profile $O/sweep/profile.yaml --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
+  run timeout ${STIMEOUT:-480} $B bench --sweep --checkpoint /tmp/$4 --profile $O/sweep/profile.yaml --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
   summary $O/sweep/$5.json "$5"
 }
 replay_arms() { # trace budgets rounds
