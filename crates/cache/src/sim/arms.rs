@@ -334,14 +334,14 @@ impl Simulator {
         capacity_bytes: u64,
         scale: &[f64],
     ) -> Result<ReplayStats, SimError> {
-        let hit_compute = &self.options.hit_compute_seconds;
         let costs = FeltCosts {
             miss_seconds: &self.miss_seconds[range.clone()],
-            hit_compute_seconds: if hit_compute.is_empty() {
-                &[]
-            } else {
-                &hit_compute[range.clone()]
-            },
+            // Empty (nothing hides a read) stays empty.
+            hit_compute_seconds: self
+                .options
+                .hit_compute_seconds
+                .get(range.clone())
+                .unwrap_or(&[]),
             reads_at_once: self.options.reads_at_once,
         };
         let (prior_rate, scaled) = self.priors(range.clone(), scale);

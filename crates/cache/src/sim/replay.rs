@@ -4,11 +4,12 @@
 //!
 //! Felt wait is counted per leased group (one token's requests of one
 //! layer, `Stream::leased_group_end`), as a serving store waits: it starts
-//! the group's reads, which the drive serves one after another, while its
-//! compute thread multiplies the hits, then each miss as it lands. The
-//! group waits for miss `i` what its reads up to `i` take beyond the
-//! compute before it (the hits', and misses `1..i`'s), at the worst `i`
-//! ([`FeltCosts`]). Without compute costs every miss is felt in full.
+//! the group's reads, which the drive serves `reads_at_once` at a time, so
+//! they land in waves, while its compute thread multiplies the hits, then
+//! each miss once it has landed. The group waits for a wave what the reads
+//! up to it take beyond the compute before it (the hits', and the earlier
+//! waves'), at the worst wave ([`FeltCosts`]). Without compute costs every
+//! miss is felt in full.
 //!
 //! Paired arms start from the same state: cold, or seeded with the same
 //! residents. Seeding feeds the seed objects through the policy itself

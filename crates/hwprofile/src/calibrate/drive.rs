@@ -250,6 +250,22 @@ impl Run<'_> {
             let transfer = (elapsed - reads as f64 * latency.median).max(elapsed / 2.0);
             Ok(got as f64 / transfer)
         })?;
+        let concurrency = self.reads_at_once(d, files, read_bytes, &mut pick)?;
+        Ok((bandwidth, latency, concurrency))
+    }
+
+    /// The spread of `READS_AT_ONCE` times the first landing over the last
+    /// of that many reads of `read_bytes` at random places of `files`,
+    /// issued together on threads of their own (each trial the mean over
+    /// its batches), for drive `d`; `pick` seeds the places.
+    fn reads_at_once(
+        &self,
+        d: usize,
+        files: &[DataFile],
+        read_bytes: usize,
+        pick: &mut Xorshift,
+    ) -> Result<Spread, String> {
+        let total: u64 = files.iter().map(DataFile::len_bytes).sum();
         let step = format!("drives[{d}]: reads served at once");
         let mut slabs: Vec<AlignedSlab> = (0..READS_AT_ONCE)
             .map(|_| AlignedSlab::new(read_bytes + LATENCY_READ_BYTES))
@@ -282,7 +298,7 @@ impl Run<'_> {
             }
             Ok(sum / batches as f64)
         })?;
-        Ok((bandwidth, latency, concurrency))
+        Ok(concurrency)
     }
 }
 

@@ -318,7 +318,7 @@ pub fn replay(
                     let counts = Some(train_counts);
                     simulator(config, config.miss_seconds, &sizes, tokens, counts, experts)
                 });
-                Some(simulate_arm(sim, config, policy, allocation)?)
+                Some((allocation, simulate_arm(sim, config, policy, allocation)?))
             }
         });
     }
@@ -343,9 +343,7 @@ pub fn replay(
         }
     }
     for (i, &policy) in config.policies.iter().enumerate() {
-        let (Some(allocation), Some((misses, felt_wait_seconds))) =
-            (simulated_allocation(config, policy), predicted[i])
-        else {
+        let Some((allocation, (misses, felt_wait_seconds))) = predicted[i] else {
             continue;
         };
         let per_miss: Vec<f64> = runs
