@@ -10,6 +10,7 @@
 use crate::flags::{more_help, ModelArg};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
+use residency_core::units::{parse_size, Bytes};
 use residency_formats::gguf::{self, GgufModel};
 use residency_formats::llama_bench::calibrate::{calibrate, Calibration};
 use residency_formats::llama_bench::fit::Term;
@@ -61,6 +62,13 @@ enum ProfileCommand {
         /// the working directory).
         #[arg(long, conflicts_with = "from_log")]
         model_dir: Option<PathBuf>,
+        /// Expert bytes each GEMV measurement cycles through, e.g. 16GiB:
+        /// about what a plan keeps resident on a node or card, so that the
+        /// rates are those of memory as spread out (default: 4x the
+        /// last-level cache up to 1 GiB on a CPU, 1 GiB and 512 MiB on a
+        /// card).
+        #[arg(long, value_parser = parse_size, conflicts_with = "from_log")]
+        span: Option<Bytes>,
         #[command(flatten)]
         model: ModelArg,
         /// Take the values from this Colibri log (`[PROF] expert I/O:`,
@@ -108,6 +116,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
             checkpoint,
             seconds,
             model_dir,
+            span,
             model,
             from_log,
             from_llama_bench,
@@ -133,6 +142,7 @@ pub fn run(args: ProfileArgs) -> Result<()> {
                 checkpoint,
                 model,
                 model_dir,
+                span_bytes: span.map(|b| b.0),
             };
             let bar = ProgressBar::new(1000);
             bar.set_style(

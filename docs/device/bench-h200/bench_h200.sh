@@ -9,9 +9,11 @@
 #                                 int4 checkpoints in /tmp, detect a profile
 #     info                        transparent huge page settings
 #     cal BIN NAME CHECKPOINT     calibrate with BIN on CHECKPOINT into NAME.yaml
+#                                 (SPAN=16GiB: over that many expert bytes)
 #     ab ROUNDS                   before against after, interleaved, each calibrated
 #     sweep ROUNDS BUDGETS STRATEGIES q30|ds TAG
 #                                 bench --sweep with the sweep's profile.yaml
+#                                 (PROFILE=P.yaml: with that one)
 #     replay TRACE BUDGETS ROUNDS replay's arms on a 4-layer DeepSeek-V2-Lite
 #                                 checkpoint, calibrated on it first (issue 15
 #                                 item 5: the simulator beside the store)
@@ -33,8 +35,8 @@ setup() {
   run $B profile detect --out /tmp/p.yaml
 }
 cal() { # binary, out profile, checkpoint
-  run $1 profile calibrate /tmp/p.yaml --checkpoint ${3:-/tmp/q30} --seconds ${CALSEC:-10} --out $2
-  grep -E "numa\[0\]\.(gemv|stage)" $O/cmd.log | tail -2 | cut -c1-150 | tee -a $O/log.txt
+  run $1 profile calibrate /tmp/p.yaml --checkpoint ${3:-/tmp/q30} --seconds ${CALSEC:-10} ${SPAN:+--span $SPAN} --out $2
+  grep -E "numa\[0\]\.(gemv|stage)|gpus\[0\]\.(gemv|sync)" $O/cmd.log | tail -5 | cut -c1-150 | tee -a $O/log.txt
 }
 summary() { # json label
   python3 - "$1" "$2" <<'PY' | tee -a $O/log.txt
@@ -44,8 +46,9 @@ for r in d['rows']:
     if r.get('does_not_fit'): print(sys.argv[2], r['strategy'], 'does not fit'); continue
     for run in r['runs']:
         rep=run['report']; st={s['name']:s for s in rep['stages']}
-        ex=st.get('experts',{}); cpu=[x for x in rep['resources'] if x['name'].startswith('cpu')]
-        print('%s %2d %-9s %8.2f %8.2f %5.2f  experts %6.2f/%6.2f ms  cpu %6.2f/%6.2f ms' % (sys.argv[2], r['budget_bytes']>>30, r['strategy'], rep['predicted_tok_per_s'], rep['tok_per_s'], rep['tok_per_s']/rep['predicted_tok_per_s'], ex.get('measured_seconds',0)*1e3, ex.get('predicted_seconds',0)*1e3, cpu[0]['measured_seconds']*1e3, cpu[0]['predicted_seconds']*1e3))
+        ex=st.get('experts',{}); res={x['name']:x for x in rep['resources']}
+        cpu=res['cpu:0']; gpu=res.get('gpu:0',{'measured_seconds':0,'predicted_seconds':0})
+        print('%s %2d %-9s %8.2f %8.2f %5.2f  experts %6.2f/%6.2f ms  cpu %6.2f/%6.2f ms  gpu %6.2f/%6.2f ms' % (sys.argv[2], r['budget_bytes']>>30, r['strategy'], rep['predicted_tok_per_s'], rep['tok_per_s'], rep['tok_per_s']/rep['predicted_tok_per_s'], ex.get('measured_seconds',0)*1e3, ex.get('predicted_seconds',0)*1e3, cpu['measured_seconds']*1e3, cpu['predicted_seconds']*1e3, gpu['measured_seconds']*1e3, gpu['predicted_seconds']*1e3))
 PY
 }
 ab() { # rounds
@@ -63,8 +66,9 @@ ab() { # rounds
 }
 sweep() { # rounds budgets strategies model(q30|ds) tag
   mkdir -p $O/sweep
-  [ -f $O/sweep/profile.yaml ] || CALSEC=${CALSEC:-30} cal $B $O/sweep/profile.yaml
-  run timeout ${STIMEOUT:-480} $B bench --sweep --checkpoint /tmp/$4 --profile $O/sweep/profile.yaml --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
+  local profile=${PROFILE:-$O/sweep/profile.yaml}
+  [ -f $profile ] || CALSEC=${CALSEC:-30} cal $B $profile
+  run timeout ${STIMEOUT:-480} $B bench --sweep --checkpoint /tmp/$4 --profile $profile --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
   summary $O/sweep/$5.json "$5"
 }
 replay_arms() { # trace budgets rounds

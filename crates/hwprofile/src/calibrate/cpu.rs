@@ -26,8 +26,9 @@ impl Run<'_> {
             .first()
             .and_then(|&c| system::largest_cache_bytes(c))
             .unwrap_or(32 << 20);
-        let target = (4 * cache)
-            .clamp(64 << 20, MAX_GEMV_BYTES)
+        let target = self
+            .span_bytes
+            .unwrap_or((4 * cache).clamp(64 << 20, MAX_GEMV_BYTES))
             .min(system::available_bytes().unwrap_or(u64::MAX) / 4);
         let packing = self.source.cpu;
         let result = self

@@ -110,7 +110,8 @@ impl Run<'_> {
         // do: a stage's few MB repeated would be served from the card's L2
         // (50 MB on an H100 or H200), faster than `gemv_bandwidth` says.
         let stage_bytes = experts as u64 * self.source.expert_bytes(packing);
-        let sets = (GPU_STAGE_SPAN_BYTES / stage_bytes).max(1) as usize;
+        let span = self.span_bytes.unwrap_or(GPU_STAGE_SPAN_BYTES);
+        let sets = (span / stage_bytes).max(1) as usize;
         let rows = self
             .source
             .expert_rows(packing, sets as u64 * stage_bytes, None)
@@ -150,7 +151,10 @@ impl Run<'_> {
     fn gpu_gemv(&mut self, g: usize, bench: &CudaBench, budget: Duration) -> Result<(), String> {
         let packing = self.source.gpu;
         if self.gpu_experts.is_none() {
-            let target = MAX_GEMV_BYTES.min(bench.free_bytes()? / 4);
+            let target = self
+                .span_bytes
+                .unwrap_or(MAX_GEMV_BYTES)
+                .min(bench.free_bytes()? / 4);
             let rows = self
                 .source
                 .expert_rows(packing, target, None)

@@ -82,6 +82,12 @@ pub struct CalibrateOptions {
     /// The directory whose drive is timed (default: the checkpoint's, else
     /// the working directory).
     pub model_dir: Option<PathBuf>,
+    /// Expert bytes each GEMV measurement cycles through, CPU and GPU
+    /// alike (default: 4x the node's last-level cache up to
+    /// `MAX_GEMV_BYTES` on a CPU, `MAX_GEMV_BYTES` and
+    /// `GPU_STAGE_SPAN_BYTES` on a card): as many as a plan keeps resident
+    /// times rates over memory as spread out as the residents are.
+    pub span_bytes: Option<u64>,
 }
 
 /// The calibrated profile, the values measured, and why others were not.
@@ -128,6 +134,7 @@ pub fn calibrate(
         started: Instant::now(),
         seconds: options.seconds,
         share: Duration::ZERO,
+        span_bytes: options.span_bytes,
         gpu_experts: None,
     };
     let nodes = system::numa_nodes(&mut Vec::new());
@@ -180,6 +187,8 @@ struct Run<'a> {
     /// a drive, a GPU).
     seconds: f64,
     share: Duration,
+    /// `CalibrateOptions::span_bytes`.
+    span_bytes: Option<u64>,
     /// The experts the GPUs run, made once for all of them.
     gpu_experts: Option<(Vec<PackedRows>, Vec<QuantizedInput>)>,
 }

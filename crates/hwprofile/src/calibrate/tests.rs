@@ -12,6 +12,7 @@ fn options(dir: &Path, seconds: f64) -> CalibrateOptions {
         checkpoint: None,
         model: None,
         model_dir: Some(dir.to_path_buf()),
+        span_bytes: None,
     }
 }
 
