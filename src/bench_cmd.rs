@@ -265,6 +265,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         report.p99_token_seconds * 1e6
     );
     println!(
+        "  priced on these tokens' own routes: {:.1} tok/s (x{:.2})",
+        report.predicted_on_routes_tok_per_s,
+        report.tok_per_s / report.predicted_on_routes_tok_per_s
+    );
+    println!(
         "  bench's own work {:.1} us a token ({:.1} % of it): drawing experts, building lists, queueing",
         report.bench_overhead_seconds * 1e6,
         report.bench_overhead_seconds / report.tok_per_s.recip() * 100.0

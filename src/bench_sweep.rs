@@ -165,6 +165,9 @@ pub struct SweepRow {
     pub measured_tok_per_s: Option<Spread>,
     /// Median measured over predicted.
     pub ratio: Option<f64>,
+    /// Median of the runs' measured over `predicted_on_routes_tok_per_s`
+    /// (the cost model on each run's own tokens).
+    pub ratio_on_routes: Option<f64>,
     /// Every run's report, in round order.
     pub runs: Vec<SweepRun>,
 }
@@ -380,6 +383,7 @@ fn configurations(
                 predicted_tok_per_s: None,
                 measured_tok_per_s: None,
                 ratio: None,
+                ratio_on_routes: None,
                 runs: Vec::new(),
             };
             let placed = match solution_of(strategy, &inst, &cpu_places)? {
@@ -535,6 +539,12 @@ fn summarize(mut row: SweepRow) -> SweepRow {
         .measured_tok_per_s
         .zip(row.predicted_tok_per_s)
         .map(|(m, p)| m.median / p);
+    let on_routes: Vec<f64> = row
+        .runs
+        .iter()
+        .map(|r| r.report.tok_per_s / r.report.predicted_on_routes_tok_per_s)
+        .collect();
+    row.ratio_on_routes = Spread::of(&on_routes).map(|s| s.median);
     row
 }
 
@@ -571,11 +581,14 @@ fn print_table(report: &SweepReport, budgets: &[Budget]) {
         report.checkpoint, report.profile, report.tokens, report.seed, report.rounds
     );
     println!(
-        "  tok/s: predicted by the cost model; measured, the median and [min..max] over the rounds"
+        "  tok/s: predicted by the cost model; measured, the median and [min..max] over the rounds;"
     );
     println!(
-        "  {:<10} {:<10} {:>10} {:>10} {:>23} {:>8}  checksum",
-        "budget", "strategy", "predicted", "measured", "[min..max]", "ratio"
+        "  on routes: measured over the cost model priced on each run's own tokens, the median"
+    );
+    println!(
+        "  {:<10} {:<10} {:>10} {:>10} {:>23} {:>8} {:>10}  checksum",
+        "budget", "strategy", "predicted", "measured", "[min..max]", "ratio", "on routes"
     );
     for row in &report.rows {
         let label = label_of(budgets, row.budget_bytes);
@@ -592,10 +605,11 @@ fn print_table(report: &SweepReport, budgets: &[Budget]) {
             .map(|r| format!("{:.6e}", r.report.checksum))
             .collect();
         println!(
-            "  {label:<10} {:<10} {predicted:>10.2} {:>10.2} {:>23} {ratio:>8.2}  {}",
+            "  {label:<10} {:<10} {predicted:>10.2} {:>10.2} {:>23} {ratio:>8.2} {:>10.2}  {}",
             row.strategy,
             m.median,
             format!("[{:.2}..{:.2}]", m.min, m.max),
+            row.ratio_on_routes.unwrap_or(f64::NAN),
             checksums.into_iter().collect::<Vec<_>>().join(" ")
         );
     }

@@ -303,6 +303,14 @@ fn bench_serves_a_trace_s_whole_tokens_priced_with_their_heat() {
         drive["predicted_seconds"].as_f64().unwrap(),
         1e-3 + EXPERT_BYTES / 1e9
     ));
+    // Each of the two tokens loads every resource of every stage as their
+    // heat expects (one read and one RAM expert in layer 0, two RAM
+    // experts in layer 1), so priced on its own routes a token costs the
+    // prediction.
+    assert!(close(
+        doc["predicted_on_routes_tok_per_s"].as_f64().unwrap(),
+        doc["predicted_tok_per_s"].as_f64().unwrap()
+    ));
 
     // An expert the checkpoint does not have is one line naming it, and
     // no report is written.

@@ -764,6 +764,36 @@ impl Instance {
         }
     }
 
+    /// `T` of one token that routes to the experts `routed[s]` in stage `s`
+    /// (object ids): those experts used once, the stage's other experts not
+    /// at all, everything else at its use rate. Its mean over tokens is the
+    /// expectation of each stage's max over resources, which `evaluate`
+    /// (the max of the expected loads) undercounts where a stage's
+    /// resources balance and routing moves work between them.
+    pub fn routed_token_seconds(&self, placement: &[usize], routed: &[Vec<usize>]) -> f64 {
+        let r = &self.resources;
+        let mut total = r.fixed_token_seconds;
+        for (stage, experts) in self.stages.iter().zip(routed) {
+            let mut l = StageLoads::new(r);
+            let others = stage
+                .objects
+                .iter()
+                .filter(|&&o| !self.objects[o].is_expert());
+            for &o in others {
+                l.apply(r, &self.objects[o], self.places[placement[o]], 1.0);
+            }
+            for &o in experts {
+                let once = Object {
+                    use_rate: 1.0,
+                    ..self.objects[o].clone()
+                };
+                l.apply(r, &once, self.places[placement[o]], 1.0);
+            }
+            total += l.seconds(r).0;
+        }
+        total
+    }
+
     /// Checks that a placement is complete, allowed and within capacities.
     pub fn check_feasible(&self, placement: &[usize]) -> std::result::Result<(), String> {
         if placement.len() != self.objects.len() {

@@ -62,6 +62,30 @@ fn stages_and_places_follow_the_design() {
 }
 
 #[test]
+fn a_token_priced_on_its_own_routes_pays_the_max_of_its_own_loads() {
+    // Experts 0 on the GPU, 1 in RAM, 2 and 3 on the disk; every expert at
+    // rate 0.5, as two tokens routing {0, 1} and {2, 3} make it. Stages
+    // other than L1.experts as in the case below: 1.2e-4 + 2e-4 + 1.4e-4
+    // = 4.6e-4.
+    let inst = instance("", [0.5; 4]);
+    let placement = [GPU, RAM, DISK, DISK, GPU, RAM, GPU];
+    // Token {0, 1}: G = 1e6/1e11 + sync 1e-4 = 1.1e-4, C = 1e6/1e10 =
+    // 1e-4, D = 0: 1.1e-4, so 5.7e-4 in all.
+    let first = inst.routed_token_seconds(&placement, &[vec![], vec![], vec![0, 1], vec![]]);
+    assert!(close(first, 5.7e-4), "{first}");
+    // Token {2, 3}: no GPU work, so no sync; C = 2 x 1e-4; D = 2 x (1e-4
+    // + 1e6/1e9) = 2.2e-3: 2.66e-3 in all.
+    let second = inst.routed_token_seconds(&placement, &[vec![], vec![], vec![2, 3], vec![]]);
+    assert!(close(second, 2.66e-3), "{second}");
+    // The expected loads: G = 0.5 x 1e-5 + 1e-4, C = 1.5e-4, D = 1.1e-3,
+    // so evaluate's 4.6e-4 + 1.1e-3 = 1.56e-3 sits under the tokens' mean
+    // (1.615e-3): the max of expectations undercounts.
+    let expected = inst.evaluate(&placement).token_seconds;
+    assert!(close(expected, 1.56e-3), "{expected}");
+    assert!(close((first + second) / 2.0, 1.615e-3));
+}
+
+#[test]
 fn overlapped_io_takes_the_max_of_resources() {
     let inst = instance("", [1.0, 0.5, 0.3, 0.2]);
     let placement = [GPU, RAM, DISK, DISK, GPU, RAM, GPU];

@@ -106,6 +106,12 @@ pub struct BenchReport {
     pub p50_token_seconds: f64,
     pub p99_token_seconds: f64,
     pub predicted_token_seconds: f64,
+    /// The cost model on the tokens bench ran: the mean over them of
+    /// `Instance::routed_token_seconds`, each stage's max over resources
+    /// of that token's own loads, as a run pays it. `predicted_tok_per_s`
+    /// is the max of the expected loads, which undercounts where a stage's
+    /// resources balance and routing moves work between them.
+    pub predicted_on_routes_tok_per_s: f64,
     /// Per token, bench's own work on the critical path: each stage's time
     /// outside the calls and waits of its kernels (the launches, the CPU
     /// GEMVs, the waits for the cards and for the drives' reads), which the
@@ -483,7 +489,7 @@ pub fn bench(
         inst,
         placement,
         options,
-        &total,
+        (&routes, &total),
         token_seconds,
         checksum,
         notes,
@@ -858,7 +864,7 @@ fn report(
     inst: &Instance,
     placement: &[usize],
     options: &BenchOptions,
-    total: &Tally,
+    (routes, total): (&[Vec<Vec<usize>>], &Tally),
     mut token_seconds: Vec<f64>,
     checksum: f64,
     notes: Vec<String>,
@@ -952,6 +958,11 @@ fn report(
             drive_bytes[d],
         )
     });
+    let on_routes: f64 = routes[..served]
+        .iter()
+        .map(|token| inst.routed_token_seconds(placement, token))
+        .sum::<f64>()
+        / tokens;
     let all: f64 = token_seconds.iter().sum();
     token_seconds.sort_by(f64::total_cmp);
     // Nearest rank.
@@ -967,6 +978,7 @@ fn report(
         p50_token_seconds: quantile(0.5),
         p99_token_seconds: quantile(0.99),
         predicted_token_seconds: eval.token_seconds,
+        predicted_on_routes_tok_per_s: 1.0 / on_routes,
         bench_overhead_seconds: per_token(total.bench_seconds),
         stages,
         resources: gpus.chain(cpus).chain(drives).collect(),
