@@ -48,7 +48,8 @@ for r in d['rows']:
         rep=run['report']; st={s['name']:s for s in rep['stages']}
         ex=st.get('experts',{}); res={x['name']:x for x in rep['resources']}
         cpu=res['cpu:0']; gpu=res.get('gpu:0',{'measured_seconds':0,'predicted_seconds':0})
-        print('%s %2d %-9s %8.2f %8.2f %5.2f  experts %6.2f/%6.2f ms  cpu %6.2f/%6.2f ms  gpu %6.2f/%6.2f ms' % (sys.argv[2], r['budget_bytes']>>30, r['strategy'], rep['predicted_tok_per_s'], rep['tok_per_s'], rep['tok_per_s']/rep['predicted_tok_per_s'], ex.get('measured_seconds',0)*1e3, ex.get('predicted_seconds',0)*1e3, cpu['measured_seconds']*1e3, cpu['predicted_seconds']*1e3, gpu['measured_seconds']*1e3, gpu['predicted_seconds']*1e3))
+        onr=rep.get('predicted_on_routes_tok_per_s', rep['predicted_tok_per_s'])
+        print('%s %2d %-9s %8.2f %8.2f %5.2f routes %5.2f  experts %6.2f/%6.2f ms  cpu %6.2f/%6.2f ms  gpu %6.2f/%6.2f ms' % (sys.argv[2], r['budget_bytes']>>30, r['strategy'], rep['predicted_tok_per_s'], rep['tok_per_s'], rep['tok_per_s']/rep['predicted_tok_per_s'], rep['tok_per_s']/onr, ex.get('measured_seconds',0)*1e3, ex.get('predicted_seconds',0)*1e3, cpu['measured_seconds']*1e3, cpu['predicted_seconds']*1e3, gpu['measured_seconds']*1e3, gpu['predicted_seconds']*1e3))
 PY
 }
 ab() { # rounds
