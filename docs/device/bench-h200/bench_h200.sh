@@ -8,6 +8,8 @@
 #     setup                       generate the Qwen3-30B-A3B and DeepSeek-V2-Lite
 #                                 int4 checkpoints in /tmp, detect a profile
 #     info                        transparent huge page settings
+#     stat                        the load and the CPU's times so far (steal: the
+#                                 8th number of the cpu line, in 1/100 s)
 #     cal BIN NAME CHECKPOINT     calibrate with BIN on CHECKPOINT into NAME.yaml
 #                                 (SPAN=16GiB: over that many expert bytes)
 #     ab ROUNDS                   before against after, interleaved, each calibrated
@@ -90,6 +92,7 @@ pack() { tar czf ${OUT:-/tmp}/bundle.tgz -C $O . && cp $O/log.txt ${OUT:-/tmp}/;
 while [ $# -gt 0 ]; do
   case $1 in
     setup) setup; shift;;
+    stat) (date +%s.%N; cat /proc/loadavg; head -1 /proc/stat) | tee -a $O/log.txt; shift;;
     info) (cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; grep -i huge /proc/meminfo) | tee -a $O/log.txt; shift;;
     cal) mkdir -p $O/sweep; CALSEC=${CALSEC:-30} cal $2 $O/sweep/$3.yaml $4; shift 4;;
     ab) ab $2; shift 2;;
