@@ -14,19 +14,22 @@ use std::path::Path;
 
 const RECORD_BYTES: usize = 24;
 
-/// Records mapped at a time: 24 MiB, whole pages, so no record straddles
-/// two windows and every window's offset is page-aligned.
+/// Records of a window (24 MiB): the file is split into parts at windows.
+/// Records of a chunk (384 KiB), what a part reads into its buffer at a
+/// time.
 const WINDOW_RECORDS: usize = 1 << 20;
 const WINDOW_BYTES: usize = RECORD_BYTES * WINDOW_RECORDS;
+const CHUNK_RECORDS: usize = 1 << 14;
 
 /// Reads a trace; a length that is not a whole number of records, a size-0
 /// record or an object whose size changes is an error naming the record.
 ///
-/// The file is memory-mapped and parsed in place, one window at a time: a
-/// 10-million-request trace is 240 MB, reading it into a buffer first cost
-/// more kernel time (faulting in the copy) than the replay took, and a
-/// mapped page counts in the resident set until it is unmapped, so the
-/// whole file mapped at once would weigh six times the requests kept.
+/// The file is read a chunk at a time into one buffer of 384 KiB that
+/// stays in L2 while it is parsed: a 10-million-request trace is 240 MB,
+/// and parsing it in place from a memory map waited on every record's
+/// first touch of its line (most of the parse's time, `perf`), while the
+/// kernel's copy streams it; a whole-file buffer would cost its page
+/// faults and weigh six times the requests kept (docs/simulator.md).
 ///
 /// A trace of several windows is cut into one run of windows per rayon
 /// thread, parsed side by side (the parse is a hash lookup a record, about
@@ -129,38 +132,27 @@ struct Part {
 }
 
 impl Part {
-    /// Parses the records from record `first` that fill `out`, one window
-    /// mapped at a time (`first` starts a window).
+    /// Parses the records from record `first` that fill `out`, read a
+    /// chunk at a time into one buffer that stays in the CPU's cache.
     fn read(
         file: &std::fs::File,
         path: &Path,
         first: usize,
         out: &mut [ObjectIndex],
     ) -> Result<Part> {
+        use std::os::unix::fs::FileExt;
         let mut part = Part {
             dense: HashMap::default(),
             ids: Vec::new(),
             sizes: Vec::new(),
         };
-        for (w, out) in out.chunks_mut(WINDOW_RECORDS).enumerate() {
-            let at = first + w * WINDOW_RECORDS;
-            // SAFETY: the map is read-only and a trace is not written while
-            // it is read (the same contract as the runtime's mmap reader of
-            // checkpoints); a file truncated under us would raise SIGBUS on
-            // access, as with any mmap reader. Nothing borrowed from the
-            // map outlives this iteration.
-            let map = unsafe {
-                memmap2::MmapOptions::new()
-                    .offset((at * RECORD_BYTES) as u64)
-                    .len(out.len() * RECORD_BYTES)
-                    .map(file)
-            }
-            .map_err(|e| PlannerError::io(path, e))?;
-            // Records are read once, front to back: ask for read-ahead.
-            // Advice is a hint; a kernel that ignores it only reads more
-            // slowly.
-            let _ = map.advise(memmap2::Advice::Sequential);
-            part.records(path, at, &map, out)?;
+        let mut buffer = vec![0u8; CHUNK_RECORDS * RECORD_BYTES];
+        for (c, out) in out.chunks_mut(CHUNK_RECORDS).enumerate() {
+            let at = first + c * CHUNK_RECORDS;
+            let bytes = &mut buffer[..out.len() * RECORD_BYTES];
+            file.read_exact_at(bytes, (at * RECORD_BYTES) as u64)
+                .map_err(|e| PlannerError::io(path, e))?;
+            part.records(path, at, bytes, out)?;
         }
         Ok(part)
     }
