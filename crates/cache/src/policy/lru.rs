@@ -2,7 +2,10 @@
 //! FIFO leaves the insertion order alone (libCacheSim `LRU`, `FIFO`).
 
 use super::recency::SizedList;
-use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
+use super::{Knowledge, ObjectIndex, Outcome, Policy, PolicyParams, PolicySetup, Request};
+use crate::sim::lru_parts;
+use crate::sim::replay::{replay, FeltCosts, ReplayStats};
+use crate::sim::stream::Stream;
 
 pub(crate) struct Lru {
     residents: SizedList,
@@ -16,6 +19,13 @@ impl Lru {
             residents: SizedList::new(setup),
             move_on_hit,
         }
+    }
+
+    /// The residents, newest first.
+    pub(crate) fn newest_first(&self) -> Vec<ObjectIndex> {
+        let mut order: Vec<ObjectIndex> = self.residents.list().iter_from_back().collect();
+        order.reverse();
+        order
     }
 
     /// Raises the capacity (`pinned-lru` hands an unpinned object's bytes to
@@ -48,6 +58,41 @@ impl Policy for Lru {
     }
 
     resident_accessors!();
+
+    /// A cold LRU over a long stream of one-request groups runs in parts
+    /// side by side (`sim::lru_parts`, exact), then holds what one pass
+    /// would have left; anything else is the one pass.
+    fn replay_stream(
+        &mut self,
+        stream: &Stream,
+        seeds: &[ObjectIndex],
+        costs: FeltCosts,
+    ) -> ReplayStats {
+        let cold = self.move_on_hit && seeds.is_empty() && self.residents.used_bytes() == 0;
+        if cold && stream.requests.len() >= lru_parts::MIN_REQUESTS {
+            let setup = PolicySetup {
+                capacity_bytes: self.residents.capacity_bytes(),
+                objects: stream.sizes_bytes.len(),
+                knowledge: Knowledge::default(),
+                params: PolicyParams::default(),
+            };
+            let parts = lru_parts::replay(
+                stream,
+                setup.capacity_bytes,
+                costs,
+                lru_parts::PARTS,
+                || Lru::new(&setup, true),
+                Lru::newest_first,
+            );
+            if let Some((stats, residents)) = parts {
+                for &o in residents.iter().rev() {
+                    self.residents.push_front(o, stream.sizes_bytes[o as usize]);
+                }
+                return stats;
+            }
+        }
+        replay(self, stream, seeds, costs)
+    }
 
     /// Evicts from the back (least recent for LRU, oldest for FIFO), as
     /// misses would.

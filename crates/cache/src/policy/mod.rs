@@ -40,7 +40,7 @@ pub mod counts;
 mod heap;
 mod lfru;
 mod lfu;
-mod lru;
+pub(crate) mod lru;
 mod pinned_lru;
 mod recency;
 mod s3fifo;
@@ -119,7 +119,8 @@ pub trait Policy {
     /// compiled once for each policy, so that called through `dyn Policy`
     /// (as the simulator holds its policies) the loop calls `access` and
     /// `contains` directly, inlined, instead of through the vtable once or
-    /// twice a request. Not for overriding.
+    /// twice a request. Overridden only where a policy replays faster and
+    /// exactly another way (LRU, `sim::lru_parts`).
     fn replay_stream(
         &mut self,
         stream: &crate::sim::stream::Stream,

@@ -274,6 +274,18 @@ pub fn replay<P: Policy + ?Sized>(
     seeds: &[ObjectIndex],
     costs: FeltCosts,
 ) -> ReplayStats {
+    replay_range(policy, stream, 0..stream.requests.len(), seeds, costs)
+}
+
+/// [`replay`] of the requests in `range` only (whole groups: it must start
+/// and end at group boundaries), counted as if the stream held no others.
+pub(crate) fn replay_range<P: Policy + ?Sized>(
+    policy: &mut P,
+    stream: &Stream,
+    range: std::ops::Range<usize>,
+    seeds: &[ObjectIndex],
+    costs: FeltCosts,
+) -> ReplayStats {
     let layers = stream.layers();
     let mut stats = ReplayStats::of_layers(layers);
     let mut evicted = Vec::new();
@@ -304,8 +316,8 @@ pub fn replay<P: Policy + ?Sized>(
     let misses = MissRecord::all(stream, costs.miss_seconds);
     let mut wait = GroupWait::new(costs);
     let mut order = Vec::new();
-    let mut start = 0;
-    while start < stream.requests.len() {
+    let mut start = range.start;
+    while start < range.end {
         let end = stream.leased_group_end(start);
         let group: &[usize] = if end == start + 1 {
             // Nothing to reorder (every request of a generic trace).
@@ -332,7 +344,7 @@ pub fn replay<P: Policy + ?Sized>(
         wait.close(&mut stats);
         start = end;
     }
-    stats.requests = stream.requests.len() as u64;
+    stats.requests = range.len() as u64;
     stats
 }
 
