@@ -127,9 +127,18 @@ struct Part {
     /// bucket the lookup already brought in: with thousands of objects
     /// both tables outgrow L1, and the second read was a wait per request.
     dense: HashMap<u64, (u32, u32), BuildHasherDefault<IdHasher>>,
+    /// The same for ids below `SMALL_IDS`, indexed by id (`NOT_SEEN` where
+    /// new), grown as they come: a trace that numbers its objects densely
+    /// (an MoE trace's `layer * experts + expert`) skips the hash.
+    small: Vec<(u32, u32)>,
     ids: Vec<u64>,
     sizes: Vec<u32>,
 }
+
+/// Ids looked up by index rather than hashed: 8 bytes each, so at most
+/// 512 KiB a part, within L2.
+const SMALL_IDS: u64 = 1 << 16;
+const NOT_SEEN: u32 = u32::MAX;
 
 impl Part {
     /// Parses the records from record `first` that fill `out`, read a
@@ -143,6 +152,7 @@ impl Part {
         use std::os::unix::fs::FileExt;
         let mut part = Part {
             dense: HashMap::default(),
+            small: Vec::new(),
             ids: Vec::new(),
             sizes: Vec::new(),
         };
@@ -193,8 +203,20 @@ impl Part {
     /// Object `id`'s number, the next one where it is new; `Err` with its
     /// first size where it had another.
     fn intern(&mut self, id: u64, size: u32) -> std::result::Result<ObjectIndex, u32> {
-        let next = self.dense.len() as u32;
-        let (o, first_size) = *self.dense.entry(id).or_insert((next, size));
+        let next = self.ids.len() as u32;
+        let (o, first_size) = if id < SMALL_IDS {
+            let at = id as usize;
+            if at >= self.small.len() {
+                self.small.resize(at + 1, (NOT_SEEN, 0));
+            }
+            let slot = &mut self.small[at];
+            if slot.0 == NOT_SEEN {
+                *slot = (next, size);
+            }
+            *slot
+        } else {
+            *self.dense.entry(id).or_insert((next, size))
+        };
         if o == next {
             self.ids.push(id);
             self.sizes.push(size);
@@ -297,6 +319,31 @@ mod tests {
         assert_eq!(s.requests, vec![0, 1, 0]);
         assert_eq!(s.sizes_bytes, vec![5, 8]);
         assert_eq!(s.next_access()[0], 2);
+    }
+
+    #[test]
+    fn large_and_small_ids_share_one_numbering() {
+        // Ids below 2^16 are looked up by index, the others hashed: in
+        // order of first appearance 1<<40, 3, 70000, 3, 1<<40 are objects
+        // 0 1 2 1 0, and a size change is caught on both paths.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.bin");
+        let big = 1u64 << 40;
+        let trace = [(big, 5), (3, 8), (70_000, 2), (3, 8), (big, 5)];
+        let bytes: Vec<u8> = trace.iter().flat_map(|&(id, s)| record(id, s)).collect();
+        std::fs::write(&path, bytes).unwrap();
+        let s = read_oracle_general(&path).unwrap();
+        assert_eq!(s.requests, vec![0, 1, 2, 1, 0]);
+        assert_eq!(s.sizes_bytes, vec![5, 8, 2]);
+        // The second request of id 3 (record 3), then of 1<<40 (record 4).
+        for (at, id) in [(3, 3u64), (4, big)] {
+            let mut trace = trace;
+            trace[at].1 = 9;
+            let bytes: Vec<u8> = trace.iter().flat_map(|&(id, s)| record(id, s)).collect();
+            std::fs::write(&path, bytes).unwrap();
+            let e = read_oracle_general(&path).unwrap_err().to_string();
+            assert!(e.contains(&format!("object {id} changes size")), "{e}");
+        }
     }
 
     #[test]
