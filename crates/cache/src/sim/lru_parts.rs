@@ -62,12 +62,18 @@ pub(crate) fn replay<L: Policy>(
     let bounds: Vec<usize> = (0..=parts).map(|k| k * n / parts).collect();
     let runs: Vec<Part> = bounds
         .par_windows(2)
-        .map(|w| {
+        .enumerate()
+        .map(|(k, w)| {
             let mut lru = cold();
             let stats = replay_range(&mut lru, stream, w[0]..w[1], &[], costs);
             Part {
                 stats,
-                firsts: first_requests(stream, w[0]..w[1]),
+                // The first part's first requests are first in the stream.
+                firsts: if k > 0 {
+                    first_requests(stream, w[0]..w[1])
+                } else {
+                    Vec::new()
+                },
                 residents: residents(&lru),
             }
         })

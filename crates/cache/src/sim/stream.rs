@@ -4,6 +4,7 @@
 //! experts of MoE ordinal `l` are `layer_start[l]..layer_start[l + 1]`.
 
 use crate::policy::{ObjectIndex, NEVER};
+use rayon::prelude::*;
 use residency_formats::heat::TokenRoutes;
 use std::sync::OnceLock;
 
@@ -181,13 +182,22 @@ impl Stream {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)
     }
 
-    /// Requests per object.
+    /// Requests per object, counted over runs of the stream side by side.
     pub fn counts(&self) -> Vec<u64> {
-        let mut counts = vec![0u64; self.objects()];
-        for &o in &self.requests {
-            counts[o as usize] += 1;
-        }
-        counts
+        let objects = self.objects();
+        let zero = || vec![0u64; objects];
+        self.requests
+            .par_chunks(1 << 20)
+            .fold(zero, |mut counts, run| {
+                for &o in run {
+                    counts[o as usize] += 1;
+                }
+                counts
+            })
+            .reduce(zero, |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            })
     }
 }
 
