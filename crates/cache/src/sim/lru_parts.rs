@@ -22,6 +22,7 @@
 //! request of one is a bypass, in a part as in one pass.
 
 use super::replay::{replay_range, FeltCosts, ReplayStats};
+use super::stack::Fenwick;
 use super::stream::Stream;
 use crate::policy::{ObjectIndex, Policy};
 use rayon::prelude::*;
@@ -146,7 +147,10 @@ fn settle_firsts(
     }
     // Bytes of the stack's objects the part has not asked for yet, by
     // position, summed over prefixes.
-    let mut untouched = Fenwick::new(stack.iter().map(|&o| sizes[o as usize]));
+    let mut untouched = Fenwick::new(stack.len());
+    for (j, &o) in stack.iter().enumerate() {
+        untouched.add(j, sizes[o as usize] as i64);
+    }
     let mut part_bytes = 0u64;
     for &(_, o) in firsts {
         let size = sizes[o as usize];
@@ -155,8 +159,8 @@ fn settle_firsts(
         }
         let j = position[o as usize];
         if j != u32::MAX {
-            let above = untouched.prefix(j as usize);
-            untouched.take(j as usize, size);
+            let above = untouched.prefix(j as usize) as u64;
+            untouched.add(j as usize, -(size as i64));
             if part_bytes + above + size <= capacity_bytes {
                 let layer = stream.layer_of[o as usize] as usize;
                 stats.misses -= 1;
@@ -173,40 +177,6 @@ fn settle_firsts(
             }
         }
         part_bytes += size;
-    }
-}
-
-/// Prefix sums of bytes by position, each position's bytes taken once.
-struct Fenwick(Vec<u64>);
-
-impl Fenwick {
-    fn new(values: impl Iterator<Item = u64>) -> Fenwick {
-        let mut tree: Vec<u64> = values.collect();
-        for i in 0..tree.len() {
-            let parent = i | (i + 1);
-            if parent < tree.len() {
-                tree[parent] += tree[i];
-            }
-        }
-        Fenwick(tree)
-    }
-
-    /// Sum of the positions before `end`.
-    fn prefix(&self, mut end: usize) -> u64 {
-        let mut sum = 0;
-        while end > 0 {
-            sum += self.0[end - 1];
-            end &= end - 1;
-        }
-        sum
-    }
-
-    /// Takes `value` off position `i`.
-    fn take(&mut self, mut i: usize, value: u64) {
-        while i < self.0.len() {
-            self.0[i] -= value;
-            i |= i + 1;
-        }
     }
 }
 

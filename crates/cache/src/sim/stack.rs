@@ -83,19 +83,19 @@ pub fn slot_misses(requests: &[ObjectIndex], objects: usize) -> Vec<u64> {
         .collect()
 }
 
-/// Prefix sums over positions with point updates.
-struct Fenwick {
+/// Prefix sums over positions with point updates (also `lru_parts`'s).
+pub(super) struct Fenwick {
     tree: Vec<i64>,
 }
 
 impl Fenwick {
-    fn new(n: usize) -> Self {
+    pub(super) fn new(n: usize) -> Self {
         Fenwick {
             tree: vec![0; n + 1],
         }
     }
 
-    fn add(&mut self, at: usize, delta: i64) {
+    pub(super) fn add(&mut self, at: usize, delta: i64) {
         let mut i = at + 1;
         while i < self.tree.len() {
             self.tree[i] += delta;
@@ -104,7 +104,7 @@ impl Fenwick {
     }
 
     /// Sum of positions `0..end`.
-    fn prefix(&self, end: usize) -> i64 {
+    pub(super) fn prefix(&self, end: usize) -> i64 {
         let mut i = end;
         let mut sum = 0;
         while i > 0 {
