@@ -70,7 +70,7 @@ ab() { # rounds
 sweep() { # rounds budgets strategies model(q30|ds) tag
   mkdir -p $O/sweep
   local profile=${PROFILE:-$O/sweep/profile.yaml}
-  [ -f $profile ] || CALSEC=${CALSEC:-30} cal $B $profile
+  [ -f $profile ] || CALSEC=${CALSEC:-90} cal $B $profile
   run timeout ${STIMEOUT:-480} $B bench --sweep --checkpoint /tmp/$4 --profile $profile --backend pread --rounds $1 --tokens 32 --strategies $3 --budgets $2 --json $O/sweep/$5.json
   summary $O/sweep/$5.json "$5"
 }
@@ -94,7 +94,7 @@ while [ $# -gt 0 ]; do
     setup) setup; shift;;
     stat) (date +%s.%N; cat /proc/loadavg; head -1 /proc/stat) | tee -a $O/log.txt; shift;;
     info) (cat /sys/kernel/mm/transparent_hugepage/enabled /sys/kernel/mm/transparent_hugepage/defrag; grep -i huge /proc/meminfo) | tee -a $O/log.txt; shift;;
-    cal) mkdir -p $O/sweep; CALSEC=${CALSEC:-30} cal $2 $O/sweep/$3.yaml $4; shift 4;;
+    cal) mkdir -p $O/sweep; CALSEC=${CALSEC:-90} cal $2 $O/sweep/$3.yaml $4; shift 4;;
     ab) ab $2; shift 2;;
     sweep) sweep $2 $3 $4 $5 $6; shift 6;;
     replay) replay_arms $2 $3 $4; shift 4;;
