@@ -34,11 +34,11 @@ pub(crate) const PARTS: usize = 8;
 /// than their setup costs.
 pub(crate) const MIN_REQUESTS: usize = 1 << 20;
 
-/// What one part's replay from empty left: its counts, its objects' first
-/// requests (index, object) in order, and its residents, newest first.
+/// What one part's replay from empty left: its counts, its objects in the
+/// order of their first requests, and its residents, newest first.
 struct Part {
     stats: ReplayStats,
-    firsts: Vec<(usize, ObjectIndex)>,
+    firsts: Vec<ObjectIndex>,
     residents: Vec<ObjectIndex>,
 }
 
@@ -100,7 +100,7 @@ pub(crate) fn replay<L: Policy>(
         let mut next = part.residents;
         if stats.evictions == 0 {
             let asked: std::collections::HashSet<ObjectIndex> =
-                part.firsts.iter().map(|&(_, o)| o).collect();
+                part.firsts.iter().copied().collect();
             let mut used: u64 = next.iter().map(|&o| sizes[o as usize]).sum();
             for &o in stack.iter().filter(|o| !asked.contains(o)) {
                 used += sizes[o as usize];
@@ -118,14 +118,13 @@ pub(crate) fn replay<L: Policy>(
     Some((total, stack))
 }
 
-/// The first request of each object in `range`, in order.
-fn first_requests(stream: &Stream, range: std::ops::Range<usize>) -> Vec<(usize, ObjectIndex)> {
+/// The objects of the requests in `range`, in the order of their first.
+fn first_requests(stream: &Stream, range: std::ops::Range<usize>) -> Vec<ObjectIndex> {
     let mut seen = vec![false; stream.sizes_bytes.len()];
-    range
-        .filter_map(|i| {
-            let o = stream.requests[i];
-            (!std::mem::replace(&mut seen[o as usize], true)).then_some((i, o))
-        })
+    stream.requests[range]
+        .iter()
+        .copied()
+        .filter(|&o| !std::mem::replace(&mut seen[o as usize], true))
         .collect()
 }
 
@@ -137,7 +136,7 @@ fn settle_firsts(
     capacity_bytes: u64,
     costs: FeltCosts,
     stack: &[ObjectIndex],
-    firsts: &[(usize, ObjectIndex)],
+    firsts: &[ObjectIndex],
     stats: &mut ReplayStats,
 ) {
     let sizes = &stream.sizes_bytes;
@@ -152,7 +151,7 @@ fn settle_firsts(
         untouched.add(j, sizes[o as usize] as i64);
     }
     let mut part_bytes = 0u64;
-    for &(_, o) in firsts {
+    for &o in firsts {
         let size = sizes[o as usize];
         if size > capacity_bytes {
             continue;
