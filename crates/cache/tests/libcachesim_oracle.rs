@@ -1,8 +1,10 @@
 //! LRU and FIFO on libCacheSim's cloudPhysicsIO trace must reproduce the
 //! exact counts of libCacheSim's `cachesim` (commit aa0fc40), as listed in
-//! `../shared/data/cache-oracle/SOURCES.md`: an independent reference.
+//! `../shared/data/cache-oracle/SOURCES.md`: an independent reference;
+//! LRU also in parts side by side (`sim::lru_parts`).
 
 use residency_cache::policy::{build, PolicyKind, PolicySetup};
+use residency_cache::sim::lru_parts::replay_lru;
 use residency_cache::sim::oracle::read_oracle_general;
 use residency_cache::sim::replay::{replay, FeltCosts};
 use residency_cache::sim::stack::{lru_misses_at, stack_distances};
@@ -53,6 +55,16 @@ fn lru_and_fifo_match_libcachesim_exactly() {
                 (misses, bytes),
                 "{kind} at {capacity}"
             );
+            if kind == PolicyKind::Lru {
+                // The trace in 8 parts side by side, as a long one is.
+                let (parts, _) =
+                    replay_lru(&stream, capacity, FeltCosts::in_full(&zero), 8).unwrap();
+                assert_eq!(
+                    (parts.misses, parts.miss_bytes),
+                    (misses, bytes),
+                    "LRU in parts at {capacity}"
+                );
+            }
         }
     }
 }

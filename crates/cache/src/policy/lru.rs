@@ -2,7 +2,7 @@
 //! FIFO leaves the insertion order alone (libCacheSim `LRU`, `FIFO`).
 
 use super::recency::SizedList;
-use super::{Knowledge, ObjectIndex, Outcome, Policy, PolicyParams, PolicySetup, Request};
+use super::{ObjectIndex, Outcome, Policy, PolicySetup, Request};
 use crate::sim::lru_parts;
 use crate::sim::replay::{replay, FeltCosts, ReplayStats};
 use crate::sim::stream::Stream;
@@ -70,21 +70,10 @@ impl Policy for Lru {
     ) -> ReplayStats {
         let cold = self.move_on_hit && seeds.is_empty() && self.residents.used_bytes() == 0;
         if cold && stream.requests.len() >= lru_parts::MIN_REQUESTS {
-            let setup = PolicySetup {
-                capacity_bytes: self.residents.capacity_bytes(),
-                objects: stream.sizes_bytes.len(),
-                knowledge: Knowledge::default(),
-                params: PolicyParams::default(),
-            };
-            let parts = lru_parts::replay(
-                stream,
-                setup.capacity_bytes,
-                costs,
-                lru_parts::PARTS,
-                || Lru::new(&setup, true),
-                Lru::newest_first,
-            );
-            if let Some((stats, residents)) = parts {
+            let capacity_bytes = self.residents.capacity_bytes();
+            if let Some((stats, residents)) =
+                lru_parts::replay_lru(stream, capacity_bytes, costs, lru_parts::PARTS)
+            {
                 for &o in residents.iter().rev() {
                     self.residents.push_front(o, stream.sizes_bytes[o as usize]);
                 }

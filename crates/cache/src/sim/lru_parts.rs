@@ -24,15 +24,41 @@
 use super::replay::{replay_range, FeltCosts, ReplayStats};
 use super::stack::Fenwick;
 use super::stream::Stream;
-use crate::policy::{ObjectIndex, Policy};
+use crate::policy::lru::Lru;
+use crate::policy::{Knowledge, ObjectIndex, Policy, PolicyParams, PolicySetup};
 use rayon::prelude::*;
 
 /// Parts a replay is cut into, whatever the threads: the parts' felt wait
 /// is summed in part order, so the result does not depend on the machine.
-pub(crate) const PARTS: usize = 8;
+pub const PARTS: usize = 8;
 /// Shorter streams are replayed in one pass: the parts would save less
 /// than their setup costs.
-pub(crate) const MIN_REQUESTS: usize = 1 << 20;
+pub const MIN_REQUESTS: usize = 1 << 20;
+
+/// A cold LRU cache of `capacity_bytes` replaying `stream` in `parts`
+/// parts: the counts of one pass, and the residents at its end, newest
+/// first; `None` where the stream has groups of several requests.
+pub fn replay_lru(
+    stream: &Stream,
+    capacity_bytes: u64,
+    costs: FeltCosts,
+    parts: usize,
+) -> Option<(ReplayStats, Vec<ObjectIndex>)> {
+    let setup = PolicySetup {
+        capacity_bytes,
+        objects: stream.sizes_bytes.len(),
+        knowledge: Knowledge::default(),
+        params: PolicyParams::default(),
+    };
+    replay(
+        stream,
+        capacity_bytes,
+        costs,
+        parts,
+        || Lru::new(&setup, true),
+        Lru::newest_first,
+    )
+}
 
 /// What one part's replay from empty left: its counts, its objects in the
 /// order of their first requests, and its residents, newest first.
@@ -48,7 +74,7 @@ struct Part {
 /// its end, newest first; `None` where the stream has groups of several
 /// requests (a token's experts of a layer are leased together, so their
 /// order within a group depends on the cache).
-pub(crate) fn replay<L: Policy>(
+fn replay<L: Policy>(
     stream: &Stream,
     capacity_bytes: u64,
     costs: FeltCosts,
@@ -182,7 +208,6 @@ fn settle_firsts(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::lru::Lru;
     use crate::policy::testing::setup;
     use crate::policy::{build, PolicyKind};
     use crate::sim::replay::replay as one_pass;
@@ -211,17 +236,7 @@ mod tests {
         costs: FeltCosts,
         parts: usize,
     ) -> (ReplayStats, Vec<ObjectIndex>) {
-        let objects = stream.sizes_bytes.len();
-        let s = setup(capacity, objects);
-        replay(
-            stream,
-            capacity,
-            costs,
-            parts,
-            || Lru::new(&s, true),
-            Lru::newest_first,
-        )
-        .unwrap()
+        replay_lru(stream, capacity, costs, parts).unwrap()
     }
 
     #[test]
@@ -354,15 +369,7 @@ mod tests {
         // Two requests a token: a token's experts of a layer are leased
         // together, hits first, so parts could not start from empty.
         let stream = Stream::new(vec![1; 4], vec![0, 4], vec![0, 1, 2, 3], 2);
-        let s = setup(2, 4);
-        let none = replay(
-            &stream,
-            2,
-            FeltCosts::in_full(&[0.0; 4]),
-            2,
-            || Lru::new(&s, true),
-            Lru::newest_first,
-        );
+        let none = replay_lru(&stream, 2, FeltCosts::in_full(&[0.0; 4]), 2);
         assert!(none.is_none());
     }
 }

@@ -10,7 +10,7 @@ pub mod budget;
 pub mod felt;
 pub mod gate;
 pub mod job;
-pub(crate) mod lru_parts;
+pub mod lru_parts;
 pub mod oracle;
 pub mod pin_share;
 pub mod replay;
