@@ -511,8 +511,20 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
         BytesPerSecond(config.hit_compute_bytes_per_s)
     );
     println!(
-        "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7}",
-        "policy", "category", "sim misses", "misses", "ratio", "sim felt s", "felt s", "ratio"
+        "  (at the run's reads: each miss read in the time the run's reads took one; and its rates: the hits computed at the run's own rate too)"
+    );
+    println!(
+        "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>12} {:>12}",
+        "policy",
+        "category",
+        "sim misses",
+        "misses",
+        "ratio",
+        "sim felt s",
+        "felt s",
+        "ratio",
+        "run reads",
+        "run rates"
     );
     for (policy, category) in arms {
         let of_arm: Vec<&ReplayRun> = runs
@@ -523,8 +535,9 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
         let median = |values: Vec<f64>| Spread::of(&values).map_or(0.0, |s| s.median);
         let misses = median(of_arm.iter().map(|r| r.misses as f64).collect());
         let felt = median(of_arm.iter().map(|r| r.felt_wait_seconds).collect());
+        let ratio = |simulated: f64| simulated / felt.max(1e-9);
         println!(
-            "  {:<16} {:>12} {:>10} {:>10} {:>7.3} {:>10.3} {:>10.3} {:>7.3}",
+            "  {:<16} {:>12} {:>10} {:>10} {:>7.3} {:>10.3} {:>10.3} {:>7.3} {:>12.3} {:>12.3}",
             policy,
             category.unwrap_or("all"),
             simulated.misses,
@@ -532,7 +545,9 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
             simulated.misses as f64 / misses.max(1.0),
             simulated.felt_wait_seconds,
             felt,
-            simulated.felt_wait_seconds / felt.max(1e-9)
+            ratio(simulated.felt_wait_seconds),
+            ratio(simulated.felt_wait_seconds_at_run_reads),
+            ratio(simulated.felt_wait_seconds_at_run_rates)
         );
     }
 }

@@ -494,14 +494,14 @@ fn auto_pins_nothing_where_recency_wins() {
     let lru = arm(&doc, "lru");
     assert_eq!(lru["simulated"]["misses"], 2, "{lru}");
     assert!(lru["simulated"]["felt_wait_seconds"].as_f64().unwrap() > 0.0);
-    assert!(
-        lru["simulated"]["felt_wait_seconds_at_run_reads"]
-            .as_f64()
-            .unwrap()
-            > 0.0
-    );
-    // The misses' reads were timed, from their start to the last landing.
+    for at_run in ["at_run_reads", "at_run_rates"] {
+        let felt = &lru["simulated"][format!("felt_wait_seconds_{at_run}")];
+        assert!(felt.as_f64().unwrap() > 0.0, "{lru}");
+    }
+    // The misses' reads were timed, from their start to the last landing,
+    // and the products the compute thread ran.
     assert!(lru["miss_reads_seconds"].as_f64().unwrap() > 0.0, "{lru}");
+    assert!(lru["compute_bytes_per_s"].as_f64().unwrap() > 0.0, "{lru}");
     assert!(replan.get("simulated").is_none(), "{replan}");
     assert!(
         out.contains("the simulator on the same tokens and budget"),

@@ -127,6 +127,14 @@ pub struct ReplayConfig {
     pub online: OnlineParams,
 }
 
+impl ReplayConfig {
+    /// The simulator's rates as the profile has them: a miss's read, and
+    /// the compute that hides reads.
+    fn rates(&self) -> (f64, f64) {
+        (self.miss_seconds, self.hit_compute_bytes_per_s)
+    }
+}
+
 /// What `residency replay --json` writes
 /// (`schemas/replay-output.schema.json`).
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
@@ -186,6 +194,9 @@ pub struct ReplayRun {
     /// its loads to the last one landing: its reads as the drive served
     /// them, together.
     pub miss_reads_seconds: f64,
+    /// The compute thread's products over the run: bytes a second, as
+    /// they ran beside the loads (0 where nothing was timed).
+    pub compute_bytes_per_s: f64,
     pub read_service_seconds: f64,
     /// Bytes read while serving (start-up excluded).
     pub bytes_read: u64,
@@ -220,6 +231,10 @@ pub struct Simulated {
     /// miss (the median over rounds of `miss_reads_seconds / misses`): the
     /// model without the profile's drive rate.
     pub felt_wait_seconds_at_run_reads: f64,
+    /// The same with the hits computed at the run's own rate too (the
+    /// median over rounds of `compute_bytes_per_s`): the model without
+    /// either of the profile's rates.
+    pub felt_wait_seconds_at_run_rates: f64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -316,7 +331,7 @@ pub fn replay(
             Some(allocation) => {
                 let sim = sim.get_or_insert_with(|| {
                     let counts = Some(train_counts);
-                    simulator(config, config.miss_seconds, &sizes, tokens, counts, experts)
+                    simulator(config, config.rates(), &sizes, tokens, counts, experts)
                 });
                 Some((allocation, simulate_arm(sim, config, policy, allocation)?))
             }
@@ -346,24 +361,42 @@ pub fn replay(
         let Some((allocation, (misses, felt_wait_seconds))) = predicted[i] else {
             continue;
         };
-        let per_miss: Vec<f64> = runs
-            .iter()
-            .zip(&arm_of_run)
-            .filter(|(r, &a)| a == i && r.misses > 0)
+        let of_arm = || runs.iter().zip(&arm_of_run).filter(|(_, &a)| a == i);
+        let per_miss = of_arm()
+            .filter(|(r, _)| r.misses > 0)
             .map(|(r, _)| r.miss_reads_seconds / r.misses as f64)
             .collect();
-        let at_run_reads = match median(per_miss) {
-            Some(read_seconds) => {
-                let counts = Some(train_counts);
-                let mut sim = simulator(config, read_seconds, &sizes, tokens, counts, experts);
-                simulate_arm(&mut sim, config, policy, allocation)?.1
-            }
-            None => felt_wait_seconds,
+        let compute_rate = of_arm()
+            .filter(|(r, _)| r.compute_bytes_per_s > 0.0)
+            .map(|(r, _)| r.compute_bytes_per_s)
+            .collect();
+        let counts = Some(train_counts);
+        let at_run = |read_seconds: f64, compute_bytes_per_s: f64| {
+            let mut sim = simulator(
+                config,
+                (read_seconds, compute_bytes_per_s),
+                &sizes,
+                tokens,
+                counts,
+                experts,
+            );
+            simulate_arm(&mut sim, config, policy, allocation).map(|(_, felt)| felt)
+        };
+        let (at_run_reads, at_run_rates) = match median(per_miss) {
+            Some(read_seconds) => (
+                at_run(read_seconds, config.hit_compute_bytes_per_s)?,
+                match median(compute_rate) {
+                    Some(rate) => at_run(read_seconds, rate)?,
+                    None => felt_wait_seconds,
+                },
+            ),
+            None => (felt_wait_seconds, felt_wait_seconds),
         };
         let simulated = Simulated {
             misses,
             felt_wait_seconds,
             felt_wait_seconds_at_run_reads: at_run_reads,
+            felt_wait_seconds_at_run_rates: at_run_rates,
         };
         for (run, _) in runs.iter_mut().zip(&arm_of_run).filter(|(_, &a)| a == i) {
             run.simulated = Some(simulated.clone());
@@ -419,12 +452,12 @@ fn simulate_arm(
 
 /// A simulator of `tokens` over the checkpoint's experts (`sizes`, every
 /// layer's `experts` in turn), each miss read in `miss_seconds`, each hit
-/// computed at the replay's rate, `online` as the replay's;
+/// computed at `compute_bytes_per_s`, `online` as the replay's;
 /// `train_counts` is its learning policies' prior, `None` the tokens' own
 /// counts (in hindsight).
 fn simulator(
     config: &ReplayConfig,
-    miss_seconds: f64,
+    (miss_seconds, compute_bytes_per_s): (f64, f64),
     sizes: &[u64],
     tokens: &[TokenRoutes],
     train_counts: Option<&[u64]>,
@@ -437,7 +470,7 @@ fn simulator(
         online: config.online.clone(),
         hit_compute_seconds: sizes
             .iter()
-            .map(|&b| b as f64 / config.hit_compute_bytes_per_s)
+            .map(|&b| b as f64 / compute_bytes_per_s)
             .collect(),
         reads_at_once: config.reads_at_once,
         ..SimOptions::default()
@@ -726,7 +759,7 @@ fn layer_capacities(
             .map(|(k, &b)| k as u64 * b)
             .collect());
     }
-    let mut sim = simulator(config, config.miss_seconds, sizes, tokens, None, experts);
+    let mut sim = simulator(config, config.rates(), sizes, tokens, None, experts);
     sim.layer_capacities(
         config.layer_policy,
         Allocation::Dynamic,
@@ -862,12 +895,17 @@ struct Served {
 struct LayerWaits {
     felt: Duration,
     reads: Duration,
+    /// The compute thread's products, and their bytes.
+    compute: Duration,
+    computed_bytes: u64,
 }
 
 impl std::ops::AddAssign for LayerWaits {
     fn add_assign(&mut self, other: LayerWaits) {
         self.felt += other.felt;
         self.reads += other.reads;
+        self.compute += other.compute;
+        self.computed_bytes += other.computed_bytes;
     }
 }
 
@@ -894,6 +932,8 @@ impl Served {
             p99_ms: percentile(0.99),
             felt_wait_seconds: self.waits.felt.as_secs_f64(),
             miss_reads_seconds: self.waits.reads.as_secs_f64(),
+            compute_bytes_per_s: self.waits.computed_bytes as f64
+                / self.waits.compute.as_secs_f64().max(1e-9),
             read_service_seconds: 0.0,
             bytes_read: 0,
             startup_bytes: 0,
@@ -998,15 +1038,17 @@ fn layer(
             }
         }
         drop(sender);
-        let compute = |lease: &Lease| {
-            matvec(
-                lease.host().expect("replay keeps experts in host memory"),
-                x,
-            )
+        let compute = |lease: &Lease, waits: &mut LayerWaits| {
+            let bytes = lease.host().expect("replay keeps experts in host memory");
+            let started = Instant::now();
+            let y = matvec(bytes, x);
+            waits.compute += started.elapsed();
+            waits.computed_bytes += bytes.len() as u64;
+            y
         };
         for (i, lease) in hits.into_iter().enumerate() {
             if let Some(lease) = lease {
-                outputs[i] = compute(&lease);
+                outputs[i] = compute(&lease, &mut waits);
             }
         }
         loop {
@@ -1016,7 +1058,7 @@ fn layer(
             };
             waits.felt += started.elapsed();
             waits.reads = waits.reads.max(landed);
-            outputs[i] = compute(&lease?);
+            outputs[i] = compute(&lease?, &mut waits);
         }
         Ok::<_, StoreError>(())
     })?;
