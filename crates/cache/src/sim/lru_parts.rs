@@ -25,7 +25,7 @@ use super::replay::{replay_range, FeltCosts, ReplayStats};
 use super::stack::Fenwick;
 use super::stream::Stream;
 use crate::policy::lru::Lru;
-use crate::policy::{Knowledge, ObjectIndex, Policy, PolicyParams, PolicySetup};
+use crate::policy::{Knowledge, ObjectIndex, PolicyParams, PolicySetup};
 use rayon::prelude::*;
 
 /// Parts a replay is cut into, whatever the threads: the parts' felt wait
@@ -35,9 +35,19 @@ pub const PARTS: usize = 8;
 /// than their setup costs.
 pub const MIN_REQUESTS: usize = 1 << 20;
 
+/// What one part's replay from empty left: its counts, its objects in the
+/// order of their first requests, and its residents, newest first.
+struct Part {
+    stats: ReplayStats,
+    firsts: Vec<ObjectIndex>,
+    residents: Vec<ObjectIndex>,
+}
+
 /// A cold LRU cache of `capacity_bytes` replaying `stream` in `parts`
 /// parts: the counts of one pass, and the residents at its end, newest
-/// first; `None` where the stream has groups of several requests.
+/// first; `None` where the stream has groups of several requests (a
+/// token's experts of a layer are leased together, so their order within
+/// a group depends on the cache).
 pub fn replay_lru(
     stream: &Stream,
     capacity_bytes: u64,
@@ -50,38 +60,6 @@ pub fn replay_lru(
         knowledge: Knowledge::default(),
         params: PolicyParams::default(),
     };
-    replay(
-        stream,
-        capacity_bytes,
-        costs,
-        parts,
-        || Lru::new(&setup, true),
-        Lru::newest_first,
-    )
-}
-
-/// What one part's replay from empty left: its counts, its objects in the
-/// order of their first requests, and its residents, newest first.
-struct Part {
-    stats: ReplayStats,
-    firsts: Vec<ObjectIndex>,
-    residents: Vec<ObjectIndex>,
-}
-
-/// Replays `stream` in `parts` parts through fresh LRU caches of
-/// `capacity_bytes` made by `cold`, which also reports a cache's residents
-/// newest first. Returns the counts of one cold pass and the residents at
-/// its end, newest first; `None` where the stream has groups of several
-/// requests (a token's experts of a layer are leased together, so their
-/// order within a group depends on the cache).
-fn replay<L: Policy>(
-    stream: &Stream,
-    capacity_bytes: u64,
-    costs: FeltCosts,
-    parts: usize,
-    cold: impl Fn() -> L + Sync,
-    residents: impl Fn(&L) -> Vec<ObjectIndex> + Sync,
-) -> Option<(ReplayStats, Vec<ObjectIndex>)> {
     let n = stream.requests.len();
     if stream.tokens < n as u64 || parts == 0 {
         return None;
@@ -91,7 +69,7 @@ fn replay<L: Policy>(
         .par_windows(2)
         .enumerate()
         .map(|(k, w)| {
-            let mut lru = cold();
+            let mut lru = Lru::new(&setup, true);
             let stats = replay_range(&mut lru, stream, w[0]..w[1], &[], costs);
             Part {
                 stats,
@@ -101,7 +79,7 @@ fn replay<L: Policy>(
                 } else {
                     Vec::new()
                 },
-                residents: residents(&lru),
+                residents: lru.newest_first(),
             }
         })
         .collect();
