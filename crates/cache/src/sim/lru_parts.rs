@@ -187,7 +187,7 @@ fn settle_firsts(
 mod tests {
     use super::*;
     use crate::policy::testing::setup;
-    use crate::policy::{build, PolicyKind};
+    use crate::policy::{build, Policy, PolicyKind};
     use crate::sim::replay::replay as one_pass;
     use crate::sim::synthetic::Rng;
 
