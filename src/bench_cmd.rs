@@ -67,7 +67,8 @@ pub struct BenchArgs {
     #[command(flatten)]
     pub backend: BackendArg,
     /// Write the report here as JSON (with --sweep: every run and the
-    /// summary, `schemas/bench-sweep-output.schema.json`).
+    /// summary, `schemas/bench-sweep-output.schema.json`, rewritten after
+    /// each round, so that a sweep stopped early keeps its finished rounds).
     #[arg(long)]
     pub json: Option<PathBuf>,
 }
@@ -290,10 +291,15 @@ pub fn run(args: &BenchArgs) -> Result<()> {
 
 /// Writes a `--json` report atomically and says so.
 pub fn write_report(path: &Path, report: &impl serde::Serialize) -> Result<()> {
-    residency_core::error::write_atomic(path, serde_json::to_string_pretty(report)?.as_bytes())
-        .with_context(|| format!("{}: writing the report", path.display()))?;
+    write_json(path, report)?;
     println!("wrote {}", path.display());
     Ok(())
+}
+
+/// Writes a `--json` report atomically, silently.
+pub fn write_json(path: &Path, report: &impl serde::Serialize) -> Result<()> {
+    residency_core::error::write_atomic(path, serde_json::to_string_pretty(report)?.as_bytes())
+        .with_context(|| format!("{}: writing the report", path.display()))
 }
 
 fn print_row(m: &Measured) {

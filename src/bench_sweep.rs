@@ -513,22 +513,54 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             );
             c.row.runs.push(SweepRun { round, report });
         }
+        // The rounds so far, on file after each: a sweep stopped by a time
+        // limit keeps what it measured, and says how many rounds that was.
+        if let Some(path) = &args.json {
+            let so_far = sweep_report(
+                args,
+                &profile_file,
+                options.tokens,
+                round + 1,
+                &budgets,
+                &configs,
+            );
+            crate::bench_cmd::write_json(path, &so_far)?;
+        }
     }
-    let rows: Vec<SweepRow> = configs.into_iter().map(|c| summarize(c.row)).collect();
-    let report = SweepReport {
-        checkpoint: args.checkpoint.display().to_string(),
-        profile: profile_file.display().to_string(),
-        tokens: options.tokens,
-        seed: args.seed,
-        rounds: sweep.rounds,
-        budgets: budgets.iter().map(|b| budget_summary(b, &rows)).collect(),
-        rows,
-    };
+    let report = sweep_report(
+        args,
+        &profile_file,
+        options.tokens,
+        sweep.rounds,
+        &budgets,
+        &configs,
+    );
     print_table(&report, &budgets);
     if let Some(path) = &args.json {
         crate::bench_cmd::write_report(path, &report)?;
     }
     Ok(())
+}
+
+/// The report of `rounds` finished rounds of `configs`.
+fn sweep_report(
+    args: &BenchArgs,
+    profile_file: &Path,
+    tokens: usize,
+    rounds: usize,
+    budgets: &[Budget],
+    configs: &[Config],
+) -> SweepReport {
+    let rows: Vec<SweepRow> = configs.iter().map(|c| summarize(c.row.clone())).collect();
+    SweepReport {
+        checkpoint: args.checkpoint.display().to_string(),
+        profile: profile_file.display().to_string(),
+        tokens,
+        seed: args.seed,
+        rounds,
+        budgets: budgets.iter().map(|b| budget_summary(b, &rows)).collect(),
+        rows,
+    }
 }
 
 /// The row's measured spread over its runs and its ratio to the prediction.

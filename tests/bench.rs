@@ -637,6 +637,51 @@ fn sweep_sets_each_budget_through_the_reserve_one_row_per_budget_and_strategy() 
 
 /// A flag refused: one `error:` line naming `flag` and containing `fix`,
 /// exit code 1, no panic, and `out` not created.
+/// A sweep stopped by a time limit keeps its finished rounds: stopped
+/// once the second round has begun (its first line on stderr), the file
+/// holds at least the first round, says how many rounds it holds, and
+/// every row that runs has exactly that many runs.
+#[test]
+fn a_sweep_stopped_early_keeps_its_finished_rounds() {
+    use std::io::{BufRead, BufReader};
+    let su = setup();
+    let json = su.dir.join("sweep.json");
+    let args = sweep_args(
+        &su,
+        &su.profile,
+        &json,
+        &["--strategies", "plan,cpu", "--rounds", "1000"],
+    );
+    let mut child = std::process::Command::new(BIN)
+        .args(&args)
+        .current_dir(ROOT)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = BufReader::new(child.stderr.take().unwrap());
+    let mut seen = Vec::new();
+    for line in err.lines() {
+        let line = line.unwrap();
+        let second = line.starts_with("round 2/1000");
+        seen.push(line);
+        if second {
+            break;
+        }
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    assert!(seen.last().unwrap().starts_with("round 2/1000"), "{seen:?}");
+    let doc = read_json(&json);
+    let rounds = doc["rounds"].as_u64().unwrap() as usize;
+    assert!((1..1000).contains(&rounds), "{doc}");
+    for strategy in ["plan", "cpu"] {
+        let r = row(&doc, &Value::Null, strategy);
+        assert_eq!(r["runs"].as_array().unwrap().len(), rounds, "{r}");
+        assert!(r["measured_tok_per_s"]["median"].as_f64().unwrap() > 0.0);
+    }
+}
+
 fn assert_bad_flag(args: &[&str], flag: &str, fix: &str, out: &Path) {
     let line = one_error_line(args, out);
     assert!(line.contains(flag), "{args:?}: `{flag}` not in: {line}");
