@@ -31,6 +31,17 @@ impl Lru {
     /// Raises the capacity (`pinned-lru` hands an unpinned object's bytes to
     /// its LRU part); nothing is evicted, so it must not fall below the used
     /// bytes.
+    /// A hit's whole work, `access` without a request: true, and `o` made
+    /// the newest, if `o` is resident.
+    #[inline]
+    pub(crate) fn hit(&mut self, o: ObjectIndex) -> bool {
+        let resident = self.residents.contains(o);
+        if resident && self.move_on_hit {
+            self.residents.move_to_front(o);
+        }
+        resident
+    }
+
     pub(super) fn set_capacity_bytes(&mut self, capacity_bytes: u64) {
         self.residents.set_capacity_bytes(capacity_bytes);
     }

@@ -21,11 +21,13 @@
 //! than the cache are never admitted, so they are in no stack and every
 //! request of one is a bypass, in a part as in one pass.
 
-use super::replay::{replay_range, FeltCosts, ReplayStats};
+use super::replay::{FeltCosts, ReplayStats};
 use super::stack::Fenwick;
 use super::stream::Stream;
 use crate::policy::lru::Lru;
-use crate::policy::{Knowledge, ObjectIndex, PolicyParams, PolicySetup};
+use crate::policy::{
+    Knowledge, ObjectIndex, Outcome, Policy, PolicyParams, PolicySetup, Request, NEVER,
+};
 use rayon::prelude::*;
 
 /// Parts a replay is cut into, whatever the threads: the parts' felt wait
@@ -69,18 +71,12 @@ pub fn replay_lru(
         .par_windows(2)
         .enumerate()
         .map(|(k, w)| {
-            let mut lru = Lru::new(&setup, true);
-            let stats = replay_range(&mut lru, stream, w[0]..w[1], &[], costs);
-            Part {
-                stats,
-                // The first part's first requests are first in the stream.
-                firsts: if k > 0 {
-                    first_requests(stream, w[0]..w[1])
-                } else {
-                    Vec::new()
-                },
-                residents: lru.newest_first(),
+            let mut part = replay_part(stream, w[0]..w[1], &setup, costs);
+            // The first part's first requests are first in the stream.
+            if k == 0 {
+                part.firsts.clear();
             }
+            part
         })
         .collect();
     let sizes = &stream.sizes_bytes;
@@ -122,14 +118,78 @@ pub fn replay_lru(
     Some((total, stack))
 }
 
-/// The objects of the requests in `range`, in the order of their first.
-fn first_requests(stream: &Stream, range: std::ops::Range<usize>) -> Vec<ObjectIndex> {
-    let mut seen = vec![false; stream.sizes_bytes.len()];
-    stream.requests[range]
-        .iter()
-        .copied()
-        .filter(|&o| !std::mem::replace(&mut seen[o as usize], true))
-        .collect()
+/// The requests in `range` replayed by LRU from empty, counted as
+/// `replay` counts them. Every request is its own group, so a miss is felt
+/// in full (nothing of its group computes beside it) whatever the compute
+/// costs: the loop only counts each object's misses, and prices them once
+/// at the end, which keeps the replay's per-request bookkeeping out of the
+/// loop. An object's first request in the part is its first miss there.
+fn replay_part(
+    stream: &Stream,
+    range: std::ops::Range<usize>,
+    setup: &PolicySetup,
+    costs: FeltCosts,
+) -> Part {
+    let sizes = &stream.sizes_bytes;
+    let mut lru = Lru::new(setup, true);
+    let mut misses_of = vec![0u32; sizes.len()];
+    let mut firsts = Vec::new();
+    let mut evicted = Vec::new();
+    let mut stats = ReplayStats {
+        requests: range.len() as u64,
+        misses_by_layer: vec![0; stream.layers()],
+        felt_wait_seconds_by_layer: vec![0.0; stream.layers()],
+        ..ReplayStats::default()
+    };
+    for &o in &stream.requests[range] {
+        let size_bytes = sizes[o as usize];
+        stats.requested_bytes += size_bytes;
+        if lru.hit(o) {
+            stats.hits_admitted += 1;
+            continue;
+        }
+        let request = Request {
+            object: o,
+            size_bytes,
+            time: 0,
+            next_access: NEVER,
+        };
+        evicted.clear();
+        match lru.access(&request, &mut evicted) {
+            Outcome::Hit => stats.hits_admitted += 1,
+            outcome => {
+                if outcome == Outcome::Admitted {
+                    stats.admissions += 1;
+                    stats.admitted_bytes += size_bytes;
+                    stats.evictions += evicted.len() as u64;
+                }
+                let misses = &mut misses_of[o as usize];
+                if *misses == 0 {
+                    firsts.push(o);
+                }
+                *misses += 1;
+            }
+        }
+    }
+    for &o in &firsts {
+        let (misses, size) = (u64::from(misses_of[o as usize]), sizes[o as usize]);
+        let layer = stream.layer_of[o as usize] as usize;
+        stats.misses += misses;
+        stats.miss_bytes += misses * size;
+        stats.misses_by_layer[layer] += misses;
+        if size > setup.capacity_bytes {
+            stats.bypasses += misses;
+        }
+        let read = costs.miss_seconds[o as usize];
+        if read > 0.0 {
+            stats.felt_wait_seconds_by_layer[layer] += misses as f64 * read;
+        }
+    }
+    Part {
+        stats,
+        firsts,
+        residents: lru.newest_first(),
+    }
 }
 
 /// Moves to the hits the first requests of a part (each a miss of its

@@ -21,6 +21,9 @@ pub struct Stream {
     pub requests: Vec<ObjectIndex>,
     /// See [`Stream::next_access`]: built on first use, from `requests`.
     next_access: OnceLock<Vec<u64>>,
+    /// See [`Stream::counts`]: given by a reader that counted as it parsed
+    /// ([`Stream::with_counts`]), else counted on each call.
+    counts: Option<Vec<u64>>,
     /// Tokens the requests came from (generic traces: one per request).
     pub tokens: u64,
 }
@@ -44,7 +47,18 @@ impl Stream {
             layer_of,
             requests,
             next_access: OnceLock::new(),
+            counts: None,
             tokens,
+        }
+    }
+
+    /// The stream with its requests per object already counted: `counts[o]`
+    /// must be the requests for `o`.
+    pub fn with_counts(self, counts: Vec<u64>) -> Stream {
+        debug_assert_eq!(counts.len(), self.objects());
+        Stream {
+            counts: Some(counts),
+            ..self
         }
     }
 
@@ -182,8 +196,12 @@ impl Stream {
         self.sizes_bytes.iter().copied().max().unwrap_or(0)
     }
 
-    /// Requests per object, counted over runs of the stream side by side.
+    /// Requests per object: as the reader counted them, or counted over
+    /// runs of the stream side by side.
     pub fn counts(&self) -> Vec<u64> {
+        if let Some(counts) = &self.counts {
+            return counts.clone();
+        }
         let objects = self.objects();
         let zero = || vec![0u64; objects];
         self.requests
