@@ -10,9 +10,8 @@
 //!   behind a directory, PCI devices and their links.
 //! - `gpus`: GPUs through the CUDA driver, else Vulkan.
 //! - `detect`: those facts as a profile, with the documented defaults.
-//! - `gemv`: packed expert matrices in the container layout of
-//!   `checkpoint::format`, quantised inputs, the CPU kernel and the PTX text
-//!   of the GPU kernel.
+//! - `gemv`: the runtime's kernels (`residency_runtime::gemv`), re-exported
+//!   for the modules here that time and run them.
 //! - `cuda_bench`: GEMV, upload and sync timings on a CUDA device.
 //! - `calibrate`: the measurements, their trials and the time budget.
 //! - `logs`: Colibri's `[PROF] expert I/O:`, `PROFILE: expert-disk` and
@@ -24,7 +23,7 @@ pub mod calibrate;
 pub mod cuda_bench;
 pub mod detect;
 pub mod doc;
-pub mod gemv;
+pub use residency_runtime::gemv;
 pub mod gpus;
 pub mod logs;
 pub mod spread;

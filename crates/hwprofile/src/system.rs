@@ -75,19 +75,6 @@ pub fn allowed_cpus() -> Option<BTreeSet<u32>> {
     )
 }
 
-/// Pins the calling thread to `cpu`; false where the kernel refuses.
-pub fn pin_to_cpu(cpu: u32) -> bool {
-    // SAFETY: as in `allowed_cpus`; `cpu` is checked against the set's size.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    if cpu as usize >= 8 * std::mem::size_of_val(&set) {
-        return false;
-    }
-    unsafe {
-        libc::CPU_SET(cpu as usize, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
-    }
-}
-
 /// `MemTotal` (or another `key`) of a meminfo file, in bytes.
 fn meminfo_bytes(path: &Path, key: &str) -> Option<(u64, String)> {
     let text = std::fs::read_to_string(path).ok()?;

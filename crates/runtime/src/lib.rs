@@ -6,6 +6,9 @@
 //! loaded at run time), putting a plan there (`apply`) and keeping it right
 //! while serving (`serve`: live heat, re-planning, repin).
 //!
+//! - `gemv`: packed expert matrices in the container layout of
+//!   `checkpoint::format`, quantised inputs, the CPU kernel and the PTX text
+//!   of the GPU kernel.
 //! - `identity`: what makes two objects the same.
 //! - `sync`: the primitives the store synchronizes with.
 //!
@@ -14,6 +17,7 @@
 
 pub mod apply;
 pub mod checkpoint;
+pub mod gemv;
 pub mod gpu;
 pub mod identity;
 pub mod serve;

@@ -1,4 +1,5 @@
-//! Expert GEMV for calibration, over real packed expert bytes.
+//! Expert GEMV over real packed expert bytes: the kernels `calibrate`
+//! times, `bench` runs, and a GPU tier computes with.
 //!
 //! Weights are in the container layout of `checkpoint::format`: int8 (one
 //! signed value a byte) or int4 (input feature `2j` in the low nibble of
@@ -14,9 +15,9 @@
 //! (`ptx`, one warp a row, `dp4a` dot products) that the CUDA driver
 //! compiles for the card it runs on: no nvcc, no libnvrtc.
 
+use crate::checkpoint::ExpertFormat;
+use crate::storage::{AlignedSlab, HostPool};
 use rayon::prelude::*;
-use residency_runtime::checkpoint::ExpertFormat;
-use residency_runtime::storage::{AlignedSlab, HostPool};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -255,7 +256,7 @@ impl NodeThreads {
             .start_handler(move |t| {
                 if let Some(&cpu) = pinned.get(t) {
                     // Unpinned where refused: still a thread of the node.
-                    crate::system::pin_to_cpu(cpu);
+                    pin_to_cpu(cpu);
                 }
             })
             .build()?;
@@ -297,6 +298,20 @@ impl NodeThreads {
     }
 }
 
+/// Pins the calling thread to `cpu`; false where the kernel refuses.
+fn pin_to_cpu(cpu: u32) -> bool {
+    // SAFETY: an all-zero cpu_set_t is a valid empty set, and `cpu` is
+    // checked against the set's size.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    if cpu as usize >= 8 * std::mem::size_of_val(&set) {
+        return false;
+    }
+    unsafe {
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) == 0
+    }
+}
+
 /// The most bytes of one piece of a GEMV: small enough that the pieces of
 /// a large matrix spread over every thread and a slow core holds up a
 /// stage by at most one piece, large enough that a piece's job costs
@@ -324,7 +339,7 @@ fn row_pieces(work: &[(PackedView, &QuantizedInput)], threads: usize) -> Vec<Vec
 
 /// Fills `bytes` with xorshift64* output seeded per 1 MiB piece, in
 /// parallel (a calibration buffer is up to a GiB).
-pub(crate) fn fill_random(bytes: &mut [u8], seed: u64) {
+pub fn fill_random(bytes: &mut [u8], seed: u64) {
     bytes
         .par_chunks_mut(1 << 20)
         .enumerate()
