@@ -1,509 +1,132 @@
-//! One CUDA device for `calibrate` and `bench`: the PTX GEMV kernels of
-//! `gemv` loaded (`GemvKernels`, a batch of matrices a launch), matrices,
-//! inputs and outputs in device memory; and the timings `calibrate` takes:
-//! the resident GEMV (over packed experts already in device memory, timed
-//! with events), the pinned host-to-device copy (as
-//! `examples/gpu_upload.rs` measures its ceiling), and stages timed as
-//! `bench` runs them (`StageGemvs`): what a stage in which the card takes
-//! part pays beyond its bytes, and each GEMV in it.
-//!
-//! libcuda is loaded at run time; `CudaBench::open` checks for it before any
-//! other cudarc call (which would panic without it), and turns a driver
-//! that panics in cudarc into an error.
+//! The timings `calibrate` takes on a CUDA device, over the runtime's
+//! GEMV kernels (`residency_runtime::gpu::gemv`): the resident GEMV (over
+//! packed experts already in device memory, timed with events), the pinned
+//! host-to-device copy (as `examples/gpu_upload.rs` measures its ceiling),
+//! and stages timed as `bench` runs them (`StageGemvs`): what a stage in
+//! which the card takes part pays beyond its bytes, and each GEMV in it.
 
-use super::gemv::{
-    ptx, PackedRows, Packing, QuantizedInput, CHUNK_BYTES, GPU_BATCH, GPU_BLOCK_THREADS,
-    GPU_DESCRIPTOR_BYTES,
+use crate::gemv::{PackedRows, QuantizedInput};
+use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
+use residency_runtime::gpu::gemv::{
+    failed, guarded, CudaGemv, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch,
 };
-use cudarc::driver::{
-    result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
-    PinnedHostSlice,
-};
-use residency_runtime::gpu::cuda::describe;
-use std::ffi::{c_void, CString};
 use std::ops::Range;
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 use std::time::Instant;
 
-/// One CUDA device, with a stream of its own.
-pub struct CudaBench {
-    ordinal: usize,
-    ctx: Arc<CudaContext>,
-    stream: Arc<CudaStream>,
-}
-
-/// `cuda:0: <action>: <driver error>`.
-fn failed(ordinal: usize, action: &'static str) -> impl Fn(DriverError) -> String {
-    move |e| format!("cuda:{ordinal}: {action}: {}", describe(e))
-}
-
-/// Runs `f`, turning a panic inside cudarc (a symbol the driver lacks)
-/// into an error.
-pub(crate) fn guarded<T>(f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|_| {
-        Err("the CUDA driver library failed (a symbol is missing); update the NVIDIA driver".into())
+/// Loads the GEMV kernels and copies `matrices` (with their inputs) to
+/// the device, ready for `ResidentGemv::trial`.
+pub fn resident_gemv<'a>(
+    device: &'a CudaGemv,
+    matrices: &[PackedRows],
+    inputs: &[QuantizedInput],
+) -> Result<ResidentGemv<'a>, String> {
+    guarded(|| {
+        let kernels = device.kernels()?;
+        let mut resident = Vec::new();
+        for (m, x) in matrices.iter().zip(inputs) {
+            let matrix = device.matrix(m)?;
+            let input = device.input(x)?;
+            let y = device.output(m.rows)?;
+            let launch = matrix.launch(&input, device.pointer(&y));
+            resident.push(DeviceRows {
+                _matrix: matrix,
+                _input: input,
+                y,
+                launch,
+            });
+        }
+        Ok(ResidentGemv {
+            device,
+            bytes: matrices.iter().map(PackedRows::bytes).sum(),
+            start: device.event()?,
+            end: device.event()?,
+            resident,
+            kernels,
+        })
     })
 }
 
-impl CudaBench {
-    /// Device `ordinal`, or why it cannot be timed.
-    pub fn open(ordinal: usize) -> Result<CudaBench, String> {
-        // SAFETY: only tries to dlopen libcuda; see the module doc.
-        if !unsafe { sys::is_culib_present() } {
-            return Err("the CUDA driver (libcuda.so) was not found".into());
-        }
-        guarded(|| {
-            let ctx = CudaContext::new(ordinal).map_err(failed(ordinal, "opening"))?;
-            let stream = ctx
-                .new_stream()
-                .map_err(failed(ordinal, "creating a stream"))?;
-            Ok(CudaBench {
-                ordinal,
-                ctx,
-                stream,
-            })
-        })
-    }
-
-    pub fn name(&self) -> Result<String, String> {
-        guarded(|| {
-            self.ctx
-                .name()
-                .map_err(failed(self.ordinal, "reading the name"))
-        })
-    }
-
-    /// Device memory free now.
-    pub fn free_bytes(&self) -> Result<u64, String> {
-        guarded(|| {
-            let (free, _) = self
-                .ctx
-                .mem_get_info()
-                .map_err(failed(self.ordinal, "reading free memory"))?;
-            Ok(free as u64)
-        })
-    }
-
-    /// Loads the GEMV kernels and copies `matrices` (with their inputs) to
-    /// the device, ready for `ResidentGemv::trial`.
-    pub fn resident_gemv(
-        &self,
-        matrices: &[PackedRows],
-        inputs: &[QuantizedInput],
-    ) -> Result<ResidentGemv<'_>, String> {
-        guarded(|| {
-            let kernels = self.kernels()?;
-            let mut resident = Vec::new();
-            for (m, x) in matrices.iter().zip(inputs) {
-                let matrix = self.matrix(m)?;
-                let input = self.input(x)?;
-                let y = self.output(m.rows)?;
-                let launch = matrix.launch(&input, self.pointer(&y));
-                resident.push(DeviceRows {
-                    _matrix: matrix,
-                    _input: input,
-                    y,
-                    launch,
-                });
-            }
-            Ok(ResidentGemv {
-                bench: self,
-                bytes: matrices.iter().map(PackedRows::bytes).sum(),
-                start: self.event()?,
-                end: self.event()?,
-                resident,
-                kernels,
-            })
-        })
-    }
-
-    /// The GEMV kernels, loaded into this device's context.
-    pub fn kernels(&self) -> Result<GemvKernels, String> {
-        guarded(|| GemvKernels::load(self))
-    }
-
-    /// `rows` (weights and scales) copied to device memory.
-    pub fn matrix(&self, rows: &PackedRows) -> Result<DeviceMatrix, String> {
-        let copying = failed(self.ordinal, "copying a matrix to the device");
-        guarded(|| {
-            let weights = self.stream.clone_htod(rows.weights()).map_err(&copying)?;
-            let scales = self.stream.clone_htod(rows.scales()).map_err(&copying)?;
-            Ok(DeviceMatrix {
-                shape: GemvLaunch::shape(rows.packing, rows.rows, rows.cols),
-                cols: rows.cols,
-                weights_address: self.pointer(&weights),
-                scales_address: self.pointer(&scales),
-                _weights: weights,
-                _scales: scales,
-            })
-        })
-    }
-
-    /// An input vector and its chunk terms in device memory.
-    pub fn input(&self, x: &QuantizedInput) -> Result<DeviceInput, String> {
-        let copying = failed(self.ordinal, "copying an input to the device");
-        guarded(|| {
-            let terms: Vec<f32> = x.chunk_terms().into_iter().flatten().collect();
-            let values = self.stream.clone_htod(&x.values).map_err(&copying)?;
-            let terms = self.stream.clone_htod(&terms).map_err(&copying)?;
-            Ok(DeviceInput {
-                values_address: self.pointer(&values),
-                terms_address: self.pointer(&terms),
-                _values: values,
-                _terms: terms,
-            })
-        })
-    }
-
-    /// Zeroed device memory for `rows` outputs.
-    pub fn output(&self, rows: usize) -> Result<CudaSlice<f32>, String> {
-        guarded(|| {
-            self.stream
-                .alloc_zeros::<f32>(rows.max(1))
-                .map_err(failed(self.ordinal, "allocating GEMV outputs"))
-        })
-    }
-
-    /// The device address of `slice`, for kernel parameters.
-    pub fn pointer<T>(&self, slice: &CudaSlice<T>) -> u64 {
-        slice.device_ptr(&self.stream).0
-    }
-
-    /// An event that records timing, on this device.
-    pub fn event(&self) -> Result<CudaEvent, String> {
-        guarded(|| {
-            self.ctx
-                .new_event(Some(sys::CUevent_flags::CU_EVENT_DEFAULT))
-                .map_err(failed(self.ordinal, "creating an event"))
-        })
-    }
-
-    pub fn stream(&self) -> &Arc<CudaStream> {
-        &self.stream
-    }
-
-    pub fn ordinal(&self) -> usize {
-        self.ordinal
-    }
-
-    /// `rows` outputs from the start of `y`, copied back (synchronous).
-    pub fn read(&self, y: &CudaSlice<f32>, rows: usize) -> Result<Vec<f32>, String> {
-        let reading = failed(self.ordinal, "reading GEMV results back");
-        guarded(|| {
-            let mut out = vec![0f32; rows.min(y.len())];
-            if !out.is_empty() {
-                self.stream
-                    .memcpy_dtoh(&y.slice(..out.len()), &mut out)
-                    .map_err(&reading)?;
-            }
-            self.stream.synchronize().map_err(&reading)?;
-            Ok(out)
-        })
-    }
-
-    /// `matrices` (with their inputs) in device memory, run as stages of
-    /// separate GEMVs, one stage after another in turn: `stages[s][j] =
-    /// (m, rows)` is GEMV `j` of stage `s`, over rows `rows` of matrix `m`.
-    pub fn stage_gemvs(
-        &self,
-        matrices: &[PackedRows],
-        inputs: &[QuantizedInput],
-        stages: &[Vec<(usize, Range<usize>)>],
-    ) -> Result<StageGemvs<'_>, String> {
-        guarded(|| {
-            let on_device = matrices
-                .iter()
-                .map(|m| self.matrix(m))
-                .collect::<Result<Vec<_>, _>>()?;
-            let inputs = inputs
-                .iter()
-                .map(|x| self.input(x))
-                .collect::<Result<Vec<_>, _>>()?;
-            let rows_of = |parts: &Vec<(usize, Range<usize>)>| -> usize {
-                parts.iter().map(|(_, r)| r.len()).sum()
-            };
-            // Every stage writes from the start of `y`: a stage's outputs
-            // are not kept past the next.
-            let y = self.output(stages.iter().map(rows_of).max().unwrap_or(0))?;
-            let mut launches = Vec::with_capacity(stages.len());
-            let mut bytes = 0u64;
-            for parts in stages {
-                let mut at = self.pointer(&y);
-                let mut stage = Vec::with_capacity(parts.len());
-                for (m, rows) in parts {
-                    let matrix = &matrices[*m];
-                    let (weights, scales) = on_device[*m].addresses();
-                    let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
-                    let scale_bytes = (matrix.groups() * 2) as u64;
-                    let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
-                    stage.push(shape.at(
-                        weights + rows.start as u64 * row_bytes,
-                        scales + rows.start as u64 * scale_bytes,
-                        &inputs[*m],
-                        at,
-                    ));
-                    at += (rows.len() * size_of::<f32>()) as u64;
-                    bytes += rows.len() as u64 * (row_bytes + scale_bytes);
-                }
-                launches.push(stage);
-            }
-            Ok(StageGemvs {
-                bench: self,
-                kernels: self.kernels()?,
-                bytes: bytes / stages.len().max(1) as u64,
-                start: self.event()?,
-                end: self.event()?,
-                launches,
-                _memory: (on_device, inputs, y),
-            })
-        })
-    }
-
-    /// Pinned host memory and device memory of `bytes` each, for
-    /// `Upload::trial`.
-    pub fn upload(&self, bytes: usize) -> Result<Upload<'_>, String> {
-        guarded(|| {
-            let allocating = failed(self.ordinal, "allocating the upload buffers");
-            // SAFETY: filled below before any copy reads it. Flags 0: plain
-            // page-locked memory, not write-combined.
-            let mut pinned =
-                unsafe { self.ctx.alloc_pinned_with_flags::<u8>(bytes, 0) }.map_err(&allocating)?;
-            pinned
-                .as_mut_slice()
-                .map_err(&allocating)?
-                .iter_mut()
-                .enumerate()
-                .for_each(|(i, b)| *b = (i % 251) as u8);
-            // SAFETY: only written by the copies timed, never read.
-            let target = unsafe { self.stream.alloc::<u8>(bytes) }.map_err(&allocating)?;
-            Ok(Upload {
-                bench: self,
-                pinned,
-                target,
-            })
-        })
-    }
-}
-
-/// The GEMV kernels of `gemv::ptx` in one device's context; the module is
-/// unloaded on drop.
-pub struct GemvKernels {
-    ctx: Arc<CudaContext>,
-    ordinal: usize,
-    module: sys::CUmodule,
-    int4: sys::CUfunction,
-    int8: sys::CUfunction,
-}
-
-impl GemvKernels {
-    fn load(bench: &CudaBench) -> Result<GemvKernels, String> {
-        let loading = failed(bench.ordinal, "loading the GEMV kernels (PTX)");
-        bench.ctx.bind_to_thread().map_err(&loading)?;
-        let text = CString::new(ptx()).expect("PTX text has no NUL");
-        // SAFETY: `text` is a NUL-terminated PTX image that outlives the
-        // call; the driver compiles it for this device.
-        let module =
-            unsafe { result::module::load_data(text.as_ptr().cast()) }.map_err(&loading)?;
-        let function = |name: &str| {
-            let name = CString::new(name).expect("kernel names have no NUL");
-            // SAFETY: the module is loaded and stays so while `self` lives,
-            // which outlives every launch of its functions.
-            unsafe { result::module::get_function(module, name) }
-                .map_err(failed(bench.ordinal, "finding a GEMV kernel"))
-        };
-        let (int4, int8) = match (function("gemv_int4"), function("gemv_int8")) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => {
-                // SAFETY: loaded above, no function of it launched.
-                let _ = unsafe { result::module::unload(module) };
-                return Err(e);
-            }
-        };
-        Ok(GemvKernels {
-            ctx: bench.ctx.clone(),
-            ordinal: bench.ordinal,
-            module,
-            int4,
-            int8,
-        })
-    }
-
-    /// Queues the GEMVs of `launches` (one packing) on `stream`, up to
-    /// `GPU_BATCH` a launch.
-    ///
-    /// # Safety
-    /// `stream` belongs to this context, and every address of `launches`
-    /// is device memory of it sized for its launch's shape (`GemvLaunch`),
-    /// alive until the stream has run the kernels.
-    pub unsafe fn launch(
-        &self,
-        stream: &CudaStream,
-        launches: &[GemvLaunch],
-    ) -> Result<(), String> {
-        for batch in launches.chunks(GPU_BATCH) {
-            let int8 = batch[0].int8;
-            if batch.iter().any(|l| l.int8 != int8) {
-                return Err(format!(
-                    "cuda:{}: one launch mixes int8 and int4 matrices; a bench bug, please report it",
-                    self.ordinal
-                ));
-            }
-            let mut descriptors = [0u8; GPU_BATCH * GPU_DESCRIPTOR_BYTES];
-            let rows_per_block = GPU_BLOCK_THREADS / 32;
-            let mut blocks = 0u32;
-            for (l, d) in batch
-                .iter()
-                .zip(descriptors.chunks_exact_mut(GPU_DESCRIPTOR_BYTES))
-            {
-                l.write_descriptor(blocks, d);
-                blocks += l.rows.div_ceil(rows_per_block);
-            }
-            let mut count = batch.len() as u32;
-            let mut params: [*mut c_void; 2] = [
-                descriptors.as_mut_ptr().cast(),
-                (&mut count as *mut u32).cast(),
-            ];
-            // SAFETY: the function comes from the loaded module; its two
-            // parameters are the descriptor array (the kernel's size) and
-            // their count, as `gemv::ptx` declares them; the caller vouches
-            // for the memory the descriptors name.
-            unsafe {
-                result::launch_kernel(
-                    if int8 { self.int8 } else { self.int4 },
-                    (blocks, 1, 1),
-                    (GPU_BLOCK_THREADS, 1, 1),
-                    0,
-                    stream.cu_stream(),
-                    &mut params,
-                )
-            }
-            .map_err(failed(self.ordinal, "running the GEMV kernel"))?;
-        }
-        Ok(())
-    }
-}
-
-impl Drop for GemvKernels {
-    fn drop(&mut self) {
-        if self.ctx.bind_to_thread().is_ok() {
-            // SAFETY: loaded by `load`, unloaded once; whoever launched its
-            // kernels synchronised their stream before dropping it.
-            let _ = unsafe { result::module::unload(self.module) };
-        }
-    }
-}
-
-/// One GEMV's kernel parameters: device addresses and the shape.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct GemvLaunch {
-    pub weights: u64,
-    pub scales: u64,
-    pub values: u64,
-    pub terms: u64,
-    pub y: u64,
-    pub rows: u32,
-    /// 16-byte chunks a row.
-    pub chunks: u32,
-    /// Scale groups a row.
-    pub groups: u32,
-    /// log2(chunks a group).
-    pub shift: u32,
-    /// Byte offset of the odd inputs (int4; 0 for int8).
-    pub odd: u32,
-    pub int8: bool,
-}
-
-impl GemvLaunch {
-    /// The shape of `rows` rows of `cols` features in `packing`, with no
-    /// addresses yet.
-    pub fn shape(packing: Packing, rows: usize, cols: usize) -> GemvLaunch {
-        let int8 = packing.bits == 8;
-        GemvLaunch {
-            weights: 0,
-            scales: 0,
-            values: 0,
-            terms: 0,
-            y: 0,
-            rows: rows as u32,
-            chunks: (packing.row_bytes(cols) / CHUNK_BYTES) as u32,
-            groups: (cols / packing.group) as u32,
-            shift: (packing.group / packing.chunk_features()).trailing_zeros(),
-            odd: if int8 { 0 } else { (cols / 2) as u32 },
-            int8,
-        }
-    }
-
-    /// Its descriptor in a launch's parameters (`gemv::ptx`), starting at
-    /// block `first_block` of the launch.
-    fn write_descriptor(&self, first_block: u32, out: &mut [u8]) {
-        let words = [self.weights, self.scales, self.values, self.terms, self.y];
-        let numbers = [
-            self.rows,
-            self.chunks,
-            self.groups,
-            self.shift,
-            self.odd,
-            first_block,
-        ];
-        let bytes = words
+/// `matrices` (with their inputs) in device memory, run as stages of
+/// separate GEMVs, one stage after another in turn: `stages[s][j] =
+/// (m, rows)` is GEMV `j` of stage `s`, over rows `rows` of matrix `m`.
+pub fn stage_gemvs<'a>(
+    device: &'a CudaGemv,
+    matrices: &[PackedRows],
+    inputs: &[QuantizedInput],
+    stages: &[Vec<(usize, Range<usize>)>],
+) -> Result<StageGemvs<'a>, String> {
+    guarded(|| {
+        let on_device = matrices
             .iter()
-            .flat_map(|w| w.to_le_bytes())
-            .chain(numbers.iter().flat_map(|n| n.to_le_bytes()));
-        for (o, b) in out.iter_mut().zip(bytes) {
-            *o = b;
+            .map(|m| device.matrix(m))
+            .collect::<Result<Vec<_>, _>>()?;
+        let inputs = inputs
+            .iter()
+            .map(|x| device.input(x))
+            .collect::<Result<Vec<_>, _>>()?;
+        let rows_of = |parts: &Vec<(usize, Range<usize>)>| -> usize {
+            parts.iter().map(|(_, r)| r.len()).sum()
+        };
+        // Every stage writes from the start of `y`: a stage's outputs
+        // are not kept past the next.
+        let y = device.output(stages.iter().map(rows_of).max().unwrap_or(0))?;
+        let mut launches = Vec::with_capacity(stages.len());
+        let mut bytes = 0u64;
+        for parts in stages {
+            let mut at = device.pointer(&y);
+            let mut stage = Vec::with_capacity(parts.len());
+            for (m, rows) in parts {
+                let matrix = &matrices[*m];
+                let (weights, scales) = on_device[*m].addresses();
+                let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
+                let scale_bytes = (matrix.groups() * 2) as u64;
+                let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
+                stage.push(shape.at(
+                    weights + rows.start as u64 * row_bytes,
+                    scales + rows.start as u64 * scale_bytes,
+                    &inputs[*m],
+                    at,
+                ));
+                at += (rows.len() * size_of::<f32>()) as u64;
+                bytes += rows.len() as u64 * (row_bytes + scale_bytes);
+            }
+            launches.push(stage);
         }
-    }
-
-    /// This shape over weights and scales at the given device addresses,
-    /// `x`'s input, writing `y`.
-    pub fn at(&self, weights: u64, scales: u64, x: &DeviceInput, y: u64) -> GemvLaunch {
-        GemvLaunch {
-            weights,
-            scales,
-            values: x.values_address,
-            terms: x.terms_address,
-            y,
-            ..*self
-        }
-    }
+        Ok(StageGemvs {
+            device,
+            kernels: device.kernels()?,
+            bytes: bytes / stages.len().max(1) as u64,
+            start: device.event()?,
+            end: device.event()?,
+            launches,
+            _memory: (on_device, inputs, y),
+        })
+    })
 }
 
-/// Packed rows in device memory.
-pub struct DeviceMatrix {
-    pub shape: GemvLaunch,
-    /// Input features a row.
-    pub cols: usize,
-    weights_address: u64,
-    scales_address: u64,
-    _weights: CudaSlice<u8>,
-    _scales: CudaSlice<u8>,
-}
-
-impl DeviceMatrix {
-    /// Bytes a GEMV over it reads: weights and scales.
-    pub fn bytes(&self) -> u64 {
-        (self._weights.len() + self._scales.len()) as u64
-    }
-
-    /// Device addresses of its weights and scales.
-    pub fn addresses(&self) -> (u64, u64) {
-        (self.weights_address, self.scales_address)
-    }
-
-    /// Its GEMV with input `x`, writing `y`.
-    pub fn launch(&self, x: &DeviceInput, y: u64) -> GemvLaunch {
-        self.shape
-            .at(self.weights_address, self.scales_address, x, y)
-    }
-}
-
-/// An input vector and its chunk terms in device memory.
-pub struct DeviceInput {
-    values_address: u64,
-    terms_address: u64,
-    _values: CudaSlice<u8>,
-    _terms: CudaSlice<f32>,
+/// Pinned host memory and device memory of `bytes` each, for
+/// `Upload::trial`.
+pub fn upload(device: &CudaGemv, bytes: usize) -> Result<Upload<'_>, String> {
+    guarded(|| {
+        let allocating = failed(device.ordinal(), "allocating the upload buffers");
+        // SAFETY: filled below before any copy reads it. Flags 0: plain
+        // page-locked memory, not write-combined.
+        let mut pinned = unsafe { device.context().alloc_pinned_with_flags::<u8>(bytes, 0) }
+            .map_err(&allocating)?;
+        pinned
+            .as_mut_slice()
+            .map_err(&allocating)?
+            .iter_mut()
+            .enumerate()
+            .for_each(|(i, b)| *b = (i % 251) as u8);
+        // SAFETY: only written by the copies timed, never read.
+        let target = unsafe { device.stream().alloc::<u8>(bytes) }.map_err(&allocating)?;
+        Ok(Upload {
+            device,
+            pinned,
+            target,
+        })
+    })
 }
 
 /// One matrix in device memory, its input and output, and its launch.
@@ -516,7 +139,7 @@ struct DeviceRows {
 
 /// Packed experts resident on the device, and the GEMV over them.
 pub struct ResidentGemv<'a> {
-    bench: &'a CudaBench,
+    device: &'a CudaGemv,
     resident: Vec<DeviceRows>,
     bytes: u64,
     start: CudaEvent,
@@ -532,8 +155,8 @@ impl ResidentGemv<'_> {
 
     /// Seconds of device time (events) for `passes` GEMVs over every matrix.
     pub fn trial(&self, passes: usize) -> Result<f64, String> {
-        let stream = &self.bench.stream;
-        let timing = failed(self.bench.ordinal, "timing the GEMV kernel");
+        let stream = self.device.stream();
+        let timing = failed(self.device.ordinal(), "timing the GEMV kernel");
         guarded(|| {
             self.start.record(stream).map_err(&timing)?;
             let launches: Vec<GemvLaunch> = self.resident.iter().map(|m| m.launch).collect();
@@ -551,13 +174,13 @@ impl ResidentGemv<'_> {
 
     /// `y` of the first `rows` rows of matrix `m` after a trial.
     pub fn y(&self, m: usize, rows: usize) -> Result<Vec<f32>, String> {
-        self.bench.read(&self.resident[m].y, rows)
+        self.device.read(&self.resident[m].y, rows)
     }
 }
 
 /// Stages of GEMVs in device memory, timed as `bench` runs a stage.
 pub struct StageGemvs<'a> {
-    bench: &'a CudaBench,
+    device: &'a CudaGemv,
     kernels: GemvKernels,
     /// Per stage, its GEMVs.
     launches: Vec<Vec<GemvLaunch>>,
@@ -583,8 +206,8 @@ impl StageGemvs<'_> {
     /// an event, its GEMVs in one batched launch, an event, and a wait for
     /// it.
     pub fn trial(&self, stages: usize) -> Result<f64, String> {
-        let stream = self.bench.stream();
-        let timing = failed(self.bench.ordinal, "timing a stage");
+        let stream = self.device.stream();
+        let timing = failed(self.device.ordinal(), "timing a stage");
         guarded(|| {
             let started = Instant::now();
             for launches in self.launches.iter().cycle().take(stages) {
@@ -602,7 +225,7 @@ impl StageGemvs<'_> {
 
 /// A pinned host buffer and device memory of the same size.
 pub struct Upload<'a> {
-    bench: &'a CudaBench,
+    device: &'a CudaGemv,
     pinned: PinnedHostSlice<u8>,
     target: CudaSlice<u8>,
 }
@@ -614,70 +237,16 @@ impl Upload<'_> {
 
     /// Seconds of one copy of the whole buffer to the device.
     pub fn trial(&mut self) -> Result<f64, String> {
-        let copying = failed(self.bench.ordinal, "copying to the device");
+        let copying = failed(self.device.ordinal(), "copying to the device");
         guarded(|| {
             let from = self.pinned.as_slice().map_err(&copying)?;
             let started = Instant::now();
-            self.bench
-                .stream
+            self.device
+                .stream()
                 .memcpy_htod(from, &mut self.target)
                 .map_err(&copying)?;
-            self.bench.stream.synchronize().map_err(&copying)?;
+            self.device.stream().synchronize().map_err(&copying)?;
             Ok(started.elapsed().as_secs_f64())
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_descriptor_lies_where_the_kernel_reads_it() {
-        // 768 rows of 2048 int4 features in groups of 64: 1024 bytes a row
-        // = 64 chunks of 16; 32 groups; 64 / 32 = 2 chunks a group (shift
-        // 1); the odd inputs start at byte 1024.
-        let shape = GemvLaunch::shape(Packing { bits: 4, group: 64 }, 768, 2048);
-        assert_eq!(
-            (
-                shape.rows,
-                shape.chunks,
-                shape.groups,
-                shape.shift,
-                shape.odd
-            ),
-            (768, 64, 32, 1, 1024)
-        );
-        let launch = GemvLaunch {
-            weights: 1,
-            scales: 2,
-            values: 3,
-            terms: 4,
-            y: 5,
-            ..shape
-        };
-        let mut d = [0u8; GPU_DESCRIPTOR_BYTES];
-        launch.write_descriptor(7, &mut d);
-        let word = |at: usize| u64::from_le_bytes(d[at..at + 8].try_into().unwrap());
-        let number = |at: usize| u32::from_le_bytes(d[at..at + 4].try_into().unwrap());
-        assert_eq!([0, 8, 16, 24, 32].map(word), [1, 2, 3, 4, 5]);
-        assert_eq!(
-            [40, 44, 48, 52, 56, 60].map(number),
-            [768, 64, 32, 1, 1024, 7]
-        );
-        // The kernel loads the pointers and numbers at those offsets of
-        // the descriptor it found, and scans first blocks 64 bytes apart.
-        let text = ptx();
-        assert!(text.contains("ld.param.u64 %rd1, [%rd22];"));
-        for at in [8, 16, 24, 32, 40, 44, 48, 52, 56, 60] {
-            assert!(text.contains(&format!("[%rd22+{at}]")), "{at}");
-        }
-        assert!(text.contains(&format!(
-            "mul.wide.u32 %rd21, %r34, {GPU_DESCRIPTOR_BYTES};"
-        )));
-        assert!(text.contains(&format!(
-            ".param .align 8 .b8 p_desc[{}]",
-            GPU_BATCH * GPU_DESCRIPTOR_BYTES
-        )));
     }
 }

@@ -13,14 +13,14 @@
 //! back is the checksum's, not the token's.
 
 use super::BenchError;
-use crate::cuda_bench::{CudaBench, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch};
 use crate::gemv::{PackedRows, QuantizedInput};
 use cudarc::driver::{CudaEvent, CudaSlice};
+use residency_runtime::gpu::gemv::{CudaGemv, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch};
 use std::collections::BTreeMap;
 
 /// One CUDA device as the bench uses it.
 pub(super) struct Card {
-    bench: CudaBench,
+    bench: CudaGemv,
     kernels: GemvKernels,
     /// The run's input vector of each width, on this card.
     inputs: BTreeMap<usize, DeviceInput>,
@@ -57,7 +57,7 @@ impl Card {
         inputs: &BTreeMap<usize, QuantizedInput>,
         token_rows: usize,
     ) -> Result<Card, BenchError> {
-        let bench = CudaBench::open(ordinal).map_err(gpu_error)?;
+        let bench = CudaGemv::open(ordinal).map_err(gpu_error)?;
         let kernels = bench.kernels().map_err(gpu_error)?;
         let mut on_card = BTreeMap::new();
         for (&cols, x) in inputs {

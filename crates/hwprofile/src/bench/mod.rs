@@ -28,7 +28,6 @@ mod cpu;
 mod gpu;
 
 use crate::calibrate::experts::{projections, tensor_specs};
-use crate::cuda_bench::{CudaBench, DeviceMatrix, GemvLaunch};
 use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
 use crate::system;
 use cpu::{Buffers, Gemv, Kernel, NodeShare, Outputs};
@@ -41,6 +40,7 @@ use residency_core::model::StageKind;
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gpu::gemv::{CudaGemv, DeviceMatrix, GemvLaunch};
 use residency_runtime::identity::ObjectKey;
 use residency_runtime::storage::HostPool;
 use residency_runtime::store::{Lease, Loader, ObjectBytes, StoreError};
@@ -143,7 +143,7 @@ pub fn check_runnable(
         }
     }
     for (g, count) in on_gpu {
-        if let Err(why) = CudaBench::open(g) {
+        if let Err(why) = CudaGemv::open(g) {
             return Err(input(
                 plan_path,
                 &format!("gpu:{g}"),

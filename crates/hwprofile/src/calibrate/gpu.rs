@@ -6,17 +6,18 @@
 
 use super::experts::inputs_for;
 use super::{Run, GPU_STAGE_SPAN_BYTES, MAX_GEMV_BYTES, UPLOAD_BYTES};
-use crate::cuda_bench::CudaBench;
+use crate::cuda_bench::{resident_gemv, stage_gemvs, upload};
 use crate::doc::{field, rate_text, round_rate, round_time, time_text, Quantity};
 use crate::gemv::PackedRows;
 use residency_core::units::Bytes;
+use residency_runtime::gpu::gemv::CudaGemv;
 use std::time::Duration;
 
 impl Run<'_> {
     /// GEMV, upload and sync of profile GPU `g`, on CUDA device `g`.
     pub(super) fn gpu(&mut self, g: usize) {
         let profile_name = self.doc.profile.gpus[g].name.clone();
-        let bench = CudaBench::open(g).and_then(|b| {
+        let bench = CudaGemv::open(g).and_then(|b| {
             let name = b.name()?;
             let (a, b_) = (name.to_lowercase(), profile_name.to_lowercase());
             if a.contains(&b_) || b_.contains(&a) {
@@ -38,7 +39,7 @@ impl Run<'_> {
             self.notes
                 .push(format!("gpus[{g}]: gemv_bandwidth not measured: {e}"));
         }
-        let upload = bench.upload(UPLOAD_BYTES).and_then(|mut u| {
+        let upload = upload(&bench, UPLOAD_BYTES).and_then(|mut u| {
             let bytes = u.bytes() as f64;
             let step = format!("gpus[{g}]: upload");
             self.repeat(&step, quarter, |copies| {
@@ -80,12 +81,13 @@ impl Run<'_> {
     /// `sync_overhead` is a stage of one one-row GEMV; `gemv_overhead` is,
     /// per GEMV, what a stage of `top_k` experts' projections (each its own
     /// GEMV) takes beyond that and its bytes at `gemv_bandwidth`.
-    fn gpu_stage(&mut self, g: usize, bench: &CudaBench, budget: Duration) -> Result<(), String> {
+    fn gpu_stage(&mut self, g: usize, bench: &CudaGemv, budget: Duration) -> Result<(), String> {
         let packing = self.source.gpu;
         let cols = packing.group.max(packing.chunk_features());
         let mut tiny = PackedRows::zeroed(packing, cols, 1, None);
         tiny.fill_generated(3);
-        let one = bench.stage_gemvs(
+        let one = stage_gemvs(
+            bench,
             std::slice::from_ref(&tiny),
             &inputs_for(std::slice::from_ref(&tiny)),
             &[vec![(0, 0..1)]],
@@ -123,7 +125,7 @@ impl Run<'_> {
                     .stage_parts(&widths, j * experts..(j + 1) * experts)
             })
             .collect();
-        let stage = bench.stage_gemvs(&rows, &inputs_for(&rows), &parts)?;
+        let stage = stage_gemvs(bench, &rows, &inputs_for(&rows), &parts)?;
         let bytes_per_s = self.doc.profile.gpus[g].gemv_bandwidth.0;
         let (bytes, gemvs) = (stage.bytes() as f64, stage.gemvs() as f64);
         let step = format!("gpus[{g}]: GEMV overhead");
@@ -148,7 +150,7 @@ impl Run<'_> {
 
     /// Resident GEMV bandwidth of GPU `g`, after checking the kernel's
     /// result against the CPU's on the same bytes.
-    fn gpu_gemv(&mut self, g: usize, bench: &CudaBench, budget: Duration) -> Result<(), String> {
+    fn gpu_gemv(&mut self, g: usize, bench: &CudaGemv, budget: Duration) -> Result<(), String> {
         let packing = self.source.gpu;
         if self.gpu_experts.is_none() {
             let target = self
@@ -169,7 +171,7 @@ impl Run<'_> {
             self.gpu_experts = Some((rows, inputs));
         }
         let (rows, inputs) = self.gpu_experts.as_ref().expect("made above");
-        let resident = bench.resident_gemv(rows, inputs)?;
+        let resident = resident_gemv(bench, rows, inputs)?;
         resident.trial(1)?;
         for (m, (matrix, x)) in rows.iter().zip(inputs).enumerate() {
             let sample = matrix.rows.min(256);

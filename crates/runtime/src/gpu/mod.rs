@@ -7,6 +7,9 @@
 //!   through a HOST_VISIBLE staging buffer on a transfer queue).
 //! - `loader`: [`GpuLoader`], a store loader that uploads what another
 //!   loader read and drops the host copy.
+//! - `gemv`: computing experts on a CUDA device with the PTX kernels of
+//!   `crate::gemv` (loading, matrices and inputs in device memory,
+//!   batched launches).
 //!
 //! This file owns what both backends share: the [`Device`] and
 //! [`DeviceBuffer`] traits, errors, the chunking of uploads through two
@@ -16,6 +19,7 @@
 //! tiers, and nothing here panics for want of a driver.
 
 pub mod cuda;
+pub mod gemv;
 pub mod loader;
 pub mod vulkan;
 
