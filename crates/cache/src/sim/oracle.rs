@@ -247,6 +247,7 @@ impl Part {
 
     /// Object `id`'s number, the next one where it is new; `Err` with its
     /// first size where it had another.
+    #[inline]
     fn intern(&mut self, id: u64, size: u32) -> std::result::Result<ObjectIndex, u32> {
         let next = self.ids.len() as u32;
         let (o, first_size) = if id < SMALL_IDS {
