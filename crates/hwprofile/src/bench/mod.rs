@@ -27,8 +27,10 @@
 mod cpu;
 mod gpu;
 
-use crate::calibrate::experts::{projections, tensor_specs};
-use crate::gemv::{NodeThreads, PackedRows, PackedView, Packing, QuantizedInput, GPU_BATCH};
+use crate::gemv::{
+    projections_at, tensor_specs, NodeThreads, PackedRows, Packing, ProjectionAt, QuantizedInput,
+    GPU_BATCH,
+};
 use crate::system;
 use cpu::{Buffers, Gemv, Kernel, NodeShare, Outputs};
 use gpu::Card;
@@ -45,7 +47,6 @@ use residency_runtime::identity::ObjectKey;
 use residency_runtime::storage::HostPool;
 use residency_runtime::store::{Lease, Loader, ObjectBytes, StoreError};
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::path::Path;
 use std::time::Instant;
 
@@ -169,27 +170,6 @@ pub fn check_runnable(
         ));
     }
     Ok(packing)
-}
-
-/// Where one projection lies in an object's bytes (its extents one after
-/// another, as the store's loader reads them).
-struct ProjectionAt {
-    weights: Range<usize>,
-    scales: Range<usize>,
-    rows: usize,
-    cols: usize,
-}
-
-impl ProjectionAt {
-    fn view<'a>(&self, packing: Packing, bytes: &'a [u8]) -> PackedView<'a> {
-        PackedView {
-            packing,
-            cols: self.cols,
-            rows: self.rows,
-            weights: &bytes[self.weights.clone()],
-            scales: &bytes[self.scales.clone()],
-        }
-    }
 }
 
 /// Per instance object: what the bench computes for it.
@@ -784,23 +764,7 @@ fn prepare(
             }
         };
         let object = applied.index[&key];
-        let extents = applied.loader.extents(object);
-        let offset = |tensor: &str| {
-            let i = extents.iter().position(|e| e.tensor == tensor).unwrap_or(0);
-            extents[..i].iter().map(|e| e.len as usize).sum::<usize>()
-        };
-        let at = projections(extents, &specs, packing)
-            .into_iter()
-            .map(|p| {
-                let (w, s) = (offset(&p.weights.tensor), offset(&p.scales.tensor));
-                ProjectionAt {
-                    weights: w..w + p.weights.len as usize,
-                    scales: s..s + p.scales.len as usize,
-                    rows: p.rows,
-                    cols: p.cols,
-                }
-            })
-            .collect();
+        let at = projections_at(applied.loader.extents(object), &specs, packing);
         work.push(Work::Expert { object, at });
     }
     Ok(work)

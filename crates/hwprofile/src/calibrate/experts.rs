@@ -4,11 +4,13 @@
 //! seeded input vector for each matrix.
 
 use super::{CalibrateOptions, FALLBACK_INT4_GROUP};
-use crate::gemv::{PackedRows, PackedView, Packing, QuantizedInput};
+use crate::gemv::{
+    projections, tensor_specs, PackedRows, PackedView, Packing, Projection, QuantizedInput,
+};
 use crate::ProfileError;
 use residency_core::model::{FormatSize, Model};
 use residency_formats::inputs::defaults;
-use residency_runtime::checkpoint::{family, Checkpoint, Extent};
+use residency_runtime::checkpoint::{Checkpoint, Extent};
 use residency_runtime::storage::{AlignedSlab, HostPool};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -21,47 +23,6 @@ pub(super) fn inputs_for(rows: &[PackedRows]) -> Vec<QuantizedInput> {
     rows.iter()
         .enumerate()
         .map(|(i, m)| QuantizedInput::seeded(m.cols, m.packing, 11 + i as u64))
-        .collect()
-}
-
-/// One projection of an expert in a checkpoint: its weights and scales.
-pub(crate) struct Projection {
-    pub(crate) weights: Extent,
-    pub(crate) scales: Extent,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-}
-
-/// Every tensor of the checkpoint's family and geometry, by name.
-pub(crate) fn tensor_specs(checkpoint: &Checkpoint) -> BTreeMap<String, family::TensorSpec> {
-    family::tensors(&checkpoint.config)
-        .into_iter()
-        .map(|s| (s.name.clone(), s))
-        .collect()
-}
-
-/// The packed projections among one object's extents: each `.weight` with
-/// its `.scales`, its shape from the family's `specs`.
-pub(crate) fn projections(
-    extents: &[Extent],
-    specs: &BTreeMap<String, family::TensorSpec>,
-    packing: Packing,
-) -> Vec<Projection> {
-    extents
-        .iter()
-        .filter_map(|w| {
-            let module = w.tensor.strip_suffix(".weight")?;
-            let scales = extents
-                .iter()
-                .find(|s| s.tensor == format!("{module}.scales"))?;
-            let shape = &specs.get(&w.tensor)?.shape;
-            Some(Projection {
-                weights: w.clone(),
-                scales: scales.clone(),
-                rows: shape[0],
-                cols: shape[1] * 8 / packing.bits as usize,
-            })
-        })
         .collect()
 }
 
