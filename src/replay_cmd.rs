@@ -19,7 +19,7 @@ use residency_hwprofile::Spread;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
-    check_geometry, matvec_bytes_per_s, replay, PinShareChoice, PinShareSource, ReplayConfig,
+    check_geometry, expert_kernel, replay, PinShareChoice, PinShareSource, ReplayConfig,
     ReplayReport, ReplayRun, ServePolicy,
 };
 use std::path::PathBuf;
@@ -206,6 +206,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     } else {
         None
     };
+    let kernel = expert_kernel(&checkpoint);
+    notes.push(kernel.describe());
     let config = ReplayConfig {
         policies: args.policy.clone(),
         ram_budget_bytes,
@@ -218,7 +220,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         },
         rounds: args.rounds,
         miss_seconds,
-        hit_compute_bytes_per_s: matvec_bytes_per_s(expert_bytes[0], checkpoint.config.hidden),
+        hit_compute_bytes_per_s: kernel.bytes_per_s(expert_bytes[0], checkpoint.config.hidden),
         reads_at_once: fastest_drive(&profile).map_or(1, |d| d.read_concurrency),
         move_link: drive_to_ram(&profile),
         backend: args.backend.backend,

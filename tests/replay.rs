@@ -40,9 +40,15 @@ impl Fixture {
     /// A checkpoint of `tiny_mixtral(experts)`, generated with
     /// `gen_flags`, and `lines` as the trace.
     fn with(experts: usize, gen_flags: &[&str], lines: &str) -> Fixture {
+        Fixture::of_model(&tiny_mixtral(experts), gen_flags, lines)
+    }
+
+    /// A checkpoint of the model `description`, generated with `gen_flags`,
+    /// and `lines` as the trace.
+    fn of_model(description: &str, gen_flags: &[&str], lines: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let yaml = dir.path().join("mixtral-replay.yaml");
-        std::fs::write(&yaml, tiny_mixtral(experts)).unwrap();
+        std::fs::write(&yaml, description).unwrap();
         let ckpt = dir.path().join("ckpt");
         let mut gen = vec![
             "gen-checkpoint",
@@ -143,6 +149,46 @@ fn every_policy_computes_the_same_outputs() {
     // never hit, and it admits nothing: every request misses.
     let plan = runs.iter().find(|r| r["policy"] == "plan").unwrap();
     assert_eq!(plan["hits"], 0);
+}
+
+/// On an int4 checkpoint every expert is computed by the int4 GEMV
+/// kernel, projection by projection, and every policy, the resident
+/// baseline included, still computes the same outputs.
+#[test]
+fn an_int4_checkpoint_is_computed_by_the_gemv_kernel_with_equal_outputs() {
+    let int4 =
+        tiny_mixtral(8).replace("bf16: 12288", "bf16: 12288\n  int4: { bits: 4, group: 32 }");
+    let trace = std::fs::read_to_string(Fixture::new().trace).unwrap();
+    let fx = Fixture::of_model(&int4, &["--dtype", "int4"], &trace);
+    let o = fx.replay(&[
+        "--policy",
+        "lru,uniform,resident",
+        "--ram-budget",
+        "25%",
+        "--train-categories",
+        "a",
+        "--json",
+        s(&fx.path("int4.json")),
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("experts computed by the int4 GEMV kernel"),
+        "{}",
+        stderr(&o)
+    );
+    let doc = read_json(&fx.path("int4.json"));
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 3);
+    for r in runs {
+        assert_eq!(r["output_checksum"], runs[0]["output_checksum"], "{r}");
+    }
+    // An int4 expert of 64 x 32 in groups of 32: gate and up are 32 rows
+    // of 64 features (32 bytes and two 2-byte scales a row), down 64 rows
+    // of 32 (16 bytes and one scale): 1,152 bytes each, 3,456 an expert.
+    let lru = &runs[0];
+    let misses = lru["misses"].as_u64().unwrap();
+    assert!(misses > 0, "{lru}");
+    assert_eq!(lru["bytes_read"].as_u64().unwrap(), misses * 3456, "{lru}");
 }
 
 /// The per-layer arms: global LRU, uniform per-layer LRU, offline

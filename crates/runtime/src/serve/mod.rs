@@ -1,9 +1,10 @@
-//! The serving loop: live heat from reported routes (`heat`), the
+//! The serving loop: what it computes for an expert (`compute`), live heat from reported routes (`heat`), the
 //! re-planner that repins under hysteresis and budgets (`replan`), and the
 //! real data-path replay that measures policies end to end (`replay`);
 //! `vram`, the GPU tier's residency: what to upload, under an allowance a
 //! token, and what to free.
 
+pub mod compute;
 pub mod heat;
 pub mod replan;
 pub mod replay;

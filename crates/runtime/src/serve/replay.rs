@@ -17,6 +17,7 @@
 //! checksum depends only on the expert bytes and the routes, so it must be
 //! identical for every placement policy.
 
+use super::compute::{start_activation, ExpertKernel};
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
 use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
@@ -108,7 +109,7 @@ pub struct ReplayConfig {
     /// pin and the cost policy.
     pub miss_seconds: f64,
     /// The compute thread's rate over an expert's bytes
-    /// ([`matvec_bytes_per_s`]): the simulator's hits hide reads at it.
+    /// ([`ExpertKernel::bytes_per_s`]): the simulator's hits hide reads at it.
     pub hit_compute_bytes_per_s: f64,
     /// Reads the drive serves at once (the profile's `read_concurrency`).
     pub reads_at_once: u32,
@@ -273,6 +274,12 @@ fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
             })
         })
         .collect()
+}
+
+/// How the replay multiplies `checkpoint`'s experts (its store's objects,
+/// [`expert_keys`] order).
+pub fn expert_kernel(checkpoint: &Checkpoint) -> ExpertKernel {
+    ExpertKernel::of(checkpoint, &expert_keys(checkpoint))
 }
 
 /// That `tokens` route every MoE layer of the checkpoint, and only experts
@@ -497,10 +504,11 @@ fn run_arm(
             .with_pools(vec![pool], vec![0; n]),
     );
     let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
+    let kernel = ExpertKernel::of(checkpoint, &keys);
     if policy == ServePolicy::Resident {
         let started = Instant::now();
         let (served, startup_seconds) =
-            serve_resident(&loader, n, tokens, experts, hidden, started)?;
+            serve_resident(&loader, &kernel, n, tokens, (experts, hidden), started)?;
         return Ok(ReplayRun {
             hits: tokens
                 .iter()
@@ -545,9 +553,9 @@ fn run_arm(
     });
     let served = serve_replanning(
         store,
+        &kernel,
         tokens,
-        experts,
-        hidden,
+        (experts, hidden),
         &mut heat,
         replanner,
         reallocator,
@@ -574,10 +582,10 @@ fn run_arm(
 /// with no store at all; also the startup seconds since `started`.
 fn serve_resident(
     loader: &CheckpointLoader,
+    kernel: &ExpertKernel,
     objects: usize,
     tokens: &[TokenRoutes],
-    experts: usize,
-    hidden: usize,
+    (experts, hidden): (usize, usize),
     started: Instant,
 ) -> Result<(Served, f64), ReplayError> {
     let bytes: Vec<Box<dyn ObjectBytes>> = (0..objects as ObjectIndex)
@@ -593,9 +601,13 @@ fn serve_resident(
         experts,
         hidden,
         |objects, x| {
+            let input = kernel.input(x);
             let outputs = objects
                 .iter()
-                .map(|&o| matvec(bytes[o as usize].host().expect("read into memory"), x))
+                .map(|&o| {
+                    let host = bytes[o as usize].host().expect("read into memory");
+                    kernel.compute(o as usize, host, &input)
+                })
                 .collect();
             Ok((outputs, LayerWaits::default()))
         },
@@ -829,9 +841,9 @@ impl Reallocator {
 /// per-layer budgets of `dynamic` between tokens.
 fn serve_replanning(
     store: &Store,
+    kernel: &ExpertKernel,
     tokens: &[TokenRoutes],
-    experts: usize,
-    hidden: usize,
+    (experts, hidden): (usize, usize),
     heat: &mut LiveHeat,
     mut replanner: Option<Replanner>,
     mut reallocator: Option<Reallocator>,
@@ -851,7 +863,7 @@ fn serve_replanning(
             tokens,
             experts,
             hidden,
-            |objects, x| layer(store, objects, x),
+            |objects, x| layer(store, kernel, objects, x),
             |served_tokens, token| {
                 for (l, route) in token.routes.iter().enumerate() {
                     heat.report_route(l, route)
@@ -963,7 +975,7 @@ fn serve(
     ) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError>,
     mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), StoreError>,
 ) -> Result<Served, StoreError> {
-    let mut x = initial_activation(hidden);
+    let mut x = start_activation(hidden);
     let mut checksum = Sha256::new();
     let mut latencies_seconds = Vec::with_capacity(tokens.len());
     let mut waits = LayerWaits::default();
@@ -1016,9 +1028,11 @@ fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
 /// thread waited, and the time from starting the loads to the last landing.
 fn layer(
     store: &Store,
+    kernel: &ExpertKernel,
     objects: &[ObjectIndex],
     x: &[f32],
 ) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError> {
+    let input = kernel.input(x);
     let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
     let mut waits = LayerWaits::default();
     let hits: Vec<Option<Lease>> = objects
@@ -1038,17 +1052,17 @@ fn layer(
             }
         }
         drop(sender);
-        let compute = |lease: &Lease, waits: &mut LayerWaits| {
+        let compute = |i: usize, lease: &Lease, waits: &mut LayerWaits| {
             let bytes = lease.host().expect("replay keeps experts in host memory");
             let started = Instant::now();
-            let y = matvec(bytes, x);
+            let y = kernel.compute(objects[i] as usize, bytes, &input);
             waits.compute += started.elapsed();
             waits.computed_bytes += bytes.len() as u64;
             y
         };
         for (i, lease) in hits.into_iter().enumerate() {
             if let Some(lease) = lease {
-                outputs[i] = compute(&lease, &mut waits);
+                outputs[i] = compute(i, &lease, &mut waits);
             }
         }
         loop {
@@ -1058,65 +1072,11 @@ fn layer(
             };
             waits.felt += started.elapsed();
             waits.reads = waits.reads.max(landed);
-            outputs[i] = compute(&lease?, &mut waits);
+            outputs[i] = compute(i, &lease?, &mut waits);
         }
         Ok::<_, StoreError>(())
     })?;
     Ok((outputs, waits))
-}
-
-/// The rate of [`matvec`] over `expert_bytes` bytes with `hidden`
-/// features, as the compute thread runs it: the median of 9 timed runs
-/// after 2 to warm up, on bytes written first (untouched pages would all
-/// map the zero page and be read from cache).
-pub fn matvec_bytes_per_s(expert_bytes: u64, hidden: usize) -> f64 {
-    let bytes = vec![1u8; expert_bytes as usize];
-    let x = initial_activation(hidden);
-    let mut seconds: Vec<f64> = (0..11)
-        .map(|_| {
-            let started = Instant::now();
-            std::hint::black_box(matvec(std::hint::black_box(&bytes), &x));
-            started.elapsed().as_secs_f64()
-        })
-        .skip(2)
-        .collect();
-    seconds.sort_by(f64::total_cmp);
-    expert_bytes as f64 / seconds[seconds.len() / 2].max(1e-9)
-}
-
-/// A deterministic start vector in [-0.5, 0.5).
-fn initial_activation(hidden: usize) -> Vec<f32> {
-    (0..hidden)
-        .map(|j| ((j * 7919) % 1000) as f32 / 1000.0 - 0.5)
-        .collect()
-}
-
-/// `W x` with the expert's bytes read as rows of `x.len()` signed bytes
-/// (the packed weights and scales alike: what matters is that every byte
-/// is read and multiplied, as a dequantising kernel does).
-pub fn matvec(bytes: &[u8], x: &[f32]) -> Vec<f32> {
-    const LANES: usize = 16;
-    bytes
-        .chunks_exact(x.len())
-        .map(|row| {
-            // Independent partial sums per lane, so the compiler can keep
-            // them in vector registers (a single f32 sum is a serial chain).
-            let mut acc = [0f32; LANES];
-            let (row_body, row_tail) = row.split_at(row.len() / LANES * LANES);
-            let (x_body, x_tail) = x.split_at(row_body.len());
-            for (w, v) in row_body.chunks_exact(LANES).zip(x_body.chunks_exact(LANES)) {
-                for k in 0..LANES {
-                    acc[k] += (w[k] as i8) as f32 * v[k];
-                }
-            }
-            let tail: f32 = row_tail
-                .iter()
-                .zip(x_tail)
-                .map(|(&w, &v)| (w as i8) as f32 * v)
-                .sum();
-            acc.iter().sum::<f32>() + tail
-        })
-        .collect()
 }
 
 /// The next activation: `x` plus the experts' outputs folded onto its
@@ -1136,13 +1096,6 @@ fn combine(x: &[f32], outputs: &[Vec<f32>]) -> Vec<f32> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn matvec_by_hand() {
-        // Rows [1, -1] and [2, 3] (bytes 1, 255, 2, 3) times x = [0.5, 2]:
-        // 0.5 - 2 = -1.5 and 1 + 6 = 7; a trailing partial row is ignored.
-        assert_eq!(matvec(&[1, 255, 2, 3, 9], &[0.5, 2.0]), vec![-1.5, 7.0]);
-    }
 
     #[test]
     fn combine_folds_and_bounds() {
