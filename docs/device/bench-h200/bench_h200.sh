@@ -6,7 +6,8 @@
 #
 #   bash docs/device/bench-h200/bench_h200.sh PHASE...
 #     setup                       generate the Qwen3-30B-A3B and DeepSeek-V2-Lite
-#                                 int4 checkpoints in /tmp, detect a profile
+#                                 int4 checkpoints in /tmp, detect a profile,
+#                                 write the checkpoints back (sync)
 #     info                        transparent huge page settings
 #     stat                        the load and the CPU's times so far (steal: the
 #                                 8th number of the cpu line, in 1/100 s)
@@ -35,6 +36,9 @@ setup() {
   run $B gen-checkpoint --model profiles/models/qwen3-30b-a3b.yaml --dtype int4 --out /tmp/q30
   run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --dtype int4 --out /tmp/ds
   run $B profile detect --out /tmp/p.yaml
+  # The checkpoints' 26 GB of dirty pages written back now, not while
+  # calibration times the CPU's memory (prediction.md section 16).
+  run sync
 }
 cal() { # binary, out profile, checkpoint
   run $1 profile calibrate /tmp/p.yaml --checkpoint ${3:-/tmp/q30} --seconds ${CALSEC:-10} ${SPAN:+--span $SPAN} --out $2
