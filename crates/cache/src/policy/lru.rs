@@ -28,9 +28,6 @@ impl Lru {
         order
     }
 
-    /// Raises the capacity (`pinned-lru` hands an unpinned object's bytes to
-    /// its LRU part); nothing is evicted, so it must not fall below the used
-    /// bytes.
     /// A hit's whole work, `access` without a request: true, and `o` made
     /// the newest, if `o` is resident.
     #[inline]
@@ -42,6 +39,9 @@ impl Lru {
         resident
     }
 
+    /// Raises the capacity (`pinned-lru` hands an unpinned object's bytes to
+    /// its LRU part); nothing is evicted, so it must not fall below the used
+    /// bytes.
     pub(super) fn set_capacity_bytes(&mut self, capacity_bytes: u64) {
         self.residents.set_capacity_bytes(capacity_bytes);
     }
@@ -50,10 +50,7 @@ impl Lru {
 impl Policy for Lru {
     fn access(&mut self, request: &Request, evicted: &mut Vec<ObjectIndex>) -> Outcome {
         let o = request.object;
-        if self.residents.contains(o) {
-            if self.move_on_hit {
-                self.residents.move_to_front(o);
-            }
+        if self.hit(o) {
             return Outcome::Hit;
         }
         let size = request.size_bytes;

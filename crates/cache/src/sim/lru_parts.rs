@@ -155,21 +155,18 @@ fn replay_part(
             next_access: NEVER,
         };
         evicted.clear();
-        match lru.access(&request, &mut evicted) {
-            Outcome::Hit => stats.hits_admitted += 1,
-            outcome => {
-                if outcome == Outcome::Admitted {
-                    stats.admissions += 1;
-                    stats.admitted_bytes += size_bytes;
-                    stats.evictions += evicted.len() as u64;
-                }
-                let misses = &mut misses_of[o as usize];
-                if *misses == 0 {
-                    firsts.push(o);
-                }
-                *misses += 1;
-            }
+        let outcome = lru.access(&request, &mut evicted);
+        debug_assert_ne!(outcome, Outcome::Hit, "not resident, so not a hit");
+        if outcome == Outcome::Admitted {
+            stats.admissions += 1;
+            stats.admitted_bytes += size_bytes;
+            stats.evictions += evicted.len() as u64;
         }
+        let misses = &mut misses_of[o as usize];
+        if *misses == 0 {
+            firsts.push(o);
+        }
+        *misses += 1;
     }
     for &o in &firsts {
         let (misses, size) = (u64::from(misses_of[o as usize]), sizes[o as usize]);
