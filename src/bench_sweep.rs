@@ -513,9 +513,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             );
             c.row.runs.push(SweepRun { round, report });
         }
-        // The rounds so far, on file after each: a sweep stopped by a time
-        // limit keeps what it measured, and says how many rounds that was.
-        if let Some(path) = &args.json {
+        // The rounds so far, on file after each but the last (written
+        // below): a sweep stopped by a time limit keeps what it measured,
+        // and says how many rounds that was.
+        if let Some(path) = args.json.as_ref().filter(|_| round + 1 < sweep.rounds) {
             let so_far = sweep_report(
                 args,
                 &profile_file,

@@ -91,9 +91,10 @@ fn read_parts(
     else {
         return Ok(None);
     };
+    // A later part's object `k` is `global[k]` in the merged numbering.
     for (part, global) in later.iter().zip(&renumbered) {
-        for (&local, &count) in global.iter().zip(&part.counts) {
-            all.counts[local as usize] += count;
+        for (&o, &count) in global.iter().zip(&part.counts) {
+            all.counts[o as usize] += count;
         }
     }
     // In runs of a window, so that every thread renumbers, not one a part.
@@ -117,7 +118,6 @@ fn read_parts(
     Ok(Some(stream.with_counts(std::mem::take(&mut all.counts))))
 }
 
-/// `all` cut into consecutive slices at `bounds` (from 0 to `all.len()`).
 /// Asks for huge pages under `buffer` before its first write: the parse
 /// writes every page of a buffer the allocator has mapped but not touched,
 /// and one fault a 4 KiB page was a tenth of a 10 M request read (`perf`).
@@ -143,6 +143,7 @@ fn advise_huge_pages<T>(buffer: &mut [T]) {
     }
 }
 
+/// `all` cut into consecutive slices at `bounds` (from 0 to `all.len()`).
 fn split_at_bounds<'a, T>(mut all: &'a mut [T], bounds: &[usize]) -> Vec<&'a mut [T]> {
     bounds
         .windows(2)
