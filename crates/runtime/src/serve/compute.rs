@@ -113,8 +113,8 @@ impl ExpertKernel {
         }
     }
 
-    /// Bytes a second of [`ExpertKernel::compute`] over expert 0 (or
-    /// `expert_bytes` of bytes), as the compute thread runs it: the median
+    /// Bytes a second of [`ExpertKernel::compute`] over `expert_bytes`
+    /// bytes laid out as expert 0's, as the compute thread runs it: the median
     /// of 9 timed runs after 2 to warm up, on bytes written first
     /// (untouched pages would all map the zero page and be read from
     /// cache).
