@@ -191,6 +191,74 @@ fn an_int4_checkpoint_is_computed_by_the_gemv_kernel_with_equal_outputs() {
     assert_eq!(lru["bytes_read"].as_u64().unwrap(), misses * 3456, "{lru}");
 }
 
+/// `--vram-budget` puts a tier of experts on CUDA device 0 in front of
+/// every store arm. Where no card can run it (this build machine, CI), the
+/// tier is off and said so, and every expert takes the CPU path: no expert
+/// on the card, the checksums equal. Where one can, the card computes some
+/// experts, and every arm's outputs agree with the CPU-only run's to
+/// rounding. A BF16 checkpoint has no tier anywhere: the kernels run
+/// packed formats.
+#[test]
+fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
+    let int4 =
+        tiny_mixtral(8).replace("bf16: 12288", "bf16: 12288\n  int4: { bits: 4, group: 32 }");
+    let trace = std::fs::read_to_string(Fixture::new().trace).unwrap();
+    let fx = Fixture::of_model(&int4, &["--dtype", "int4"], &trace);
+    let arms = [
+        "--policy",
+        "lru,uniform",
+        "--ram-budget",
+        "25%",
+        "--train-categories",
+        "a",
+    ];
+    let (_, cpu_only) = fx.runs("cpu.json", &arms);
+    let o = fx.replay(
+        &[
+            &arms[..],
+            &[
+                "--vram-budget",
+                "25%",
+                "--vram-allowance",
+                "4KiB",
+                "--json",
+                s(&fx.path("vram.json")),
+            ],
+        ]
+        .concat(),
+    );
+    assert!(o.status.success(), "{}", stderr(&o));
+    let runs = read_json(&fx.path("vram.json"))["runs"].clone();
+    let runs = runs.as_array().unwrap();
+    let off = stderr(&o).contains("--vram-budget: the VRAM tier is off");
+    let on_card: u64 = runs
+        .iter()
+        .map(|r| r["gpu_experts"].as_u64().unwrap())
+        .sum();
+    if off {
+        assert_eq!(on_card, 0);
+        for r in runs {
+            assert_eq!(r["output_checksum"], cpu_only[0]["output_checksum"]);
+        }
+    } else {
+        assert!(on_card > 0, "{runs:?}");
+        let want = cpu_only[0]["output_sum"].as_f64().unwrap();
+        for r in runs {
+            let got = r["output_sum"].as_f64().unwrap();
+            assert!((got - want).abs() <= 1e-4 * want, "{got} vs {want}");
+        }
+    }
+    // BF16: off everywhere, and why.
+    let bf16 = Fixture::new();
+    let o = bf16.replay(&[&arms[..], &["--vram-budget", "25%"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("VRAM tier is off") && stderr(&o).contains("BF16"),
+        "{}",
+        stderr(&o)
+    );
+}
+
 /// The per-layer arms: global LRU, uniform per-layer LRU, offline
 /// water-filling and the online allocator compute the same outputs, and
 /// every request is a hit or a miss of one expert.

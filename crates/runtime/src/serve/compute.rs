@@ -35,6 +35,13 @@ pub struct LayerInput<'a> {
     quantized: BTreeMap<usize, QuantizedInput>,
 }
 
+impl LayerInput<'_> {
+    /// The quantised forms, by width.
+    pub fn quantized(&self) -> impl Iterator<Item = (usize, &QuantizedInput)> {
+        self.quantized.iter().map(|(&cols, x)| (cols, x))
+    }
+}
+
 impl ExpertKernel {
     /// The kernel of `checkpoint`'s experts `keys` (the store's objects in
     /// order): packed where its format is packed and the kernel runs every

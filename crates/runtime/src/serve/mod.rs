@@ -2,9 +2,10 @@
 //! re-planner that repins under hysteresis and budgets (`replan`), and the
 //! real data-path replay that measures policies end to end (`replay`);
 //! `vram`, the GPU tier's residency: what to upload, under an allowance a
-//! token, and what to free.
+//! token, and what to free; `gpu_tier`, the card computing what it holds.
 
 pub mod compute;
+pub mod gpu_tier;
 pub mod heat;
 pub mod replan;
 pub mod replay;

@@ -17,7 +17,8 @@
 //! checksum depends only on the expert bytes and the routes, so it must be
 //! identical for every placement policy.
 
-use super::compute::{start_activation, ExpertKernel};
+use super::compute::{start_activation, ExpertKernel, LayerInput};
+use super::gpu_tier::{GpuTier, Uploader, VramConfig};
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
 use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
@@ -36,6 +37,7 @@ use residency_cache::sim::stream::Stream;
 use residency_cache::sim::SimError;
 use residency_formats::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
+use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,6 +128,9 @@ pub struct ReplayConfig {
     pub layer_policy: PolicyKind,
     /// `dynamic`'s allocator.
     pub online: OnlineParams,
+    /// A VRAM tier in front of every store arm: experts with a copy on
+    /// the card are computed there.
+    pub vram: Option<VramConfig>,
 }
 
 impl ReplayConfig {
@@ -212,6 +217,12 @@ pub struct ReplayRun {
     pub bypasses: u64,
     pub evictions: u64,
     pub migration_bytes: u64,
+    /// Experts computed on the card (the VRAM tier; 0 without one).
+    pub gpu_experts: u64,
+    /// Sum of the magnitudes of every layer's activation: equal to
+    /// rounding where the card computed some experts, whose sums run in
+    /// another order than the CPU's.
+    pub output_sum: f64,
     pub output_checksum: String,
     /// The simulator's misses and felt wait for this arm on the same
     /// tokens and budget (`predicted`), where it has the arm.
@@ -257,6 +268,8 @@ pub enum ReplayError {
     Sim(#[from] SimError),
     #[error("--layer-policy {0}: per-layer budgets that move need lru, fifo, sieve or s3fifo inside each layer")]
     LayerPolicy(PolicyKind),
+    #[error("the VRAM tier: {0}")]
+    Gpu(String),
 }
 
 /// The objects a replay serves: every routed expert, numbered
@@ -419,11 +432,12 @@ pub fn replay(
 /// from live heat while serving (the simulator's pins are static), for
 /// `resident` (no store), and for runs that do not start cold (`warm`, or
 /// seed tokens served first: the simulator's seeded start is the training
-/// knapsack, not the store's state after those tokens).
+/// knapsack, not the store's state after those tokens), and for runs with
+/// a VRAM tier, which the simulator does not have.
 fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Allocation> {
     match policy {
         ServePolicy::Replan | ServePolicy::Resident => None,
-        _ if config.warm || !config.seed.is_empty() => None,
+        _ if config.warm || !config.seed.is_empty() || config.vram.is_some() => None,
         ServePolicy::Uniform => Some(Allocation::Uniform),
         ServePolicy::DynamicOffline => Some(Allocation::Dynamic),
         ServePolicy::Dynamic => Some(Allocation::Online),
@@ -551,15 +565,24 @@ fn run_arm(
             &arm.pins,
         )
     });
-    let served = serve_replanning(
-        store,
-        &kernel,
-        tokens,
-        (experts, hidden),
-        &mut heat,
+    let widest_route = tokens
+        .iter()
+        .flat_map(|t| &t.routes)
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0);
+    let tier = match &config.vram {
+        Some(vram) => Some(
+            GpuTier::open(vram, &kernel, sizes.clone(), widest_route).map_err(ReplayError::Gpu)?,
+        ),
+        None => None,
+    };
+    let movers = Movers {
         replanner,
         reallocator,
-    )?;
+        tier,
+    };
+    let served = serve_replanning(store, &kernel, tokens, (experts, hidden), &mut heat, movers)?;
     let end = store.telemetry();
     let hits =
         |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
@@ -836,21 +859,39 @@ impl Reallocator {
     }
 }
 
-/// Serves the tokens from the store, reporting routes to `heat`,
-/// sending the re-planner's moves to a repinning thread, and moving the
-/// per-layer budgets of `dynamic` between tokens.
+/// What moves while serving: `replan`'s pins, `dynamic`'s budgets, and
+/// the VRAM tier's copies.
+struct Movers<'k> {
+    replanner: Option<Replanner>,
+    reallocator: Option<Reallocator>,
+    tier: Option<GpuTier<'k>>,
+}
+
+/// Serves the tokens from the store, reporting routes to `heat`, sending
+/// the re-planner's moves to a repinning thread, moving the per-layer
+/// budgets of `dynamic` between tokens, and with a VRAM tier computing the
+/// experts it holds on the card while the CPU computes the rest, its
+/// uploads on a thread of their own.
 fn serve_replanning(
     store: &Store,
     kernel: &ExpertKernel,
     tokens: &[TokenRoutes],
     (experts, hidden): (usize, usize),
     heat: &mut LiveHeat,
-    mut replanner: Option<Replanner>,
-    mut reallocator: Option<Reallocator>,
+    movers: Movers,
 ) -> Result<Served, ReplayError> {
+    let Movers {
+        mut replanner,
+        mut reallocator,
+        tier,
+    } = movers;
+    let with_tier = tier.is_some();
+    let tier = RefCell::new(tier);
     // Repins run on a thread of their own, as an engine would run them: a
     // promotion's read overlaps serving instead of stalling a token.
     let (moves_sender, moves) = std::sync::mpsc::channel::<Moves>();
+    let (upload_sender, uploads) = std::sync::mpsc::channel::<ObjectIndex>();
+    let (landed_sender, landed) = std::sync::mpsc::channel();
     let serving = Instant::now();
     std::thread::scope(|scope| {
         let repinner = scope.spawn(|| {
@@ -859,11 +900,48 @@ fn serve_replanning(
             }
             Ok::<_, StoreError>(())
         });
+        // The card's copies come from the store's host bytes, read from the
+        // drive first where the RAM tier does not hold them.
+        let uploader = with_tier.then(|| {
+            scope.spawn(move || {
+                let card = Uploader::open().map_err(ReplayError::Gpu)?;
+                for o in uploads {
+                    let lease = store.acquire(o)?;
+                    let bytes = lease.host().expect("replay keeps experts in host memory");
+                    let copy = card.upload(bytes).map_err(ReplayError::Gpu)?;
+                    drop(lease);
+                    if landed_sender.send((o, copy)).is_err() {
+                        break;
+                    }
+                }
+                Ok::<_, ReplayError>(())
+            })
+        });
         let served = serve(
             tokens,
             experts,
             hidden,
-            |objects, x| layer(store, kernel, objects, x),
+            |objects, x| {
+                let input = kernel.input(x);
+                let mut tier = tier.borrow_mut();
+                let Some(card) = tier.as_mut() else {
+                    return Ok(layer(store, kernel, objects, &input)?);
+                };
+                // The card's share goes out first, so both run at once.
+                let launched = card.launch(objects, &input).map_err(ReplayError::Gpu)?;
+                let on_cpu: Vec<usize> = (0..objects.len())
+                    .filter(|&i| !card.holds(objects[i]))
+                    .collect();
+                let cpu_objects: Vec<ObjectIndex> = on_cpu.iter().map(|&i| objects[i]).collect();
+                let (cpu_outputs, waits) = layer(store, kernel, &cpu_objects, &input)?;
+                let mut outputs = vec![Vec::new(); objects.len()];
+                for (&i, y) in on_cpu.iter().zip(cpu_outputs) {
+                    outputs[i] = y;
+                }
+                card.finish(launched, &mut outputs)
+                    .map_err(ReplayError::Gpu)?;
+                Ok((outputs, waits))
+            },
             |served_tokens, token| {
                 for (l, route) in token.routes.iter().enumerate() {
                     heat.report_route(l, route)
@@ -879,14 +957,38 @@ fn serve_replanning(
                 if let Some(r) = reallocator.as_mut() {
                     r.after_token(store, token)?;
                 }
+                if let Some(card) = tier.borrow_mut().as_mut() {
+                    let routed: Vec<ObjectIndex> = token
+                        .routes
+                        .iter()
+                        .enumerate()
+                        .flat_map(|(l, route)| {
+                            route
+                                .iter()
+                                .map(move |&e| (l * experts + e as usize) as ObjectIndex)
+                        })
+                        .collect();
+                    for o in card.after_token(&routed, landed.try_iter()) {
+                        // As the repinner's: a failed send is the
+                        // uploader's error, which its join reports.
+                        let _ = upload_sender.send(o);
+                    }
+                }
                 Ok(())
             },
         );
         drop(moves_sender);
+        drop(upload_sender);
         let repinned = repinner.join().expect("the repinner does not panic");
+        let uploaded = uploader.map(|u| u.join().expect("the uploader does not panic"));
         let served = served?;
         repinned?;
-        Ok(served)
+        uploaded.transpose()?;
+        let gpu_experts = tier.borrow().as_ref().map_or(0, |card| card.computed);
+        Ok(Served {
+            gpu_experts,
+            ..served
+        })
     })
 }
 
@@ -898,6 +1000,8 @@ struct Served {
     latencies_seconds: Vec<f64>,
     waits: LayerWaits,
     checksum: String,
+    output_sum: f64,
+    gpu_experts: u64,
 }
 
 /// What serving layers waited: the compute thread for misses (`felt`),
@@ -956,6 +1060,8 @@ impl Served {
             bypasses: 0,
             evictions: 0,
             migration_bytes: 0,
+            gpu_experts: self.gpu_experts,
+            output_sum: self.output_sum,
             output_checksum: self.checksum,
             simulated: None,
         }
@@ -972,11 +1078,12 @@ fn serve(
     mut serve_layer: impl FnMut(
         &[ObjectIndex],
         &[f32],
-    ) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError>,
-    mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), StoreError>,
-) -> Result<Served, StoreError> {
+    ) -> Result<(Vec<Vec<f32>>, LayerWaits), ReplayError>,
+    mut after_token: impl FnMut(u64, &TokenRoutes) -> Result<(), ReplayError>,
+) -> Result<Served, ReplayError> {
     let mut x = start_activation(hidden);
     let mut checksum = Sha256::new();
+    let mut output_sum = 0f64;
     let mut latencies_seconds = Vec::with_capacity(tokens.len());
     let mut waits = LayerWaits::default();
     let serving = Instant::now();
@@ -992,6 +1099,7 @@ fn serve(
             x = combine(&x, &outputs);
             for v in &x {
                 checksum.update(v.to_le_bytes());
+                output_sum += f64::from(v.abs());
             }
         }
         latencies_seconds.push(token_started.elapsed().as_secs_f64());
@@ -1003,6 +1111,8 @@ fn serve(
         latencies_seconds,
         waits,
         checksum: format!("{:x}", checksum.finalize()),
+        output_sum,
+        gpu_experts: 0,
     })
 }
 
@@ -1030,9 +1140,8 @@ fn layer(
     store: &Store,
     kernel: &ExpertKernel,
     objects: &[ObjectIndex],
-    x: &[f32],
+    input: &LayerInput,
 ) -> Result<(Vec<Vec<f32>>, LayerWaits), StoreError> {
-    let input = kernel.input(x);
     let mut outputs: Vec<Vec<f32>> = vec![Vec::new(); objects.len()];
     let mut waits = LayerWaits::default();
     let hits: Vec<Option<Lease>> = objects
@@ -1055,7 +1164,7 @@ fn layer(
         let compute = |i: usize, lease: &Lease, waits: &mut LayerWaits| {
             let bytes = lease.host().expect("replay keeps experts in host memory");
             let started = Instant::now();
-            let y = kernel.compute(objects[i] as usize, bytes, &input);
+            let y = kernel.compute(objects[i] as usize, bytes, input);
             waits.compute += started.elapsed();
             waits.computed_bytes += bytes.len() as u64;
             y

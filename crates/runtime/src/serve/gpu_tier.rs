@@ -1,0 +1,223 @@
+//! The VRAM tier inside the serving loop (issue 15 item 3, Colibri's
+//! qwen36 design as the baseline): experts with a copy on the card are
+//! computed there by the PTX GEMV kernel, every other one takes the CPU
+//! path, and both run at once, as an engine overlaps them.
+//!
+//! Per layer: the card's share goes out in one batched launch before the
+//! CPU starts its own, and the layer waits once for the card. Which
+//! experts have copies is [`VramResidency`]'s decision. It is fed each
+//! token's routes after the token. Its uploads run on a thread of their
+//! own, on a stream of their own, from the store's host bytes, so a
+//! promotion never stalls a token. An expert is computed on the card only
+//! once its copy has landed.
+//!
+//! The card's sums run in another order than the CPU's, so its outputs
+//! agree with the CPU's to rounding, not bit for bit.
+
+use super::compute::{ExpertKernel, LayerInput};
+use super::vram::VramResidency;
+use crate::gemv::{Packing, ProjectionAt};
+use crate::gpu::gemv::{CudaGemv, DeviceInput, GemvKernels, GemvLaunch};
+use cudarc::driver::CudaSlice;
+use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use std::collections::BTreeMap;
+
+/// What `replay --vram-budget` sets.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VramConfig {
+    pub budget_bytes: u64,
+    /// The policy that decides the card's residents (`lfru`: Colibri's).
+    pub policy: PolicyKind,
+    pub allowance_bytes_per_token: u64,
+    /// `lfru`'s heat is halved every this many requests.
+    pub halve_every_ticks: u64,
+}
+
+/// Whether a VRAM tier can run `kernel`'s experts here: a packed format,
+/// and CUDA device 0 with the GEMV kernels loaded; else why not.
+pub fn available(kernel: &ExpertKernel) -> Result<(), String> {
+    if !matches!(kernel, ExpertKernel::Packed { .. }) {
+        return Err(BF16.into());
+    }
+    CudaGemv::open(0)?.kernels().map(drop)
+}
+
+/// Why a BF16 checkpoint has no VRAM tier.
+const BF16: &str =
+    "the checkpoint's experts are BF16, and the GPU kernels run int4 and int8; generate it with `--dtype int4`";
+
+/// One CUDA device computing a layer's resident experts, and their copies.
+pub struct GpuTier<'k> {
+    device: CudaGemv,
+    kernels: GemvKernels,
+    packing: Packing,
+    projections: &'k [Vec<ProjectionAt>],
+    residency: VramResidency,
+    copies: Vec<Option<CudaSlice<u8>>>,
+    /// One layer's outputs.
+    y: CudaSlice<f32>,
+    /// Experts computed on the card so far.
+    pub computed: u64,
+}
+
+/// A layer's launch on the card: which of its experts, and where their
+/// outputs lie in `y`.
+pub struct Launched {
+    /// (index in the layer's route, first output row, rows).
+    outputs: Vec<(usize, usize, usize)>,
+    rows: usize,
+    /// The inputs the launch reads, kept until it is read back.
+    _inputs: BTreeMap<usize, DeviceInput>,
+}
+
+impl<'k> GpuTier<'k> {
+    /// CUDA device 0 holding at most `config.budget_bytes` of the experts of
+    /// `sizes_bytes`, whose routes take at most `widest_route` experts a
+    /// layer; or why there is none.
+    pub fn open(
+        config: &VramConfig,
+        kernel: &'k ExpertKernel,
+        sizes_bytes: Vec<u64>,
+        widest_route: usize,
+    ) -> Result<GpuTier<'k>, String> {
+        let ExpertKernel::Packed {
+            packing,
+            projections,
+        } = kernel
+        else {
+            return Err(BF16.into());
+        };
+        let device = CudaGemv::open(0)?;
+        let kernels = device.kernels()?;
+        let rows_per_expert = projections
+            .iter()
+            .map(|ps| ps.iter().map(|p| p.rows).sum::<usize>())
+            .max()
+            .unwrap_or(0);
+        let y = device.output(rows_per_expert * widest_route.max(1))?;
+        let residency = VramResidency::new(
+            config.policy,
+            config.budget_bytes,
+            sizes_bytes,
+            PolicyParams {
+                halve_every_ticks: config.halve_every_ticks,
+                ..PolicyParams::default()
+            },
+            config.allowance_bytes_per_token,
+        )
+        .map_err(|e| format!("--vram-policy {}: {e}", config.policy.name()))?;
+        Ok(GpuTier {
+            copies: (0..projections.len()).map(|_| None).collect(),
+            device,
+            kernels,
+            packing: *packing,
+            projections,
+            residency,
+            y,
+            computed: 0,
+        })
+    }
+
+    /// Whether `o` is computed on the card now.
+    pub fn holds(&self, o: ObjectIndex) -> bool {
+        self.copies[o as usize].is_some()
+    }
+
+    /// Queues the GEMVs of the experts of `objects` (a layer's route) that
+    /// the card holds, with `input`, on the card's stream; returns at once.
+    pub fn launch(
+        &mut self,
+        objects: &[ObjectIndex],
+        input: &LayerInput,
+    ) -> Result<Launched, String> {
+        let mut inputs = BTreeMap::new();
+        for (cols, x) in input.quantized() {
+            inputs.insert(cols, self.device.input(x)?);
+        }
+        let y = self.device.pointer(&self.y);
+        let mut launches = Vec::new();
+        let mut outputs = Vec::new();
+        let mut row = 0;
+        for (i, &o) in objects.iter().enumerate() {
+            let Some(copy) = &self.copies[o as usize] else {
+                continue;
+            };
+            let base = self.device.pointer(copy);
+            let first = row;
+            for p in &self.projections[o as usize] {
+                let shape = GemvLaunch::shape(self.packing, p.rows, p.cols);
+                launches.push(shape.at(
+                    base + p.weights.start as u64,
+                    base + p.scales.start as u64,
+                    &inputs[&p.cols],
+                    y + (row * size_of::<f32>()) as u64,
+                ));
+                row += p.rows;
+            }
+            outputs.push((i, first, row - first));
+        }
+        if !launches.is_empty() {
+            // SAFETY: every address is inside a copy this tier holds (kept
+            // until `finish` has read the launch back), an input in
+            // `inputs` (kept in the returned launch), or `y`, which holds a
+            // widest route's rows.
+            unsafe { self.kernels.launch(self.device.stream(), &launches) }?;
+        }
+        self.computed += outputs.len() as u64;
+        Ok(Launched {
+            outputs,
+            rows: row,
+            _inputs: inputs,
+        })
+    }
+
+    /// Waits for `launched` and puts each expert's outputs at its index.
+    pub fn finish(&self, launched: Launched, into: &mut [Vec<f32>]) -> Result<(), String> {
+        if launched.outputs.is_empty() {
+            return Ok(());
+        }
+        let y = self.device.read(&self.y, launched.rows)?;
+        for (i, first, rows) in launched.outputs {
+            into[i] = y[first..first + rows].to_vec();
+        }
+        Ok(())
+    }
+
+    /// After a token: copies that landed are kept (or freed, if evicted in
+    /// flight), the token's routes go to the residency, its frees happen,
+    /// and its uploads are returned for the uploader.
+    pub fn after_token(
+        &mut self,
+        routes: &[ObjectIndex],
+        landed: impl IntoIterator<Item = (ObjectIndex, CudaSlice<u8>)>,
+    ) -> Vec<ObjectIndex> {
+        for (o, copy) in landed {
+            if !self.residency.landed(o) {
+                self.copies[o as usize] = Some(copy);
+            }
+        }
+        let moves = self.residency.after_token(routes);
+        for o in moves.frees {
+            self.copies[o as usize] = None;
+        }
+        moves.uploads
+    }
+}
+
+/// The uploader's own stream on device 0, and its copies.
+pub struct Uploader {
+    device: CudaGemv,
+}
+
+impl Uploader {
+    pub fn open() -> Result<Uploader, String> {
+        Ok(Uploader {
+            device: CudaGemv::open(0)?,
+        })
+    }
+
+    /// `bytes` copied to the card, the copy finished.
+    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, String> {
+        self.device.upload(bytes)
+    }
+}
