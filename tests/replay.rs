@@ -43,6 +43,16 @@ impl Fixture {
         Fixture::of_model(&tiny_mixtral(experts), gen_flags, lines)
     }
 
+    /// [`Fixture::new`]'s trace on an int4 checkpoint of the same model,
+    /// in groups of 32 (its 32 and 64 features are whole groups, which the
+    /// GEMV kernel runs).
+    fn int4() -> Fixture {
+        let int4 =
+            tiny_mixtral(8).replace("bf16: 12288", "bf16: 12288\n  int4: { bits: 4, group: 32 }");
+        let trace = std::fs::read_to_string(Fixture::new().trace).unwrap();
+        Fixture::of_model(&int4, &["--dtype", "int4"], &trace)
+    }
+
     /// A checkpoint of the model `description`, generated with `gen_flags`,
     /// and `lines` as the trace.
     fn of_model(description: &str, gen_flags: &[&str], lines: &str) -> Fixture {
@@ -156,10 +166,7 @@ fn every_policy_computes_the_same_outputs() {
 /// baseline included, still computes the same outputs.
 #[test]
 fn an_int4_checkpoint_is_computed_by_the_gemv_kernel_with_equal_outputs() {
-    let int4 =
-        tiny_mixtral(8).replace("bf16: 12288", "bf16: 12288\n  int4: { bits: 4, group: 32 }");
-    let trace = std::fs::read_to_string(Fixture::new().trace).unwrap();
-    let fx = Fixture::of_model(&int4, &["--dtype", "int4"], &trace);
+    let fx = Fixture::int4();
     let o = fx.replay(&[
         "--policy",
         "lru,uniform,resident",
@@ -200,10 +207,7 @@ fn an_int4_checkpoint_is_computed_by_the_gemv_kernel_with_equal_outputs() {
 /// packed formats.
 #[test]
 fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
-    let int4 =
-        tiny_mixtral(8).replace("bf16: 12288", "bf16: 12288\n  int4: { bits: 4, group: 32 }");
-    let trace = std::fs::read_to_string(Fixture::new().trace).unwrap();
-    let fx = Fixture::of_model(&int4, &["--dtype", "int4"], &trace);
+    let fx = Fixture::int4();
     let arms = [
         "--policy",
         "lru,uniform",
