@@ -20,6 +20,9 @@
 #     replay TRACE BUDGETS ROUNDS replay's arms on a 4-layer DeepSeek-V2-Lite
 #                                 checkpoint, calibrated on it first (issue 15
 #                                 item 5: the simulator beside the store)
+#     vram TRACE VRAM ROUNDS      lru and uniform on that checkpoint without a
+#                                 VRAM tier, then with each --vram-budget of
+#                                 VRAM (e.g. 10%,25%,50%; issue 15 item 3)
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
 # to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
@@ -92,6 +95,21 @@ replay_arms() { # trace budgets rounds
     pack
   done
 }
+vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoint, without
+  # a VRAM tier and then with each budget (issue 15 item 3), RAM at 25 %
+  mkdir -p $O/vram
+  [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
+  [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4
+  [ -f $O/vram/profile.yaml ] || CALSEC=20 cal $B $O/vram/profile.yaml /tmp/ds4
+  for v in none ${2//,/ }; do
+    local flag=""; [ $v = none ] || flag="--vram-budget $v"
+    run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens 48 \
+      --profile $O/vram/profile.yaml --policy lru,uniform --ram-budget 25% --rounds $3 \
+      $flag --json $O/vram/${v%\%}.json
+    grep -E "^  (lru|uniform) |output|VRAM" $O/cmd.log | tail -$((2 * $3 + 2)) | tee -a $O/log.txt
+    pack
+  done
+}
 pack() { tar czf ${OUT:-/tmp}/bundle.tgz -C $O . && cp $O/log.txt ${OUT:-/tmp}/; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -102,6 +120,7 @@ while [ $# -gt 0 ]; do
     ab) ab $2; shift 2;;
     sweep) sweep $2 $3 $4 $5 $6; shift 6;;
     replay) replay_arms $2 $3 $4; shift 4;;
+    vram) vram_arms $2 $3 $4; shift 4;;
     *) echo "unknown phase $1"; exit 2;;
   esac
   pack
