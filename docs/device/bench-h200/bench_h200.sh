@@ -106,7 +106,7 @@ vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoi
     run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens 48 \
       --profile $O/vram/profile.yaml --policy lru,uniform --ram-budget 25% --rounds $3 \
       $flag --json $O/vram/${v%\%}.json
-    grep -E "^  (lru|uniform) |output|VRAM" $O/cmd.log | tail -$((2 * $3 + 2)) | tee -a $O/log.txt
+    grep -E "^  (lru|uniform) |output|VRAM" $O/cmd.log | tail -$((2 * $3 + 5)) | tee -a $O/log.txt
     pack
   done
 }
