@@ -114,6 +114,12 @@ pub struct ReplayArgs {
     /// The card's `lfru`: heat halved every this many requests.
     #[arg(long, default_value_t = PolicyParams::default().halve_every_ticks)]
     vram_halve_every: u64,
+    /// The card's budget: `global` (one cache for all experts) or
+    /// `dynamic` (one a layer, moved between layers by the online
+    /// allocator of `--online-*`; needs a `--vram-policy` that resizes,
+    /// e.g. lru).
+    #[arg(long, value_parser = ["global", "dynamic"], default_value = "global")]
+    vram_allocation: String,
     #[command(flatten)]
     backend: BackendArg,
     /// Write `{"runs":[...]}` here.
@@ -226,6 +232,12 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     let kernel = expert_kernel(&checkpoint);
     notes.push(kernel.describe());
+    if args.vram_allocation == "dynamic" && !args.vram_policy.resizes() {
+        bail!(
+            "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs lru, fifo, sieve or s3fifo inside each layer; give --vram-policy lru",
+            args.vram_policy.name()
+        );
+    }
     let vram = match &args.vram_budget {
         None => None,
         Some(budget) => match residency_runtime::serve::gpu_tier::available(&kernel) {
@@ -234,6 +246,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 policy: args.vram_policy,
                 allowance_bytes_per_token: args.vram_allowance.0,
                 halve_every_ticks: args.vram_halve_every,
+                dynamic: (args.vram_allocation == "dynamic")
+                    .then(|| args.online.params())
+                    .transpose()?,
             }),
             Err(why) => {
                 notes.push(format!(

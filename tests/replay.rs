@@ -252,6 +252,22 @@ fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
             assert!((got - want).abs() <= 1e-4 * want, "{got} vs {want}");
         }
     }
+    // `dynamic` on the card needs a policy that resizes: one line, before
+    // any run, whether or not there is a card.
+    let o = fx.replay(
+        &[
+            &arms[..],
+            &["--vram-budget", "25%", "--vram-allocation", "dynamic"],
+        ]
+        .concat(),
+    );
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("--vram-policy lfru") && err.contains("give --vram-policy lru"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
     // BF16: off everywhere, and why.
     let bf16 = Fixture::new();
     let o = bf16.replay(&[&arms[..], &["--vram-budget", "25%"]].concat());

@@ -19,6 +19,7 @@ use super::vram::VramResidency;
 use crate::gemv::{Packing, ProjectionAt};
 use crate::gpu::gemv::{CudaGemv, DeviceInput, GemvKernels, GemvLaunch};
 use cudarc::driver::CudaSlice;
+use residency_cache::online::{LayerShape, OnlineParams};
 use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
 use std::collections::BTreeMap;
 
@@ -31,6 +32,9 @@ pub struct VramConfig {
     pub allowance_bytes_per_token: u64,
     /// `lfru`'s heat is halved every this many requests.
     pub halve_every_ticks: u64,
+    /// `dynamic` on the card: one cache a layer, budgets moved between
+    /// layers by this online allocator; `None`: one cache for all.
+    pub dynamic: Option<OnlineParams>,
 }
 
 /// Whether a VRAM tier can run `kernel`'s experts here: a packed format,
@@ -72,12 +76,13 @@ pub struct Launched {
 
 impl<'k> GpuTier<'k> {
     /// CUDA device 0 holding at most `config.budget_bytes` of the experts of
-    /// `sizes_bytes`, whose routes take at most `widest_route` experts a
-    /// layer; or why there is none.
+    /// `sizes_bytes`, in MoE layers `layers`, whose routes take at most
+    /// `widest_route` experts a layer; or why there is none.
     pub fn open(
         config: &VramConfig,
         kernel: &'k ExpertKernel,
         sizes_bytes: Vec<u64>,
+        layers: Vec<LayerShape>,
         widest_route: usize,
     ) -> Result<GpuTier<'k>, String> {
         let ExpertKernel::Packed {
@@ -95,17 +100,29 @@ impl<'k> GpuTier<'k> {
             .max()
             .unwrap_or(0);
         let y = device.output(rows_per_expert * widest_route.max(1))?;
-        let residency = VramResidency::new(
-            config.policy,
-            config.budget_bytes,
-            sizes_bytes,
-            PolicyParams {
-                halve_every_ticks: config.halve_every_ticks,
-                ..PolicyParams::default()
-            },
-            config.allowance_bytes_per_token,
-        )
-        .map_err(|e| format!("--vram-policy {}: {e}", config.policy.name()))?;
+        let params = PolicyParams {
+            halve_every_ticks: config.halve_every_ticks,
+            ..PolicyParams::default()
+        };
+        let residency = match &config.dynamic {
+            None => VramResidency::new(
+                config.policy,
+                config.budget_bytes,
+                sizes_bytes,
+                params,
+                config.allowance_bytes_per_token,
+            )
+            .map_err(|e| format!("--vram-policy {}: {e}", config.policy.name()))?,
+            Some(online) => VramResidency::per_layer(
+                config.policy,
+                config.budget_bytes,
+                sizes_bytes,
+                layers,
+                params,
+                online.clone(),
+                config.allowance_bytes_per_token,
+            )?,
+        };
         Ok(GpuTier {
             copies: (0..projections.len()).map(|_| None).collect(),
             device,

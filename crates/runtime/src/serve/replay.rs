@@ -572,9 +572,11 @@ fn run_arm(
         .max()
         .unwrap_or(0);
     let tier = match &config.vram {
-        Some(vram) => Some(
-            GpuTier::open(vram, &kernel, sizes.clone(), widest_route).map_err(ReplayError::Gpu)?,
-        ),
+        Some(vram) => {
+            let layers = layer_shapes(config, &sizes, experts, tokens);
+            let card = GpuTier::open(vram, &kernel, sizes.clone(), layers, widest_route);
+            Some(card.map_err(ReplayError::Gpu)?)
+        }
         None => None,
     };
     let movers = Movers {
@@ -804,6 +806,29 @@ fn layer_capacities(
     .map_err(ReplayError::from)
 }
 
+/// Each MoE layer as the online allocator sees it: `tokens`' widest route
+/// in it (seed tokens included) is what it leases at once.
+fn layer_shapes(
+    config: &ReplayConfig,
+    sizes: &[u64],
+    experts: usize,
+    tokens: &[TokenRoutes],
+) -> Vec<LayerShape> {
+    (0..sizes.len() / experts)
+        .map(|l| LayerShape {
+            slot_bytes: sizes[l * experts],
+            experts,
+            miss_seconds: config.miss_seconds,
+            leased_at_once: tokens
+                .iter()
+                .chain(&config.seed)
+                .map(|t| t.routes[l].len())
+                .max()
+                .unwrap_or(0),
+        })
+        .collect()
+}
+
 /// `dynamic`'s online allocator and the tokens it has seen (the seed
 /// tokens, then the served ones): after each token it records the routes
 /// and, when a pass moves budgets, the store's places follow.
@@ -821,23 +846,10 @@ impl Reallocator {
         experts: usize,
         tokens: &[TokenRoutes],
     ) -> Result<Self, ReplayError> {
-        let shapes = (0..sizes.len() / experts)
-            .map(|l| LayerShape {
-                slot_bytes: sizes[l * experts],
-                experts,
-                miss_seconds: config.miss_seconds,
-                leased_at_once: tokens
-                    .iter()
-                    .chain(&config.seed)
-                    .map(|t| t.routes[l].len())
-                    .max()
-                    .unwrap_or(0),
-            })
-            .collect();
         Ok(Reallocator {
             allocator: OnlineAllocator::new(
                 config.online.clone(),
-                shapes,
+                layer_shapes(config, sizes, experts, tokens),
                 config.ram_budget_bytes,
             )?,
             tokens: 0,

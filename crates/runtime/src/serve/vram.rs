@@ -2,7 +2,10 @@
 //! experts have a copy on a GPU, so that they are computed there while the
 //! rest take the CPU path.
 //!
-//! Residency is a cache policy's. It is `lfru` by default, Colibri's rule:
+//! Residency is a cache policy's, one for every expert or, for `dynamic`,
+//! one a MoE layer whose budgets the online allocator moves between
+//! layers as their curves ask (shrinks before grows, as the RAM tier's
+//! `dynamic`). It is `lfru` by default, Colibri's rule:
 //! a candidate replaces the coldest resident only when
 //! `hot > cold + cold/4 + 4`, with heat halved every `halve_every_ticks`
 //! requests. The policy sees each token's routes once the token is
@@ -17,6 +20,7 @@
 //! until the copy lands and is freed. The copies and the kernels belong to
 //! the caller.
 
+use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
 use residency_cache::policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
@@ -47,7 +51,13 @@ pub struct VramMoves {
 }
 
 pub struct VramResidency {
-    policy: Box<dyn Policy + Send>,
+    /// The tier's caches: one over every expert, or one a layer whose
+    /// budgets `allocator` moves (`dynamic`).
+    caches: Vec<Cache>,
+    /// Experts a cache covers (the last may cover fewer).
+    cache_objects: usize,
+    allocator: Option<OnlineAllocator>,
+    tokens: u64,
     sizes_bytes: Vec<u64>,
     copies: Vec<CopyState>,
     /// Admitted, oldest first.
@@ -65,6 +75,12 @@ pub struct VramResidency {
     evicted: Vec<ObjectIndex>,
 }
 
+/// A policy over the experts from `first` on, numbered from 0 inside it.
+struct Cache {
+    policy: Box<dyn Policy + Send>,
+    first: ObjectIndex,
+}
+
 impl VramResidency {
     /// A tier of `capacity_bytes` over experts of `sizes_bytes`, resident by
     /// `policy` (one that holds bytes: not `plan`, `pinned-lru` or the
@@ -76,14 +92,71 @@ impl VramResidency {
         params: PolicyParams,
         allowance_bytes_per_token: u64,
     ) -> Result<VramResidency, PolicyError> {
-        let setup = PolicySetup {
+        let n = sizes_bytes.len();
+        let cache = cache(policy, capacity_bytes, 0, n, &params)?;
+        Ok(VramResidency::of(
+            vec![cache],
+            n,
+            None,
             capacity_bytes,
-            objects: sizes_bytes.len(),
-            knowledge: Knowledge::default(),
-            params,
-        };
-        Ok(VramResidency {
-            policy: build(policy, &setup)?,
+            sizes_bytes,
+            allowance_bytes_per_token,
+        ))
+    }
+
+    /// `dynamic` on the card: one cache a layer (`layers[l]`, its experts
+    /// `l * experts..`), each resident by `policy` (one that resizes), from
+    /// the uniform split of `capacity_bytes` that `online` then moves
+    /// between layers as their curves ask, as the RAM tier's `dynamic`
+    /// does.
+    pub fn per_layer(
+        policy: PolicyKind,
+        capacity_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        layers: Vec<LayerShape>,
+        params: PolicyParams,
+        online: OnlineParams,
+        allowance_bytes_per_token: u64,
+    ) -> Result<VramResidency, String> {
+        if !policy.resizes() {
+            return Err(format!(
+                "--vram-policy {}: per-layer budgets that move need lru, fifo, sieve or s3fifo inside each layer",
+                policy.name()
+            ));
+        }
+        let experts = layers.first().map_or(0, |l| l.experts);
+        let allocator =
+            OnlineAllocator::new(online, layers, capacity_bytes).map_err(|e| e.to_string())?;
+        let caches = allocator
+            .capacities_bytes()
+            .iter()
+            .enumerate()
+            .map(|(l, &bytes)| cache(policy, bytes, l * experts, experts, &params))
+            .collect::<Result<_, _>>()
+            .map_err(|e| e.to_string())?;
+        Ok(VramResidency::of(
+            caches,
+            experts,
+            Some(allocator),
+            capacity_bytes,
+            sizes_bytes,
+            allowance_bytes_per_token,
+        ))
+    }
+
+    fn of(
+        caches: Vec<Cache>,
+        cache_objects: usize,
+        allocator: Option<OnlineAllocator>,
+        capacity_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        allowance_bytes_per_token: u64,
+    ) -> VramResidency {
+        VramResidency {
+            caches,
+            cache_objects: cache_objects.max(1),
+            allocator,
+            tokens: 0,
             copies: vec![CopyState::None; sizes_bytes.len()],
             largest_bytes: sizes_bytes.iter().copied().max().unwrap_or(0),
             sizes_bytes,
@@ -94,7 +167,15 @@ impl VramResidency {
             credit_bytes: 0,
             ticks: 0,
             evicted: Vec::new(),
-        })
+        }
+    }
+
+    /// Each cache's budget: one, or one a layer.
+    pub fn capacities_bytes(&self) -> Vec<u64> {
+        self.caches
+            .iter()
+            .map(|c| c.policy.capacity_bytes())
+            .collect()
     }
 
     /// Whether `o` is computed on the device now: its copy has landed.
@@ -113,24 +194,34 @@ impl VramResidency {
     pub fn after_token(&mut self, routes: &[ObjectIndex]) -> VramMoves {
         let mut moves = VramMoves::default();
         for &o in routes {
+            let k = o as usize / self.cache_objects;
+            let first = self.caches[k].first;
             let request = Request {
-                object: o,
+                object: o - first,
                 size_bytes: self.sizes_bytes[o as usize],
                 time: self.ticks,
                 next_access: NEVER,
             };
             self.ticks += 1;
             self.evicted.clear();
-            let outcome = self.policy.access(&request, &mut self.evicted);
-            for i in 0..self.evicted.len() {
-                let v = self.evicted[i];
-                self.evict(v, &mut moves.frees);
-            }
+            let outcome = self.caches[k].policy.access(&request, &mut self.evicted);
+            self.evict_all(first, &mut moves.frees);
             if outcome == Outcome::Admitted {
-                self.copies[o as usize] = CopyState::Queued;
-                self.queue.push_back(o);
+                if self.copies[o as usize] == CopyState::Doomed {
+                    // Evicted in flight and wanted again: the copy on its
+                    // way is the one to keep.
+                    self.copies[o as usize] = CopyState::Uploading;
+                } else {
+                    self.copies[o as usize] = CopyState::Queued;
+                    self.queue.push_back(o);
+                }
+            }
+            if let Some(a) = &mut self.allocator {
+                a.record(k, o - first);
             }
         }
+        self.tokens += 1;
+        self.move_budgets(&mut moves.frees);
         self.credit_bytes = (self.credit_bytes + self.allowance_bytes_per_token)
             .min(self.allowance_bytes_per_token.max(self.largest_bytes));
         while let Some(&o) = self.queue.front() {
@@ -164,6 +255,38 @@ impl VramResidency {
         }
     }
 
+    /// `dynamic`: when a pass of the allocator moves budgets, every cache
+    /// that shrinks does so (evicting) before any grows, so their budgets
+    /// never sum above the tier's.
+    fn move_budgets(&mut self, frees: &mut Vec<ObjectIndex>) {
+        let Some(a) = &mut self.allocator else {
+            return;
+        };
+        if !a.due(self.tokens) || !a.pass(self.tokens).moved {
+            return;
+        }
+        let target = a.capacities_bytes();
+        for shrink in [true, false] {
+            for (k, &bytes) in target.iter().enumerate() {
+                if (bytes < self.caches[k].policy.capacity_bytes()) == shrink {
+                    self.evicted.clear();
+                    let resized = self.caches[k].policy.resize(bytes, &mut self.evicted);
+                    debug_assert!(resized, "per_layer checked the policy resizes");
+                    let first = self.caches[k].first;
+                    self.evict_all(first, frees);
+                }
+            }
+        }
+    }
+
+    /// The experts in `evicted` (numbered from `first`) lose their copies.
+    fn evict_all(&mut self, first: ObjectIndex, frees: &mut Vec<ObjectIndex>) {
+        for i in 0..self.evicted.len() {
+            let v = self.evicted[i] + first;
+            self.evict(v, frees);
+        }
+    }
+
     /// The policy evicted `v`: its copy goes, now or when it lands.
     fn evict(&mut self, v: ObjectIndex, frees: &mut Vec<ObjectIndex>) {
         let size = self.sizes_bytes[v as usize];
@@ -181,6 +304,26 @@ impl VramResidency {
             CopyState::None => CopyState::None,
         };
     }
+}
+
+/// A cache of `policy` over `objects` experts from `first` on.
+fn cache(
+    policy: PolicyKind,
+    capacity_bytes: u64,
+    first: usize,
+    objects: usize,
+    params: &PolicyParams,
+) -> Result<Cache, PolicyError> {
+    let setup = PolicySetup {
+        capacity_bytes,
+        objects,
+        knowledge: Knowledge::default(),
+        params: params.clone(),
+    };
+    Ok(Cache {
+        policy: build(policy, &setup)?,
+        first: first as ObjectIndex,
+    })
 }
 
 #[cfg(test)]
@@ -284,13 +427,13 @@ mod tests {
     fn the_budget_holds_whenever_copies_land_late() {
         // Random routes of experts of 1-4 bytes into 9 bytes, each copy
         // landing 0-3 tokens after it started: the device's bytes never
-        // pass the budget, every landed expert is one the policy holds,
-        // and the same seed gives the same moves.
-        let run = |seed: u64| {
+        // pass the budget, every landed expert is one the policy holds, no
+        // copy lands twice (`landed` would panic), and the same seed gives
+        // the same moves.
+        let run = |policy: PolicyKind, seed: u64| {
             let mut rng = residency_cache::sim::synthetic::Rng(seed);
             let sizes: Vec<u64> = (0..12).map(|_| 1 + rng.next_u64() % 4).collect();
-            let mut t =
-                VramResidency::new(PolicyKind::Lfru, 9, sizes, PolicyParams::default(), 3).unwrap();
+            let mut t = VramResidency::new(policy, 9, sizes, PolicyParams::default(), 3).unwrap();
             let mut in_flight: Vec<(u64, ObjectIndex)> = Vec::new();
             let mut log = Vec::new();
             for token in 0..2000u64 {
@@ -310,13 +453,155 @@ mod tests {
                     false
                 });
                 for o in 0..12 {
-                    assert!(!t.on_device(o) || t.policy.contains(o), "token {token}");
+                    assert!(
+                        !t.on_device(o) || t.caches[0].policy.contains(o),
+                        "token {token}"
+                    );
                 }
                 log.push(moves);
             }
             log
         };
-        assert_eq!(run(5), run(5));
-        assert_ne!(run(5), run(6));
+        // LRU re-admits what it just evicted, often while its copy is
+        // still in flight; LFRU's rule rarely does.
+        for policy in [PolicyKind::Lfru, PolicyKind::Lru] {
+            assert_eq!(run(policy, 5), run(policy, 5));
+            assert_ne!(run(policy, 5), run(policy, 6));
+        }
+    }
+
+    /// Two layers of 8 unit experts on a card of 8 bytes, LRU inside each
+    /// layer, passes every token over a window of 48 requests.
+    fn two_layers() -> VramResidency {
+        let shape = LayerShape {
+            slot_bytes: 1,
+            experts: 8,
+            miss_seconds: 1.0,
+            leased_at_once: 1,
+        };
+        let online = OnlineParams {
+            window_accesses: 48,
+            every_tokens: 1,
+            ..OnlineParams::default()
+        };
+        VramResidency::per_layer(
+            PolicyKind::Lru,
+            8,
+            vec![1; 16],
+            vec![shape; 2],
+            PolicyParams::default(),
+            online,
+            8,
+        )
+        .unwrap()
+    }
+
+    /// A token that cycles `busy` (layer 0 or 1) over 6 of its experts and
+    /// asks the other layer for its expert 0 only.
+    fn token(busy: usize, t: u32) -> Vec<ObjectIndex> {
+        let cycling = busy as u32 * 8 + t % 6;
+        let still = (1 - busy as u32) * 8;
+        vec![cycling, still]
+    }
+
+    #[test]
+    fn dynamic_budgets_follow_traffic_from_one_layer_to_the_other() {
+        // Uniform start: 4 bytes a layer. A layer cycling over 6 experts
+        // hits only with 6 slots; the other needs 1. Once layer 0 cycles,
+        // the allocator gives it the room, and after the traffic moves to
+        // layer 1 the budget follows within 50 passes (one a token); the
+        // budgets never sum above the card's 8 bytes, nor do the bytes on
+        // the card, with every copy landing at once.
+        let mut t = two_layers();
+        assert_eq!(t.capacities_bytes(), vec![4, 4]);
+        let run = |t: &mut VramResidency, busy: usize, tokens: u32| {
+            for k in 0..tokens {
+                let moves = t.after_token(&token(busy, k));
+                for &o in &moves.uploads {
+                    t.landed(o);
+                }
+                assert!(t.capacities_bytes().iter().sum::<u64>() <= 8);
+                assert!(t.device_bytes() <= 8);
+            }
+        };
+        run(&mut t, 0, 100);
+        let c = t.capacities_bytes();
+        assert!(c[0] >= 6 && c[0] > c[1], "{c:?}");
+        run(&mut t, 1, 50);
+        let c = t.capacities_bytes();
+        assert!(c[1] >= 6 && c[1] > c[0], "{c:?}");
+    }
+
+    #[test]
+    fn dynamic_needs_a_policy_that_resizes() {
+        let shape = LayerShape {
+            slot_bytes: 1,
+            experts: 8,
+            miss_seconds: 1.0,
+            leased_at_once: 1,
+        };
+        let e = VramResidency::per_layer(
+            PolicyKind::Lfru,
+            8,
+            vec![1; 16],
+            vec![shape; 2],
+            PolicyParams::default(),
+            OnlineParams::default(),
+            8,
+        )
+        .err()
+        .unwrap();
+        assert!(
+            e.contains("--vram-policy lfru") && e.contains("lru, fifo"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn dynamic_keeps_the_budget_and_its_seed_while_budgets_move() {
+        // Random traffic that shifts between the layers every 40 tokens,
+        // copies landing 0-3 tokens late: the bytes on the card and the
+        // caches' budgets stay within 8, landed experts are ones their
+        // layer's cache holds, and a seed gives the same moves.
+        let run = |seed: u64| {
+            let mut rng = residency_cache::sim::synthetic::Rng(seed);
+            let mut t = two_layers();
+            let mut in_flight: Vec<(u64, ObjectIndex)> = Vec::new();
+            let mut log = Vec::new();
+            for step in 0..600u64 {
+                let busy = (step / 40 % 2) as usize;
+                let spread = |rng: &mut residency_cache::sim::synthetic::Rng, n| {
+                    (rng.next_u64() % n) as ObjectIndex
+                };
+                let routes = vec![
+                    busy as ObjectIndex * 8 + spread(&mut rng, 7),
+                    (1 - busy) as ObjectIndex * 8 + spread(&mut rng, 2),
+                ];
+                let moves = t.after_token(&routes);
+                assert!(t.device_bytes() <= 8, "step {step}");
+                assert!(t.capacities_bytes().iter().sum::<u64>() <= 8, "step {step}");
+                for &o in &moves.uploads {
+                    in_flight.push((step + rng.next_u64() % 4, o));
+                }
+                in_flight.retain(|&(due, o)| {
+                    if due > step {
+                        return true;
+                    }
+                    t.landed(o);
+                    false
+                });
+                for o in 0..16u32 {
+                    let cache = &t.caches[o as usize / 8];
+                    assert!(
+                        !t.on_device(o) || cache.policy.contains(o - cache.first),
+                        "step {step}"
+                    );
+                }
+                log.push((moves, t.capacities_bytes()));
+            }
+            log
+        };
+        assert_eq!(run(3), run(3));
+        assert_ne!(run(3), run(4));
     }
 }
