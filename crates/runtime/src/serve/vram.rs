@@ -349,6 +349,33 @@ mod tests {
         }
     }
 
+    /// Copies in flight, each landing 0-3 tokens after it started.
+    #[derive(Default)]
+    struct Flights(Vec<(u64, ObjectIndex)>);
+
+    impl Flights {
+        /// Starts `moves`' uploads at token `now`, then lands every copy
+        /// due by then.
+        fn step(
+            &mut self,
+            t: &mut VramResidency,
+            moves: &VramMoves,
+            now: u64,
+            rng: &mut residency_cache::sim::synthetic::Rng,
+        ) {
+            for &o in &moves.uploads {
+                self.0.push((now + rng.next_u64() % 4, o));
+            }
+            self.0.retain(|&(due, o)| {
+                if due > now {
+                    return true;
+                }
+                t.landed(o);
+                false
+            });
+        }
+    }
+
     #[test]
     fn colibri_s_rule_promotes_on_the_sixth_request_over_a_coldest_of_one() {
         // Room for two unit experts, one upload a token. Experts 0 and 1
@@ -434,7 +461,7 @@ mod tests {
             let mut rng = residency_cache::sim::synthetic::Rng(seed);
             let sizes: Vec<u64> = (0..12).map(|_| 1 + rng.next_u64() % 4).collect();
             let mut t = VramResidency::new(policy, 9, sizes, PolicyParams::default(), 3).unwrap();
-            let mut in_flight: Vec<(u64, ObjectIndex)> = Vec::new();
+            let mut flights = Flights::default();
             let mut log = Vec::new();
             for token in 0..2000u64 {
                 let routes: Vec<ObjectIndex> = (0..3)
@@ -442,16 +469,7 @@ mod tests {
                     .collect();
                 let moves = t.after_token(&routes);
                 assert!(t.device_bytes() <= 9, "token {token}");
-                for &o in &moves.uploads {
-                    in_flight.push((token + rng.next_u64() % 4, o));
-                }
-                in_flight.retain(|&(due, o)| {
-                    if due > token {
-                        return true;
-                    }
-                    t.landed(o);
-                    false
-                });
+                flights.step(&mut t, &moves, token, &mut rng);
                 for o in 0..12 {
                     assert!(
                         !t.on_device(o) || t.caches[0].policy.contains(o),
@@ -470,15 +488,17 @@ mod tests {
         }
     }
 
+    /// A layer of 8 unit experts, one a token, a miss priced at 1 s.
+    const UNIT_LAYER: LayerShape = LayerShape {
+        slot_bytes: 1,
+        experts: 8,
+        miss_seconds: 1.0,
+        leased_at_once: 1,
+    };
+
     /// Two layers of 8 unit experts on a card of 8 bytes, LRU inside each
     /// layer, passes every token over a window of 48 requests.
     fn two_layers() -> VramResidency {
-        let shape = LayerShape {
-            slot_bytes: 1,
-            experts: 8,
-            miss_seconds: 1.0,
-            leased_at_once: 1,
-        };
         let online = OnlineParams {
             window_accesses: 48,
             every_tokens: 1,
@@ -488,7 +508,7 @@ mod tests {
             PolicyKind::Lru,
             8,
             vec![1; 16],
-            vec![shape; 2],
+            vec![UNIT_LAYER; 2],
             PolicyParams::default(),
             online,
             8,
@@ -534,17 +554,11 @@ mod tests {
 
     #[test]
     fn dynamic_needs_a_policy_that_resizes() {
-        let shape = LayerShape {
-            slot_bytes: 1,
-            experts: 8,
-            miss_seconds: 1.0,
-            leased_at_once: 1,
-        };
         let e = VramResidency::per_layer(
             PolicyKind::Lfru,
             8,
             vec![1; 16],
-            vec![shape; 2],
+            vec![UNIT_LAYER; 2],
             PolicyParams::default(),
             OnlineParams::default(),
             8,
@@ -566,7 +580,7 @@ mod tests {
         let run = |seed: u64| {
             let mut rng = residency_cache::sim::synthetic::Rng(seed);
             let mut t = two_layers();
-            let mut in_flight: Vec<(u64, ObjectIndex)> = Vec::new();
+            let mut flights = Flights::default();
             let mut log = Vec::new();
             for step in 0..600u64 {
                 let busy = (step / 40 % 2) as usize;
@@ -580,16 +594,7 @@ mod tests {
                 let moves = t.after_token(&routes);
                 assert!(t.device_bytes() <= 8, "step {step}");
                 assert!(t.capacities_bytes().iter().sum::<u64>() <= 8, "step {step}");
-                for &o in &moves.uploads {
-                    in_flight.push((step + rng.next_u64() % 4, o));
-                }
-                in_flight.retain(|&(due, o)| {
-                    if due > step {
-                        return true;
-                    }
-                    t.landed(o);
-                    false
-                });
+                flights.step(&mut t, &moves, step, &mut rng);
                 for o in 0..16u32 {
                     let cache = &t.caches[o as usize / 8];
                     assert!(
