@@ -621,8 +621,11 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
 }
 
 fn print_runs(runs: &[ReplayRun]) {
+    // The card's column only where a VRAM tier computed something.
+    let on_card = runs.iter().any(|r| r.gpu_experts > 0);
+    let card = |text: String| if on_card { text } else { String::new() };
     println!(
-        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10}",
+        "  {:<10} {:>12} {:>5} {:>8} {:>8} {:>8} {:>10} {:>11} {:>8} {:>8} {:>8} {:>10}{}",
         "policy",
         "category",
         "round",
@@ -634,11 +637,12 @@ fn print_runs(runs: &[ReplayRun]) {
         "misses",
         "bypassed",
         "evicted",
-        "moved"
+        "moved",
+        card(format!(" {:>8}", "on card"))
     );
     for r in runs {
         println!(
-            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>8} {:>10}",
+            "  {:<10} {:>12} {:>5} {:>8.2} {:>8.2} {:>8.2} {:>10.3} {:>11} {:>8} {:>8} {:>8} {:>10}{}",
             r.policy,
             r.category.as_deref().unwrap_or("all"),
             r.round,
@@ -650,7 +654,8 @@ fn print_runs(runs: &[ReplayRun]) {
             r.misses,
             r.rejections + r.bypasses,
             r.evictions,
-            Bytes(r.migration_bytes).to_string()
+            Bytes(r.migration_bytes).to_string(),
+            card(format!(" {:>8}", r.gpu_experts))
         );
     }
 }
