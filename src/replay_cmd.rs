@@ -17,7 +17,7 @@ use residency_core::units::{parse_size, Bytes, BytesPerSecond};
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_hwprofile::Spread;
 use residency_runtime::checkpoint::Checkpoint;
-use residency_runtime::serve::gpu_tier::VramConfig;
+use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
     check_geometry, expert_kernel, replay, PinShareChoice, PinShareSource, ReplayConfig,
@@ -118,8 +118,8 @@ pub struct ReplayArgs {
     /// `dynamic` (one a layer, moved between layers by the online
     /// allocator of `--online-*`; needs a `--vram-policy` that resizes,
     /// e.g. lru).
-    #[arg(long, value_parser = ["global", "dynamic"], default_value = "global")]
-    vram_allocation: String,
+    #[arg(long, value_parser = named::<VramAllocation>(), default_value = "global")]
+    vram_allocation: VramAllocation,
     #[command(flatten)]
     backend: BackendArg,
     /// Write `{"runs":[...]}` here.
@@ -232,7 +232,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     let kernel = expert_kernel(&checkpoint);
     notes.push(kernel.describe());
-    if args.vram_allocation == "dynamic" && !args.vram_policy.resizes() {
+    let online = args.online.params()?;
+    let dynamic_vram = args.vram_allocation == VramAllocation::Dynamic;
+    if dynamic_vram && !args.vram_policy.resizes() {
         bail!(
             "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs lru, fifo, sieve or s3fifo inside each layer; give --vram-policy lru",
             args.vram_policy.name()
@@ -246,9 +248,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
                 policy: args.vram_policy,
                 allowance_bytes_per_token: args.vram_allowance.0,
                 halve_every_ticks: args.vram_halve_every,
-                dynamic: (args.vram_allocation == "dynamic")
-                    .then(|| args.online.params())
-                    .transpose()?,
+                dynamic: dynamic_vram.then(|| online.clone()),
             }),
             Err(why) => {
                 notes.push(format!(
@@ -277,7 +277,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         warm: args.warm,
         seed,
         layer_policy: args.layer_policy,
-        online: args.online.params()?,
+        online,
         vram,
     };
     for note in &notes {

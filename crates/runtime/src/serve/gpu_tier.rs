@@ -23,6 +23,16 @@ use residency_cache::online::{LayerShape, OnlineParams};
 use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
 use std::collections::BTreeMap;
 
+residency_core::named! {
+    /// How the card's budget is held: one cache for every expert, or one a
+    /// MoE layer whose budgets the online allocator moves.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum VramAllocation("VRAM allocation") {
+        Global = "global",
+        Dynamic = "dynamic",
+    }
+}
+
 /// What `replay --vram-budget` sets.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VramConfig {
@@ -147,6 +157,15 @@ impl<'k> GpuTier<'k> {
         objects: &[ObjectIndex],
         input: &LayerInput,
     ) -> Result<Launched, String> {
+        let mut launched = Launched {
+            outputs: Vec::new(),
+            rows: 0,
+            _inputs: BTreeMap::new(),
+        };
+        if !objects.iter().any(|&o| self.holds(o)) {
+            // Nothing for the card: no input copies either.
+            return Ok(launched);
+        }
         let mut inputs = BTreeMap::new();
         for (cols, x) in input.quantized() {
             inputs.insert(cols, self.device.input(x)?);
@@ -181,11 +200,10 @@ impl<'k> GpuTier<'k> {
             unsafe { self.kernels.launch(self.device.stream(), &launches) }?;
         }
         self.computed += outputs.len() as u64;
-        Ok(Launched {
-            outputs,
-            rows: row,
-            _inputs: inputs,
-        })
+        launched.outputs = outputs;
+        launched.rows = row;
+        launched._inputs = inputs;
+        Ok(launched)
     }
 
     /// Waits for `launched` and puts each expert's outputs at its index.

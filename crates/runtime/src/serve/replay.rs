@@ -357,6 +357,8 @@ pub fn replay(
             }
         });
     }
+    // One layout of the experts' projections for every arm and round.
+    let kernel = expert_kernel(checkpoint);
     let mut runs = Vec::new();
     let mut arm_of_run = Vec::new();
     for round in 0..config.rounds.max(1) {
@@ -368,6 +370,7 @@ pub fn replay(
             let policy = config.policies[i];
             runs.push(run_arm(
                 checkpoint,
+                &kernel,
                 tokens,
                 train_counts,
                 config,
@@ -502,6 +505,7 @@ fn simulator(
 
 fn run_arm(
     checkpoint: &Checkpoint,
+    kernel: &ExpertKernel,
     tokens: &[TokenRoutes],
     train_counts: &[u64],
     config: &ReplayConfig,
@@ -518,11 +522,10 @@ fn run_arm(
             .with_pools(vec![pool], vec![0; n]),
     );
     let sizes: Vec<u64> = keys.iter().map(|k| checkpoint.object_bytes(k)).collect();
-    let kernel = ExpertKernel::of(checkpoint, &keys);
     if policy == ServePolicy::Resident {
         let started = Instant::now();
         let (served, startup_seconds) =
-            serve_resident(&loader, &kernel, n, tokens, (experts, hidden), started)?;
+            serve_resident(&loader, kernel, n, tokens, (experts, hidden), started)?;
         return Ok(ReplayRun {
             hits: tokens
                 .iter()
@@ -574,7 +577,7 @@ fn run_arm(
     let tier = match &config.vram {
         Some(vram) => {
             let layers = layer_shapes(config, &sizes, experts, tokens);
-            let card = GpuTier::open(vram, &kernel, sizes.clone(), layers, widest_route);
+            let card = GpuTier::open(vram, kernel, sizes.clone(), layers, widest_route);
             Some(card.map_err(ReplayError::Gpu)?)
         }
         None => None,
@@ -584,7 +587,7 @@ fn run_arm(
         reallocator,
         tier,
     };
-    let served = serve_replanning(store, &kernel, tokens, (experts, hidden), &mut heat, movers)?;
+    let served = serve_replanning(store, kernel, tokens, (experts, hidden), &mut heat, movers)?;
     let end = store.telemetry();
     let hits =
         |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
