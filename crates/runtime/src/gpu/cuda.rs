@@ -94,7 +94,7 @@ pub fn open_all(options: &GpuOptions) -> Opened {
 }
 
 impl CudaDevice {
-    fn open(ordinal: u32, options: &GpuOptions) -> Result<CudaDevice, GpuError> {
+    pub(crate) fn open(ordinal: u32, options: &GpuOptions) -> Result<CudaDevice, GpuError> {
         let ctx =
             CudaContext::new(ordinal as usize).map_err(failed(ordinal, "opening the context"))?;
         let name = ctx.name().map_err(failed(ordinal, "reading the name"))?;

@@ -101,16 +101,6 @@ impl CudaGemv {
         })
     }
 
-    /// `bytes` copied to device memory, the copy finished.
-    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, String> {
-        let copying = failed(self.ordinal, "copying an expert to the device");
-        guarded(|| {
-            let copy = self.stream.clone_htod(bytes).map_err(&copying)?;
-            self.stream.synchronize().map_err(&copying)?;
-            Ok(copy)
-        })
-    }
-
     /// An input vector and its chunk terms in device memory.
     pub fn input(&self, x: &QuantizedInput) -> Result<DeviceInput, String> {
         let copying = failed(self.ordinal, "copying an input to the device");

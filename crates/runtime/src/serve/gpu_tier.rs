@@ -7,8 +7,9 @@
 //! CPU starts its own, and the layer waits once for the card. Which
 //! experts have copies is [`VramResidency`]'s decision. It is fed each
 //! token's routes after the token. Its uploads run on a thread of their
-//! own, on a stream of their own, from the store's host bytes, so a
-//! promotion never stalls a token. An expert is computed on the card only
+//! own, through the CUDA tier's own uploader (`gpu::cuda`: a stream,
+//! pinned staging buffers, a memory pool), from the store's host bytes, so
+//! a promotion never stalls a token. An expert is computed on the card only
 //! once its copy has landed.
 //!
 //! The card's sums run in another order than the CPU's, so its outputs
@@ -17,11 +18,14 @@
 use super::compute::{ExpertKernel, LayerInput};
 use super::vram::VramResidency;
 use crate::gemv::{Packing, ProjectionAt};
+use crate::gpu::cuda::CudaDevice;
 use crate::gpu::gemv::{CudaGemv, DeviceInput, GemvKernels, GemvLaunch};
+use crate::gpu::{Device, DeviceBuffer, GpuOptions};
 use cudarc::driver::CudaSlice;
 use residency_cache::online::{LayerShape, OnlineParams};
 use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 residency_core::named! {
     /// How the card's budget is held: one cache for every expert, or one a
@@ -67,7 +71,7 @@ pub struct GpuTier<'k> {
     packing: Packing,
     projections: &'k [Vec<ProjectionAt>],
     residency: VramResidency,
-    copies: Vec<Option<CudaSlice<u8>>>,
+    copies: Vec<Option<Arc<dyn DeviceBuffer>>>,
     /// One layer's outputs.
     y: CudaSlice<f32>,
     /// Experts computed on the card so far.
@@ -178,7 +182,7 @@ impl<'k> GpuTier<'k> {
             let Some(copy) = &self.copies[o as usize] else {
                 continue;
             };
-            let base = self.device.pointer(copy);
+            let (_, base) = copy.device().expect("a device buffer has an address");
             let first = row;
             for p in &self.projections[o as usize] {
                 let shape = GemvLaunch::shape(self.packing, p.rows, p.cols);
@@ -224,7 +228,7 @@ impl<'k> GpuTier<'k> {
     pub fn after_token(
         &mut self,
         routes: &[ObjectIndex],
-        landed: impl IntoIterator<Item = (ObjectIndex, CudaSlice<u8>)>,
+        landed: impl IntoIterator<Item = (ObjectIndex, Arc<dyn DeviceBuffer>)>,
     ) -> Vec<ObjectIndex> {
         for (o, copy) in landed {
             if !self.residency.landed(o) {
@@ -239,20 +243,21 @@ impl<'k> GpuTier<'k> {
     }
 }
 
-/// The uploader's own stream on device 0, and its copies.
+/// Device 0 as the CUDA tier opens it for `apply` (its own stream, two
+/// pinned staging buffers, a memory pool that keeps what is freed): the
+/// card's copies are uploaded through it.
 pub struct Uploader {
-    device: CudaGemv,
+    device: CudaDevice,
 }
 
 impl Uploader {
     pub fn open() -> Result<Uploader, String> {
-        Ok(Uploader {
-            device: CudaGemv::open(0)?,
-        })
+        let device = CudaDevice::open(0, &GpuOptions::default()).map_err(|e| e.to_string())?;
+        Ok(Uploader { device })
     }
 
     /// `bytes` copied to the card, the copy finished.
-    pub fn upload(&self, bytes: &[u8]) -> Result<CudaSlice<u8>, String> {
-        self.device.upload(bytes)
+    pub fn upload(&self, bytes: &[u8]) -> Result<Arc<dyn DeviceBuffer>, String> {
+        self.device.upload(bytes).map_err(|e| e.to_string())
     }
 }
