@@ -301,13 +301,17 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     print_runs(&runs);
     print_simulated(&runs, &config);
     // Runs of the same tokens must compute the same outputs: bit for bit
-    // on the CPU, to rounding where the card computed some experts.
+    // on the CPU, to rounding where the card computed some experts. Each
+    // layer's output is the next one's input, quantised again, so a
+    // rounding difference can flip a quantised value and grows along the
+    // tokens: on the H200, 192 tokens of 4 layers summed to within
+    // 1.2e-4..2.2e-4 of the CPU-only run (docs/serving.md, session 15).
     let on_card = runs.iter().any(|r| r.gpu_experts > 0);
     let differs = runs.iter().any(|a| {
         runs.iter().any(|b| {
             a.category == b.category
                 && if on_card {
-                    (a.output_sum - b.output_sum).abs() > 1e-4 * a.output_sum.abs().max(1.0)
+                    (a.output_sum - b.output_sum).abs() > 1e-3 * a.output_sum.abs().max(1.0)
                 } else {
                     a.output_checksum != b.output_checksum
                 }
@@ -572,6 +576,12 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
     if arms.is_empty() {
         return;
     }
+    // The card's columns only where the simulator had a VRAM tier.
+    let on_card = runs
+        .iter()
+        .filter_map(|r| r.simulated.as_ref())
+        .any(|s| s.gpu_experts > 0);
+    let card = |text: String| if on_card { text } else { String::new() };
     println!(
         "the simulator on the same tokens and budget (a miss reads for {:.3} ms, {} at once, less in each layer of a token what the compute before it hides, at {}), against the median of the rounds:",
         config.miss_seconds * 1e3,
@@ -581,8 +591,13 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
     println!(
         "  (at the run's reads: each miss read in the time the run's reads took one; and its rates: the hits computed at the run's own rate too)"
     );
+    if on_card {
+        println!(
+            "  (with the VRAM tier: on what reaches the RAM tier, the card deciding as the run's does, each copy landing while the next token is served)"
+        );
+    }
     println!(
-        "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>12} {:>12}",
+        "  {:<16} {:>12} {:>10} {:>10} {:>7} {:>10} {:>10} {:>7} {:>12} {:>12}{}",
         "policy",
         "category",
         "sim misses",
@@ -592,7 +607,8 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
         "felt s",
         "ratio",
         "run reads",
-        "run rates"
+        "run rates",
+        card(format!(" {:>11} {:>8}", "sim on card", "on card"))
     );
     for (policy, category) in arms {
         let of_arm: Vec<&ReplayRun> = runs
@@ -603,9 +619,10 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
         let median = |values: Vec<f64>| Spread::of(&values).map_or(0.0, |s| s.median);
         let misses = median(of_arm.iter().map(|r| r.misses as f64).collect());
         let felt = median(of_arm.iter().map(|r| r.felt_wait_seconds).collect());
+        let gpu_experts = median(of_arm.iter().map(|r| r.gpu_experts as f64).collect());
         let ratio = |simulated: f64| simulated / felt.max(1e-9);
         println!(
-            "  {:<16} {:>12} {:>10} {:>10} {:>7.3} {:>10.3} {:>10.3} {:>7.3} {:>12.3} {:>12.3}",
+            "  {:<16} {:>12} {:>10} {:>10} {:>7.3} {:>10.3} {:>10.3} {:>7.3} {:>12.3} {:>12.3}{}",
             policy,
             category.unwrap_or("all"),
             simulated.misses,
@@ -615,7 +632,8 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
             felt,
             ratio(simulated.felt_wait_seconds),
             ratio(simulated.felt_wait_seconds_at_run_reads),
-            ratio(simulated.felt_wait_seconds_at_run_rates)
+            ratio(simulated.felt_wait_seconds_at_run_rates),
+            card(format!(" {:>11} {:>8}", simulated.gpu_experts, gpu_experts))
         );
     }
 }

@@ -246,10 +246,12 @@ fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
         }
     } else {
         assert!(on_card > 0, "{runs:?}");
+        // To rounding, grown along the chained layers: the H200 measured
+        // up to 2.2e-4 of the sum over 192 tokens of 4 layers.
         let want = cpu_only[0]["output_sum"].as_f64().unwrap();
         for r in runs {
             let got = r["output_sum"].as_f64().unwrap();
-            assert!((got - want).abs() <= 1e-4 * want, "{got} vs {want}");
+            assert!((got - want).abs() <= 1e-3 * want, "{got} vs {want}");
         }
     }
     // `dynamic` on the card needs a policy that resizes: one line, before

@@ -23,6 +23,10 @@
 #     vram TRACE VRAM ROUNDS      lru and uniform on that checkpoint without a
 #                                 VRAM tier, then with each --vram-budget of
 #                                 VRAM (e.g. 10%,25%,50%; issue 15 item 3)
+#     vramcmp TRACE VRAM ROUNDS   the card's arms at each --vram-budget, RAM by
+#                                 lru at 25 %: lfru (Colibri's rule), lru, and
+#                                 lru in per-layer budgets that move (dynamic),
+#                                 one run each a round, in turn (A B C C B A)
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
 # to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
@@ -110,6 +114,26 @@ vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoi
     pack
   done
 }
+vram_compare() { # trace vram-budgets rounds
+  mkdir -p $O/vramcmp
+  [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
+  [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4
+  [ -f $O/vramcmp/profile.yaml ] || CALSEC=20 cal $B $O/vramcmp/profile.yaml /tmp/ds4
+  local arms="lfru lru dynamic"
+  for r in $(seq 1 $3); do
+    for v in ${2//,/ }; do
+      for a in $arms; do
+        local flag="--vram-policy $a"; [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
+        run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens 48 \
+          --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 \
+          --vram-budget $v $flag --json $O/vramcmp/${v%\%}-$a-r$r.json
+        grep -E "^  lru " $O/cmd.log | tail -2 | sed "s/^/$v $a r$r/" | tee -a $O/log.txt
+      done
+    done
+    arms=$(echo $arms | tr ' ' '\n' | tac | tr '\n' ' ')
+    pack
+  done
+}
 pack() { tar czf ${OUT:-/tmp}/bundle.tgz -C $O . && cp $O/log.txt ${OUT:-/tmp}/; }
 while [ $# -gt 0 ]; do
   case $1 in
@@ -121,6 +145,7 @@ while [ $# -gt 0 ]; do
     sweep) sweep $2 $3 $4 $5 $6; shift 6;;
     replay) replay_arms $2 $3 $4; shift 4;;
     vram) vram_arms $2 $3 $4; shift 4;;
+    vramcmp) vram_compare $2 $3 $4; shift 4;;
     *) echo "unknown phase $1"; exit 2;;
   esac
   pack

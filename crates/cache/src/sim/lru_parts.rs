@@ -63,7 +63,7 @@ pub fn replay_lru(
         params: PolicyParams::default(),
     };
     let n = stream.requests.len();
-    if stream.tokens < n as u64 || parts == 0 {
+    if !stream.one_request_a_token() || parts == 0 {
         return None;
     }
     let bounds: Vec<usize> = (0..=parts).map(|k| k * n / parts).collect();

@@ -409,9 +409,8 @@ pub struct OnlineReplay {
 /// shrink before any grow, so the capacities never sum above the budget.
 /// `seeds[l]` (local indices) are fed through layer `l`'s policy before
 /// counting starts; felt wait is counted with `costs`. `observe` sees the caches after every request and every move
-/// (tests check the budget there). Request `i` belongs to token
-/// `i * tokens / requests`, exact for MoE tokens (the same number of
-/// requests each).
+/// (tests check the budget there). Tokens are the stream's
+/// (`Stream::token_of`).
 pub fn replay_online(
     policies: &mut [BoxedPolicy],
     stream: &Stream,
@@ -448,15 +447,13 @@ pub fn replay_online(
     let misses = MissRecord::all(stream, costs.miss_seconds);
     let mut wait = GroupWait::new(costs);
     let (mut moves, mut moved_bytes) = (0, 0);
-    let n = stream.requests.len().max(1) as u128;
-    let token_of = |i: usize| (i as u128 * stream.tokens as u128 / n) as u64;
     let mut order = Vec::new();
     let mut start = 0;
     while start < stream.requests.len() {
         let end = stream.leased_group_end(start);
         let i = start;
-        let token = token_of(i);
-        if i > 0 && token > token_of(i - 1) && allocator.due(token) {
+        let token = stream.token_of(i);
+        if i > 0 && token > stream.token_of(i - 1) && allocator.due(token) {
             let pass = allocator.pass(token);
             if pass.moved {
                 moves += 1;

@@ -26,6 +26,11 @@ pub struct Stream {
     counts: Option<Vec<u64>>,
     /// Tokens the requests came from (generic traces: one per request).
     pub tokens: u64,
+    /// Where each token's requests end, for tokens that ask for different
+    /// numbers of objects (the CPU's share of tokens whose other experts a
+    /// VRAM tier computes); `None`: every token asks for as many, and its
+    /// bounds are computed (see [`Stream::token_end`]).
+    token_ends: Option<Vec<usize>>,
 }
 
 impl Stream {
@@ -49,6 +54,7 @@ impl Stream {
             next_access: OnceLock::new(),
             counts: None,
             tokens,
+            token_ends: None,
         }
     }
 
@@ -88,14 +94,33 @@ impl Stream {
             layer_start.push(sizes_bytes.len() as u32);
         }
         let mut requests = Vec::new();
-        let mut count = 0u64;
+        let mut token_ends = Vec::new();
         for token in tokens {
-            count += 1;
             for (l, ids) in token.routes.iter().enumerate() {
                 requests.extend(ids.iter().map(|&e| layer_start[l] + e));
             }
+            token_ends.push(requests.len());
         }
-        Stream::new(sizes_bytes, layer_start, requests, count)
+        let count = token_ends.len() as u64;
+        let stream = Stream::new(sizes_bytes, layer_start, requests, count);
+        stream.with_token_ends(token_ends)
+    }
+
+    /// The stream with its tokens' ends given: `ends[t]` is one past token
+    /// `t`'s last request. Kept only where the tokens differ in length:
+    /// equal ones are computed faster than searched.
+    fn with_token_ends(self, ends: Vec<usize>) -> Stream {
+        debug_assert_eq!(ends.len() as u64, self.tokens);
+        debug_assert_eq!(ends.last().copied().unwrap_or(0), self.requests.len());
+        let first = ends.first().copied().unwrap_or(0);
+        let equal = ends
+            .iter()
+            .enumerate()
+            .all(|(t, &end)| end == (t + 1) * first);
+        Stream {
+            token_ends: (!equal).then_some(ends),
+            ..self
+        }
     }
 
     pub fn objects(&self) -> usize {
@@ -114,22 +139,39 @@ impl Stream {
     /// The requests of each layer as a stream of its own (objects
     /// renumbered from 0, one layer), for per-layer caches; one pass.
     pub fn split_layers(&self) -> Vec<Stream> {
-        let mut requests: Vec<Vec<ObjectIndex>> = vec![Vec::new(); self.layers()];
-        for &o in &self.requests {
-            let l = self.layer_of[o as usize] as usize;
-            requests[l].push(o - self.layer_start[l]);
+        let layers = self.layers();
+        let mut requests: Vec<Vec<ObjectIndex>> = vec![Vec::new(); layers];
+        // Tokens of different lengths keep their bounds in every layer.
+        let whole = [self.requests.len()];
+        let token_ends = self.token_ends.as_deref().unwrap_or(&whole);
+        let mut layer_ends = vec![Vec::new(); layers];
+        let mut start = 0;
+        for &end in token_ends {
+            for &o in &self.requests[start..end] {
+                let l = self.layer_of[o as usize] as usize;
+                requests[l].push(o - self.layer_start[l]);
+            }
+            for (ends, r) in layer_ends.iter_mut().zip(&requests) {
+                ends.push(r.len());
+            }
+            start = end;
         }
         requests
             .into_iter()
+            .zip(layer_ends)
             .enumerate()
-            .map(|(l, r)| {
+            .map(|(l, (r, ends))| {
                 let range = self.layer_objects(l);
-                Stream::new(
+                let stream = Stream::new(
                     self.sizes_bytes[range.clone()].to_vec(),
                     vec![0, range.len() as u32],
                     r,
                     self.tokens,
-                )
+                );
+                match self.token_ends {
+                    Some(_) => stream.with_token_ends(ends),
+                    None => stream,
+                }
             })
             .collect()
     }
@@ -170,15 +212,19 @@ impl Stream {
         end
     }
 
-    /// End (exclusive) of the token of request `i`. Request `i` belongs to
-    /// token `i * tokens / requests`, exact for MoE tokens (the same number
-    /// of requests each); so token `t` holds requests
+    /// End (exclusive) of the token of request `i`: where its tokens' ends
+    /// are kept, searched; else request `i` belongs to token
+    /// `i * tokens / requests`, exact for MoE tokens (the same number of
+    /// requests each), so token `t` holds requests
     /// `ceil(t * requests / tokens)..ceil((t + 1) * requests / tokens)`.
     /// One division a group rather than one a request, and none where
     /// every request is a token of its own (a generic trace: the replay
     /// asks this once a request).
     #[inline]
     pub fn token_end(&self, i: usize) -> usize {
+        if let Some(ends) = &self.token_ends {
+            return ends[self.token_of(i) as usize];
+        }
         let n = self.requests.len();
         if self.tokens >= n as u64 {
             return i + 1;
@@ -189,6 +235,24 @@ impl Stream {
         let (n, tokens) = (n as u128, self.tokens as u128);
         let token = i as u128 * tokens / n;
         ((token + 1) * n).div_ceil(tokens) as usize
+    }
+
+    /// Whether every request is a token of its own (a generic trace).
+    pub fn one_request_a_token(&self) -> bool {
+        self.token_ends.is_none() && self.tokens >= self.requests.len() as u64
+    }
+
+    /// The token of request `i`: `i * tokens / requests` where every token
+    /// asks for as many (exact for MoE tokens), else found among the ends.
+    #[inline]
+    pub fn token_of(&self, i: usize) -> u64 {
+        match &self.token_ends {
+            Some(ends) => ends.partition_point(|&end| end <= i) as u64,
+            None => {
+                let n = self.requests.len().max(1) as u128;
+                (i as u128 * self.tokens as u128 / n) as u64
+            }
+        }
     }
 
     /// The largest object.
@@ -300,5 +364,40 @@ mod tests {
             .map(|&i| s.leased_group_end(i))
             .collect();
         assert_eq!(ends, vec![2, 3, 4, 6]);
+    }
+
+    #[test]
+    fn tokens_of_different_lengths_keep_their_bounds_in_every_layer() {
+        // Three tokens over layers of 3 and 2 experts (objects 0-2, 3-4):
+        // token 0 L0 {1} L1 {0} -> 1 3; token 1 asks nothing; token 2 L0
+        // {0, 2} L1 {1} -> 0 2 4. Requests 1 3 | | 0 2 4: token ends 2, 2,
+        // 5 (by hand), where a uniform split of 5 requests into 3 tokens
+        // would end them at 2, 4 and 5.
+        let tokens = [
+            token(vec![vec![1], vec![0]]),
+            token(vec![vec![], vec![]]),
+            token(vec![vec![0, 2], vec![1]]),
+        ];
+        let s = Stream::from_tokens(&tokens, &[3, 2], &[10, 20]);
+        assert_eq!(s.requests, vec![1, 3, 0, 2, 4]);
+        let token_of: Vec<u64> = (0..5).map(|i| s.token_of(i)).collect();
+        assert_eq!(token_of, vec![0, 0, 2, 2, 2]);
+        let token_end: Vec<usize> = (0..5).map(|i| s.token_end(i)).collect();
+        assert_eq!(token_end, vec![2, 2, 5, 5, 5]);
+        // Groups: [1] [3] [0 2] [4].
+        let group_end: Vec<usize> = [0, 1, 2, 4]
+            .iter()
+            .map(|&i| s.leased_group_end(i))
+            .collect();
+        assert_eq!(group_end, vec![1, 2, 4, 5]);
+        // Layer 0 alone: 1 | | 0 2, tokens ending at 1, 1, 3; layer 1:
+        // 0 | | 1, ending at 1, 1, 2.
+        let layers = s.split_layers();
+        assert_eq!(layers[0].requests, vec![1, 0, 2]);
+        let ends =
+            |l: &Stream| -> Vec<usize> { (0..l.requests.len()).map(|i| l.token_end(i)).collect() };
+        assert_eq!(ends(&layers[0]), vec![1, 3, 3]);
+        assert_eq!(ends(&layers[1]), vec![1, 2]);
+        assert_eq!(layers[1].token_of(1), 2);
     }
 }

@@ -51,6 +51,41 @@ pub struct VramConfig {
     pub dynamic: Option<OnlineParams>,
 }
 
+impl VramConfig {
+    /// The residency of a tier of this configuration over experts of
+    /// `sizes_bytes` in MoE layers `layers` (its decisions, without a card:
+    /// the simulator's tier is this too).
+    pub fn residency(
+        &self,
+        sizes_bytes: Vec<u64>,
+        layers: Vec<LayerShape>,
+    ) -> Result<VramResidency, String> {
+        let params = PolicyParams {
+            halve_every_ticks: self.halve_every_ticks,
+            ..PolicyParams::default()
+        };
+        match &self.dynamic {
+            None => VramResidency::new(
+                self.policy,
+                self.budget_bytes,
+                sizes_bytes,
+                params,
+                self.allowance_bytes_per_token,
+            )
+            .map_err(|e| format!("--vram-policy {}: {e}", self.policy.name())),
+            Some(online) => VramResidency::per_layer(
+                self.policy,
+                self.budget_bytes,
+                sizes_bytes,
+                layers,
+                params,
+                online.clone(),
+                self.allowance_bytes_per_token,
+            ),
+        }
+    }
+}
+
 /// Whether a VRAM tier can run `kernel`'s experts here: a packed format,
 /// and CUDA device 0 with the GEMV kernels loaded; else why not.
 pub fn available(kernel: &ExpertKernel) -> Result<(), String> {
@@ -114,29 +149,7 @@ impl<'k> GpuTier<'k> {
             .max()
             .unwrap_or(0);
         let y = device.output(rows_per_expert * widest_route.max(1))?;
-        let params = PolicyParams {
-            halve_every_ticks: config.halve_every_ticks,
-            ..PolicyParams::default()
-        };
-        let residency = match &config.dynamic {
-            None => VramResidency::new(
-                config.policy,
-                config.budget_bytes,
-                sizes_bytes,
-                params,
-                config.allowance_bytes_per_token,
-            )
-            .map_err(|e| format!("--vram-policy {}: {e}", config.policy.name()))?,
-            Some(online) => VramResidency::per_layer(
-                config.policy,
-                config.budget_bytes,
-                sizes_bytes,
-                layers,
-                params,
-                online.clone(),
-                config.allowance_bytes_per_token,
-            )?,
-        };
+        let residency = config.residency(sizes_bytes, layers)?;
         Ok(GpuTier {
             copies: (0..projections.len()).map(|_| None).collect(),
             device,

@@ -37,6 +37,7 @@ use residency_cache::sim::stream::Stream;
 use residency_cache::sim::SimError;
 use residency_formats::heat::TokenRoutes;
 use sha2::{Digest, Sha256};
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -247,6 +248,8 @@ pub struct Simulated {
     /// median over rounds of `compute_bytes_per_s`): the model without
     /// either of the profile's rates.
     pub felt_wait_seconds_at_run_rates: f64,
+    /// Experts the simulated VRAM tier computed (0 without one).
+    pub gpu_experts: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -341,6 +344,20 @@ pub fn replay(
         .map(|k| checkpoint.object_bytes(k))
         .collect();
     let experts = checkpoint.config.experts;
+    // With a VRAM tier the simulator sees what reaches the RAM tier: the
+    // tokens less the experts the card computes.
+    let simulated = config
+        .policies
+        .iter()
+        .any(|&p| simulated_allocation(config, p).is_some());
+    let (sim_tokens, sim_gpu_experts) = match &config.vram {
+        Some(vram) if simulated => {
+            let layers = layer_shapes(config, &sizes, experts, tokens);
+            let (cpu, on_card) = simulated_card(vram, &sizes, layers, tokens, experts)?;
+            (Cow::Owned(cpu), on_card)
+        }
+        _ => (Cow::Borrowed(tokens), 0),
+    };
     // One simulator for every arm (its per-layer curves are shared), made
     // only when an arm has a prediction.
     let mut sim = None;
@@ -351,7 +368,7 @@ pub fn replay(
             Some(allocation) => {
                 let sim = sim.get_or_insert_with(|| {
                     let counts = Some(train_counts);
-                    simulator(config, config.rates(), &sizes, tokens, counts, experts)
+                    simulator(config, config.rates(), &sizes, &sim_tokens, counts, experts)
                 });
                 Some((allocation, simulate_arm(sim, config, policy, allocation)?))
             }
@@ -399,7 +416,7 @@ pub fn replay(
                 config,
                 (read_seconds, compute_bytes_per_s),
                 &sizes,
-                tokens,
+                &sim_tokens,
                 counts,
                 experts,
             );
@@ -420,6 +437,7 @@ pub fn replay(
             felt_wait_seconds,
             felt_wait_seconds_at_run_reads: at_run_reads,
             felt_wait_seconds_at_run_rates: at_run_rates,
+            gpu_experts: sim_gpu_experts,
         };
         for (run, _) in runs.iter_mut().zip(&arm_of_run).filter(|(_, &a)| a == i) {
             run.simulated = Some(simulated.clone());
@@ -435,12 +453,12 @@ pub fn replay(
 /// from live heat while serving (the simulator's pins are static), for
 /// `resident` (no store), and for runs that do not start cold (`warm`, or
 /// seed tokens served first: the simulator's seeded start is the training
-/// knapsack, not the store's state after those tokens), and for runs with
-/// a VRAM tier, which the simulator does not have.
+/// knapsack, not the store's state after those tokens). With a VRAM tier
+/// the arm is simulated on what reaches the RAM tier ([`simulated_card`]).
 fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Allocation> {
     match policy {
         ServePolicy::Replan | ServePolicy::Resident => None,
-        _ if config.warm || !config.seed.is_empty() || config.vram.is_some() => None,
+        _ if config.warm || !config.seed.is_empty() => None,
         ServePolicy::Uniform => Some(Allocation::Uniform),
         ServePolicy::DynamicOffline => Some(Allocation::Dynamic),
         ServePolicy::Dynamic => Some(Allocation::Online),
@@ -958,7 +976,15 @@ fn serve_replanning(
                 Ok((outputs, waits))
             },
             |served_tokens, token| {
-                for (l, route) in token.routes.iter().enumerate() {
+                // What reached the RAM tier: the token less the experts the
+                // card computed (its copies change only below).
+                let card = tier.borrow();
+                let ram_share = match card.as_ref() {
+                    Some(card) => Cow::Owned(cpu_share(token, experts, |o| card.holds(o))),
+                    None => Cow::Borrowed(token),
+                };
+                drop(card);
+                for (l, route) in ram_share.routes.iter().enumerate() {
                     heat.report_route(l, route)
                         .expect("routes were checked against the checkpoint");
                 }
@@ -970,19 +996,10 @@ fn serve_replanning(
                     let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
                 }
                 if let Some(r) = reallocator.as_mut() {
-                    r.after_token(store, token)?;
+                    r.after_token(store, &ram_share)?;
                 }
                 if let Some(card) = tier.borrow_mut().as_mut() {
-                    let routed: Vec<ObjectIndex> = token
-                        .routes
-                        .iter()
-                        .enumerate()
-                        .flat_map(|(l, route)| {
-                            route
-                                .iter()
-                                .map(move |&e| (l * experts + e as usize) as ObjectIndex)
-                        })
-                        .collect();
+                    let routed = routed_objects(token, experts);
                     for o in card.after_token(&routed, landed.try_iter()) {
                         // As the repinner's: a failed send is the
                         // uploader's error, which its join reports.
@@ -1005,6 +1022,78 @@ fn serve_replanning(
             ..served
         })
     })
+}
+
+/// Every expert `token` routes, as objects (layer by layer).
+fn routed_objects(token: &TokenRoutes, experts: usize) -> Vec<ObjectIndex> {
+    let object = |l: usize, e: u32| (l * experts + e as usize) as ObjectIndex;
+    token
+        .routes
+        .iter()
+        .enumerate()
+        .flat_map(|(l, route)| route.iter().map(move |&e| object(l, e)))
+        .collect()
+}
+
+/// `token` less the experts that `on_card` says the card computes: what
+/// the RAM tier serves of it.
+fn cpu_share(
+    token: &TokenRoutes,
+    experts: usize,
+    on_card: impl Fn(ObjectIndex) -> bool,
+) -> TokenRoutes {
+    let routes = token
+        .routes
+        .iter()
+        .enumerate()
+        .map(|(l, route)| {
+            let object = |e: u32| (l * experts + e as usize) as ObjectIndex;
+            route
+                .iter()
+                .copied()
+                .filter(|&e| !on_card(object(e)))
+                .collect()
+        })
+        .collect();
+    TokenRoutes {
+        routes,
+        ..token.clone()
+    }
+}
+
+/// What reaches the RAM tier of `tokens` under `vram`'s tier, and the
+/// experts the card computes, as the serving loop's tier decides them
+/// with every copy landing while the token after its upload is served:
+/// an upload takes tens of microseconds of a token's milliseconds, and a
+/// later one leaves its expert on the CPU for a token more than this says.
+fn simulated_card(
+    vram: &VramConfig,
+    sizes: &[u64],
+    layers: Vec<LayerShape>,
+    tokens: &[TokenRoutes],
+    experts: usize,
+) -> Result<(Vec<TokenRoutes>, u64), ReplayError> {
+    let mut residency = vram
+        .residency(sizes.to_vec(), layers)
+        .map_err(ReplayError::Gpu)?;
+    let mut in_flight = Vec::new();
+    let mut on_card = 0;
+    let mut cpu = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        let share = cpu_share(token, experts, |o| residency.on_device(o));
+        let count = |t: &TokenRoutes| t.routes.iter().map(Vec::len).sum::<usize>() as u64;
+        on_card += count(token) - count(&share);
+        cpu.push(share);
+        for o in in_flight.drain(..) {
+            // An expert evicted in flight is freed on landing; either way
+            // the residency keeps the account.
+            residency.landed(o);
+        }
+        in_flight = residency
+            .after_token(&routed_objects(token, experts))
+            .uploads;
+    }
+    Ok((cpu, on_card))
 }
 
 /// What serving the tokens measured: time, per-token latencies, the
@@ -1227,5 +1316,40 @@ mod tests {
         // = [3, 0]; next = [3.5, 0.5], scaled by 3.5: [1, 1/7].
         let next = combine(&[0.5, 0.5], &[vec![1000.0, 0.0, 2000.0]]);
         assert!((next[0] - 1.0).abs() < 1e-6 && (next[1] - 0.5 / 3.5).abs() < 1e-6);
+    }
+
+    #[test]
+    fn the_simulated_card_computes_what_has_landed_and_the_ram_tier_the_rest() {
+        // One layer of 4 experts of 10 bytes, a card of 20 bytes under
+        // LRU, the allowance never binding. By hand, copies landing a
+        // token after they are sent:
+        // t0 {0,1}: card empty, both to the CPU; 0 and 1 go up.
+        // t1 {0,2}: 0 and 1 land only now: both to the CPU; 2 evicts 1
+        //           (0 is more recent) and goes up.
+        // t2 {0,1}: 0 on the card, 1 to the CPU; 2 lands; 1 evicts 2.
+        // t3 {0,1}: 0 on the card, 1 still in flight: to the CPU.
+        let vram = VramConfig {
+            budget_bytes: 20,
+            policy: PolicyKind::Lru,
+            allowance_bytes_per_token: 1 << 20,
+            halve_every_ticks: 1 << 20,
+            dynamic: None,
+        };
+        let token = |route: Vec<u32>| TokenRoutes {
+            seq: "s".into(),
+            pos: 0,
+            category: None,
+            routes: vec![route],
+        };
+        let tokens = [
+            token(vec![0, 1]),
+            token(vec![0, 2]),
+            token(vec![0, 1]),
+            token(vec![0, 1]),
+        ];
+        let (cpu, on_card) = simulated_card(&vram, &[10; 4], Vec::new(), &tokens, 4).unwrap();
+        let routes: Vec<&Vec<u32>> = cpu.iter().map(|t| &t.routes[0]).collect();
+        assert_eq!(routes, [&vec![0, 1], &vec![0, 2], &vec![1], &vec![1]]);
+        assert_eq!(on_card, 2);
     }
 }
