@@ -8,8 +8,10 @@
 //! experts have copies is [`VramResidency`]'s decision. It is fed each
 //! token's routes after the token. Its uploads run on a thread of their
 //! own, through the CUDA tier's own uploader (`gpu::cuda`: a stream,
-//! pinned staging buffers, a memory pool), from the store's host bytes, so
-//! a promotion never stalls a token. An expert is computed on the card only
+//! pinned staging buffers, a memory pool), from the RAM tier's bytes, so
+//! a promotion never stalls a token. An expert that has left RAM is not
+//! read from the drive for its copy: its upload is skipped until the CPU
+//! loads it again. An expert is computed on the card only
 //! once its copy has landed.
 //!
 //! The card's sums run in another order than the CPU's, so its outputs
@@ -236,16 +238,22 @@ impl<'k> GpuTier<'k> {
     }
 
     /// After a token: copies that landed are kept (or freed, if evicted in
-    /// flight), the token's routes go to the residency, its frees happen,
-    /// and its uploads are returned for the uploader.
+    /// flight; `None`: skipped, its host copy gone from RAM), the token's
+    /// routes go to the residency, its frees happen, and its uploads are
+    /// returned for the uploader.
     pub fn after_token(
         &mut self,
         routes: &[ObjectIndex],
-        landed: impl IntoIterator<Item = (ObjectIndex, Arc<dyn DeviceBuffer>)>,
+        landed: impl IntoIterator<Item = (ObjectIndex, Option<Arc<dyn DeviceBuffer>>)>,
     ) -> Vec<ObjectIndex> {
         for (o, copy) in landed {
-            if !self.residency.landed(o) {
-                self.copies[o as usize] = Some(copy);
+            match copy {
+                None => self.residency.skipped(o),
+                Some(copy) => {
+                    if !self.residency.landed(o) {
+                        self.copies[o as usize] = Some(copy);
+                    }
+                }
             }
         }
         let moves = self.residency.after_token(routes);

@@ -933,16 +933,21 @@ fn serve_replanning(
             }
             Ok::<_, StoreError>(())
         });
-        // The card's copies come from the store's host bytes, read from the
-        // drive first where the RAM tier does not hold them.
+        // The card's copies come from the RAM tier's bytes, never from the
+        // drive: an expert that left RAM is skipped (its read would
+        // compete with the tokens' misses, and its lease would count as a
+        // request of the RAM tier).
         let uploader = with_tier.then(|| {
             scope.spawn(move || {
                 let card = Uploader::open().map_err(ReplayError::Gpu)?;
                 for o in uploads {
-                    let lease = store.acquire(o)?;
-                    let bytes = lease.host().expect("replay keeps experts in host memory");
-                    let copy = card.upload(bytes).map_err(ReplayError::Gpu)?;
-                    drop(lease);
+                    let copy = match store.lease_for_copy(o)? {
+                        Some(lease) => {
+                            let bytes = lease.host().expect("replay keeps experts in host memory");
+                            Some(card.upload(bytes).map_err(ReplayError::Gpu)?)
+                        }
+                        None => None,
+                    };
                     if landed_sender.send((o, copy)).is_err() {
                         break;
                     }
@@ -1066,6 +1071,8 @@ fn cpu_share(
 /// with every copy landing while the token after its upload is served:
 /// an upload takes tens of microseconds of a token's milliseconds, and a
 /// later one leaves its expert on the CPU for a token more than this says.
+/// The run also skips the upload of an expert that has left RAM; the card
+/// here decides apart from the RAM tier and does not see those.
 fn simulated_card(
     vram: &VramConfig,
     sizes: &[u64],

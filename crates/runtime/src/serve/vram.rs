@@ -12,7 +12,9 @@
 //! computed, so nothing a token uses is freed under it. Copies follow in the
 //! background, at most `allowance_bytes_per_token` a token on average, so
 //! a promotion never stalls a token: an expert the policy admitted is
-//! computed on the CPU until its copy has landed.
+//! computed on the CPU until its copy has landed. Copies come from RAM:
+//! one whose host copy has gone is skipped, and the expert goes up the
+//! next time it is routed.
 //!
 //! This module owns the decisions (what to upload, what to free, and when)
 //! and the bytes the device holds. It never lets them pass the budget. An
@@ -38,6 +40,10 @@ enum CopyState {
     OnDevice,
     /// Evicted while uploading: freed when it lands.
     Doomed,
+    /// Admitted, but its upload was skipped: its host copy had left RAM
+    /// (the card's copies come from RAM, never from the drive). Queued
+    /// again the next time it is routed, when the CPU has just loaded it.
+    Skipped,
 }
 
 /// What the caller does between tokens.
@@ -206,6 +212,10 @@ impl VramResidency {
             self.evicted.clear();
             let outcome = self.caches[k].policy.access(&request, &mut self.evicted);
             self.evict_all(first, &mut moves.frees);
+            if outcome == Outcome::Hit && self.copies[o as usize] == CopyState::Skipped {
+                self.copies[o as usize] = CopyState::Queued;
+                self.queue.push_back(o);
+            }
             if outcome == Outcome::Admitted {
                 if self.copies[o as usize] == CopyState::Doomed {
                     // Evicted in flight and wanted again: the copy on its
@@ -255,6 +265,18 @@ impl VramResidency {
         }
     }
 
+    /// `o`'s upload did not happen: its host copy had left RAM. Its bytes
+    /// leave the device's account; it goes up once it is routed again.
+    pub fn skipped(&mut self, o: ObjectIndex) {
+        let size = self.sizes_bytes[o as usize];
+        self.copies[o as usize] = match self.copies[o as usize] {
+            CopyState::Uploading => CopyState::Skipped,
+            CopyState::Doomed => CopyState::None,
+            state => panic!("expert {o} skipped in state {state:?}: a caller bug"),
+        };
+        self.device_bytes -= size;
+    }
+
     /// `dynamic`: when a pass of the allocator moves budgets, every cache
     /// that shrinks does so (evicting) before any grows, so their budgets
     /// never sum above the tier's.
@@ -301,7 +323,7 @@ impl VramResidency {
                 CopyState::None
             }
             CopyState::Uploading | CopyState::Doomed => CopyState::Doomed,
-            CopyState::None => CopyState::None,
+            CopyState::None | CopyState::Skipped => CopyState::None,
         };
     }
 }
@@ -349,7 +371,8 @@ mod tests {
         }
     }
 
-    /// Copies in flight, each landing 0-3 tokens after it started.
+    /// Copies in flight, each landing (or skipped) 0-3 tokens after it
+    /// started.
     #[derive(Default)]
     struct Flights(Vec<(u64, ObjectIndex)>);
 
@@ -370,7 +393,12 @@ mod tests {
                 if due > now {
                     return true;
                 }
-                t.landed(o);
+                // One in eight skipped: its host copy had left RAM.
+                if rng.next_u64().is_multiple_of(8) {
+                    t.skipped(o);
+                } else {
+                    t.landed(o);
+                }
                 false
             });
         }
@@ -405,6 +433,38 @@ mod tests {
         land_all(&mut t, &moves);
         assert!(t.on_device(2));
         assert_eq!(t.device_bytes(), 2);
+    }
+
+    #[test]
+    fn a_skipped_upload_frees_its_bytes_and_goes_up_when_routed_again() {
+        // LRU (admits every miss) with room for one unit expert. 0 is
+        // admitted and its upload skipped: nothing on the device, no
+        // bytes counted, no upload the next token either (0 not routed).
+        let mut t =
+            VramResidency::new(PolicyKind::Lru, 1, vec![1; 3], PolicyParams::default(), 1).unwrap();
+        assert_eq!(t.after_token(&[0]).uploads, vec![0]);
+        t.skipped(0);
+        assert!(!t.on_device(0));
+        assert_eq!(t.device_bytes(), 0);
+        assert_eq!(t.after_token(&[]), VramMoves::default());
+        // Routed again (a hit for the policy): queued and uploaded.
+        let moves = t.after_token(&[0]);
+        assert_eq!(moves.uploads, vec![0]);
+        land_all(&mut t, &moves);
+        assert!(t.on_device(0));
+        assert_eq!(t.device_bytes(), 1);
+        // Skipped while evicted in flight: simply gone. 1 evicts 0 (a
+        // landed copy, freed), 2 evicts 1 while 1 is in flight.
+        let moves = t.after_token(&[1]);
+        assert_eq!(moves.frees, vec![0]);
+        assert_eq!(moves.uploads, vec![1]);
+        let moves = t.after_token(&[2]);
+        assert!(moves.uploads.is_empty(), "1's bytes still count: no room");
+        t.skipped(1);
+        assert_eq!(t.device_bytes(), 0);
+        // 2 was queued behind 1's bytes and now goes up; 1, evicted, is
+        // not queued again when routed (a miss the policy admits anew).
+        assert_eq!(t.after_token(&[]).uploads, vec![2]);
     }
 
     #[test]

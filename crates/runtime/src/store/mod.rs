@@ -368,6 +368,27 @@ impl Store {
         Ok(matches!(*slot, Slot::Ready { .. }).then(|| self.lease_ready(o, slot, None)))
     }
 
+    /// Leases `o` when it is resident now, for a copy of its bytes (the
+    /// VRAM tier's uploads): not a request, so no hit is counted and the
+    /// policy is not told. `None` when it is absent or loading; never
+    /// loads, never waits.
+    pub fn lease_for_copy(&self, o: ObjectIndex) -> Result<Option<Lease>, StoreError> {
+        let mut slot = lock(self.slot(o)?);
+        let Slot::Ready {
+            resident, leases, ..
+        } = &mut *slot
+        else {
+            return Ok(None);
+        };
+        *leases += 1;
+        Ok(Some(Lease {
+            slot: Arc::clone(&self.inner.slots[o as usize]),
+            object: o,
+            resident: Arc::clone(resident),
+            published: true,
+        }))
+    }
+
     fn slot(&self, o: ObjectIndex) -> Result<&Arc<Mutex<Slot>>, StoreError> {
         self.inner
             .slots

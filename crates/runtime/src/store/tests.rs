@@ -173,6 +173,29 @@ fn try_acquire_leases_only_what_is_resident() {
     ));
 }
 
+#[test]
+fn a_copy_s_lease_is_not_a_request() {
+    // Objects of 10 in 20 bytes under LRU, 0 then 1 loaded (0 the least
+    // recent). Absent: no lease, no load.
+    let loader = PatternLoader::new(vec![10; 3]);
+    let s = store(&loader, 20, PolicyKind::Lru, &[], Duration::ZERO);
+    assert!(s.lease_for_copy(0).unwrap().is_none());
+    assert_eq!(loader.loads.load(Ordering::SeqCst), 0);
+    s.prefetch(0).unwrap();
+    s.prefetch(1).unwrap();
+    // Resident: its bytes, no hit counted, and LRU not told, so loading
+    // 2 (once the copy's lease is gone) still evicts 0, where a hit
+    // (the test above) would have kept it.
+    let lease = s.lease_for_copy(0).unwrap().expect("0 is resident");
+    assert!(pattern_ok(&lease));
+    assert_eq!(s.state(0), ObjectState::InUse);
+    drop(lease);
+    assert_eq!(s.telemetry().tier_hits, vec![("ram:0".to_string(), 0)]);
+    drop(s.acquire(2).unwrap());
+    assert_eq!(s.state(0), ObjectState::Absent);
+    assert_eq!(s.state(1), ObjectState::Evictable);
+}
+
 /// One RAM place of 40 bytes with a pinned share of 20 (LRU gets 20),
 /// objects of 10, nothing pinned yet.
 fn store_with_pin_share(loader: &Arc<PatternLoader>) -> Store {
