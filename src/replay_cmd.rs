@@ -78,7 +78,7 @@ pub struct ReplayArgs {
     #[arg(long)]
     replan_every_seconds: Option<f64>,
     /// The policy inside each layer of uniform, dynamic-offline and
-    /// dynamic (dynamic: lru, fifo, sieve or s3fifo).
+    /// dynamic (dynamic: lru, fifo, sieve, s3fifo, lfu or lfru).
     #[arg(long, value_parser = named::<PolicyKind>(), default_value = "lru")]
     layer_policy: PolicyKind,
     #[command(flatten)]
@@ -236,8 +236,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let dynamic_vram = args.vram_allocation == VramAllocation::Dynamic;
     if dynamic_vram && !args.vram_policy.resizes() {
         bail!(
-            "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs lru, fifo, sieve or s3fifo inside each layer; give --vram-policy lru",
-            args.vram_policy.name()
+            "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs {} inside each layer; give --vram-policy lfru",
+            args.vram_policy.name(),
+            PolicyKind::resizing_names()
         );
     }
     let vram = match &args.vram_budget {

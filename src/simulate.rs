@@ -54,7 +54,7 @@ pub struct SimulateArgs {
     budget: Vec<Budget>,
     /// How a budget is split across MoE layers: global, uniform, dynamic
     /// (water-filled once on the whole trace), online (re-allocated while
-    /// replaying; lru, fifo, sieve or s3fifo inside each layer);
+    /// replaying; lru, fifo, sieve, s3fifo, lfu or lfru inside each layer);
     /// comma-separated for several.
     #[arg(long, value_delimiter = ',', value_parser = named::<Allocation>(), default_value = "global")]
     allocation: Vec<Allocation>,

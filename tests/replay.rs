@@ -259,14 +259,21 @@ fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
     let o = fx.replay(
         &[
             &arms[..],
-            &["--vram-budget", "25%", "--vram-allocation", "dynamic"],
+            &[
+                "--vram-budget",
+                "25%",
+                "--vram-allocation",
+                "dynamic",
+                "--vram-policy",
+                "arc",
+            ],
         ]
         .concat(),
     );
     assert!(!o.status.success());
     let err = stderr(&o);
     assert!(
-        err.contains("--vram-policy lfru") && err.contains("give --vram-policy lru"),
+        err.contains("--vram-policy arc") && err.contains("give --vram-policy lfru"),
         "{err}"
     );
     assert_eq!(err.trim().lines().count(), 1, "{err}");
@@ -526,8 +533,8 @@ fn bad_replay_input_is_one_line_with_no_output() {
             "online allocation: the period is 0 tokens; give a positive number of tokens",
         ),
         (
-            &["--policy", "lru,dynamic", "--layer-policy", "lfu"],
-            "--layer-policy lfu: per-layer budgets that move need lru, fifo, sieve or s3fifo",
+            &["--policy", "lru,dynamic", "--layer-policy", "arc"],
+            "--layer-policy arc: per-layer budgets that move need lru, fifo, sieve, s3fifo, lfu or lfru",
         ),
     ];
     for (extra, message) in cases {

@@ -182,6 +182,17 @@ impl<K: Copy + PartialOrd + Default> ScoredResidents<K> {
         Outcome::Admitted
     }
 
+    /// Sets the capacity, evicting the smallest keys (pushed to `evicted`)
+    /// until the residents fit it, as a miss would choose its victims.
+    pub fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) {
+        while self.used_bytes > capacity_bytes {
+            let (v, _) = self.heap.pop().expect("used bytes imply a member");
+            self.used_bytes -= self.size_bytes[v as usize];
+            evicted.push(v);
+        }
+        self.capacity_bytes = capacity_bytes;
+    }
+
     /// Forgets a resident (a no-op for a non-resident): it leaves the heap
     /// (O(log n)) and its bytes are freed.
     pub fn remove(&mut self, o: ObjectIndex) {

@@ -42,6 +42,12 @@ impl Policy for Lfru {
         self.0.capacity_bytes()
     }
 
+    /// As `lfu`: the coldest go first. Shrinking evicts without the
+    /// promotion test, which guards admissions, not a smaller budget.
+    fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) -> bool {
+        self.0.resize(capacity_bytes, evicted)
+    }
+
     /// As `lfu`: the object leaves the residents, its heat counter stays.
     fn remove(&mut self, object: ObjectIndex) {
         self.0.remove(object);
@@ -96,5 +102,24 @@ mod tests {
         assert_eq!(r[20], (A, vec![0]));
         assert_eq!(misses(&r), 14);
         assert!(lfru.contains(1) && lfru.contains(3) && lfru.used_bytes() == 10);
+    }
+
+    #[test]
+    fn shrinking_evicts_the_coldest_without_the_promotion_test() {
+        // Room for 3 unit experts: 0 asked 3 times, 1 twice, 2 once (all
+        // admitted into free room). Shrunk to 1: 2 then 1 go (coldest
+        // first), 0 stays. Grown to 3 again: nothing evicted, and 1 fits
+        // into the free room without the test.
+        let mut p = Lfru::new(&setup(3, 3));
+        replay(&mut p, &unit(&[0, 0, 0, 1, 1, 2]));
+        let mut evicted = Vec::new();
+        assert!(p.resize(1, &mut evicted));
+        assert_eq!(evicted, vec![2, 1]);
+        assert!(p.contains(0) && p.used_bytes() == 1 && p.capacity_bytes() == 1);
+        evicted.clear();
+        assert!(p.resize(3, &mut evicted));
+        assert!(evicted.is_empty());
+        assert_eq!(misses(&replay(&mut p, &unit(&[1]))), 1);
+        assert!(p.contains(1) && p.used_bytes() == 2);
     }
 }

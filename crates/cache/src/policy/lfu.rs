@@ -59,6 +59,13 @@ impl Policy for Lfu {
 
     resident_accessors!();
 
+    /// The least frequent go first (ties to the least recent), as a
+    /// miss's victims do.
+    fn resize(&mut self, capacity_bytes: u64, evicted: &mut Vec<ObjectIndex>) -> bool {
+        self.residents.resize(capacity_bytes, evicted);
+        true
+    }
+
     /// The object leaves the resident heap. Its decayed count stays (and
     /// keeps decaying): counts are per object, resident or not, so a later
     /// request finds it as if the object had been evicted.

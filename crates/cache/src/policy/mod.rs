@@ -153,6 +153,16 @@ residency_core::named! {
     }
 }
 
+/// See [`PolicyKind::resizes`].
+const RESIZING: [PolicyKind; 6] = [
+    PolicyKind::Lru,
+    PolicyKind::Fifo,
+    PolicyKind::Sieve,
+    PolicyKind::S3Fifo,
+    PolicyKind::Lfu,
+    PolicyKind::Lfru,
+];
+
 impl PolicyKind {
     /// Policies that use what was learned on training data
     /// ([`Knowledge::prior_rate`] or [`Knowledge::pinned`]); the held-out
@@ -165,13 +175,18 @@ impl PolicyKind {
     }
 
     /// Policies whose capacity can move while serving ([`Policy::resize`]):
-    /// those whose residents are one or more FIFO or recency lists, so that
-    /// shrinking is evicting from the tail as a miss would.
+    /// those whose residents are one or more FIFO or recency lists, or a
+    /// heap of counts, so that shrinking evicts the next victims a miss
+    /// would.
     pub fn resizes(self) -> bool {
-        matches!(
-            self,
-            PolicyKind::Lru | PolicyKind::Fifo | PolicyKind::Sieve | PolicyKind::S3Fifo
-        )
+        RESIZING.contains(&self)
+    }
+
+    /// The policies that resize, for messages: "lru, fifo, ... or lfru".
+    pub fn resizing_names() -> String {
+        let names: Vec<&str> = RESIZING.iter().map(|p| p.name()).collect();
+        let (last, rest) = names.split_last().expect("some policies resize");
+        format!("{} or {last}", rest.join(", "))
     }
 
     /// Policies whose decisions depend on the miss costs, so that felt wait

@@ -198,8 +198,9 @@ impl Simulator {
         }
         if !arm.policy.resizes() {
             return Err(SimError::Invalid(format!(
-                "policy `{}` cannot change its capacity while serving; the online allocation runs lru, fifo, sieve or s3fifo inside each layer",
-                arm.policy
+                "policy `{}` cannot change its capacity while serving; the online allocation runs {} inside each layer",
+                arm.policy,
+                PolicyKind::resizing_names()
             )));
         }
         let layers = self.eval.layers();

@@ -269,7 +269,7 @@ pub enum ReplayError {
     Online(#[from] OnlineError),
     #[error(transparent)]
     Sim(#[from] SimError),
-    #[error("--layer-policy {0}: per-layer budgets that move need lru, fifo, sieve or s3fifo inside each layer")]
+    #[error("--layer-policy {0}: per-layer budgets that move need {resizing} inside each layer", resizing = PolicyKind::resizing_names())]
     LayerPolicy(PolicyKind),
     #[error("the VRAM tier: {0}")]
     Gpu(String),

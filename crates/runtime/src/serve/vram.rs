@@ -126,8 +126,9 @@ impl VramResidency {
     ) -> Result<VramResidency, String> {
         if !policy.resizes() {
             return Err(format!(
-                "--vram-policy {}: per-layer budgets that move need lru, fifo, sieve or s3fifo inside each layer",
-                policy.name()
+                "--vram-policy {}: per-layer budgets that move need {} inside each layer",
+                policy.name(),
+                PolicyKind::resizing_names()
             ));
         }
         let experts = layers.first().map_or(0, |l| l.experts);
@@ -615,7 +616,7 @@ mod tests {
     #[test]
     fn dynamic_needs_a_policy_that_resizes() {
         let e = VramResidency::per_layer(
-            PolicyKind::Lfru,
+            PolicyKind::Arc,
             8,
             vec![1; 16],
             vec![UNIT_LAYER; 2],
@@ -626,7 +627,7 @@ mod tests {
         .err()
         .unwrap();
         assert!(
-            e.contains("--vram-policy lfru") && e.contains("lru, fifo"),
+            e.contains("--vram-policy arc") && e.contains("lru, fifo, sieve, s3fifo, lfu or lfru"),
             "{e}"
         );
     }

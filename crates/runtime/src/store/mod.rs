@@ -124,7 +124,7 @@ pub enum StoreError {
     },
     #[error("{given} capacities for {places} places; give one per place")]
     Capacities { given: usize, places: usize },
-    #[error("place {place}: policy `{policy}` cannot change its capacity while serving; give that place lru, fifo, sieve or s3fifo")]
+    #[error("place {place}: policy `{policy}` cannot change its capacity while serving; give that place {}", PolicyKind::resizing_names())]
     CannotResize { place: String, policy: PolicyKind },
     #[error("the places of tier {tier} would hold {bytes} bytes, more than its {capacity_bytes}; give capacities that sum to at most the tier's")]
     OverTier {

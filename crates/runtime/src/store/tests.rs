@@ -622,9 +622,9 @@ fn shrinking_a_place_evicts_its_coldest_and_bad_capacities_change_nothing() {
     assert_eq!(used(&s, "layer:1"), 60);
     assert!((8..14).all(|o| s.state(o) == Evictable));
     // A policy that cannot resize is refused before anything moves.
-    let s = layered_store(&loader, PolicyKind::Lfu);
+    let s = layered_store(&loader, PolicyKind::Arc);
     let e = s.set_capacities(&[30, 50]).unwrap_err().to_string();
-    assert!(e.contains("`lfu` cannot change its capacity"), "{e}");
+    assert!(e.contains("`arc` cannot change its capacity"), "{e}");
 }
 
 /// Serves a drift through `layered_store` with the online allocator

@@ -53,6 +53,8 @@ fn online_budgets_never_exceed_the_budget_while_they_move() {
         PolicyKind::Fifo,
         PolicyKind::Sieve,
         PolicyKind::S3Fifo,
+        PolicyKind::Lfu,
+        PolicyKind::Lfru,
     ] {
         let shapes = (0..2)
             .map(|l| LayerShape {
@@ -151,13 +153,13 @@ fn online_refuses_a_policy_that_cannot_resize() {
         SimOptions::default(),
     );
     let arm = Arm {
-        policy: PolicyKind::Lfu,
+        policy: PolicyKind::Arc,
         allocation: Allocation::Online,
         budget_bytes: 12,
     };
     let e = sim.run(arm, &[1.0, 1.0]).unwrap_err().to_string();
     assert!(
-        e.contains("`lfu` cannot change its capacity") && !e.contains('\n'),
+        e.contains("`arc` cannot change its capacity") && !e.contains('\n'),
         "{e}"
     );
 }
