@@ -26,7 +26,10 @@
 #     vramcmp TRACE VRAM ROUNDS   the card's arms at each --vram-budget, RAM by
 #                                 lru at 25 %: lfru (Colibri's rule), lru, and
 #                                 lru in per-layer budgets that move (dynamic),
-#                                 one run each a round, in turn (A B C C B A)
+#                                 one run each a round, in turn (A B C C B A);
+#                                 VRAM_ARMS="lfru dynamic-lfru ..." picks them
+#                                 (dynamic-lfru: lfru in per-layer budgets),
+#                                 TOKENS and REPLAY_ARGS (--per-category) too
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
 # to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
@@ -119,13 +122,15 @@ vram_compare() { # trace vram-budgets rounds
   [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
   [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4
   [ -f $O/vramcmp/profile.yaml ] || CALSEC=20 cal $B $O/vramcmp/profile.yaml /tmp/ds4
-  local arms="lfru lru dynamic"
+  local arms=${VRAM_ARMS:-"lfru lru dynamic"}
   for r in $(seq 1 $3); do
     for v in ${2//,/ }; do
       for a in $arms; do
-        local flag="--vram-policy $a"; [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
-        run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens 48 \
-          --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 \
+        local flag="--vram-policy $a"
+        [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
+        [ $a = dynamic-lfru ] && flag="--vram-policy lfru --vram-allocation dynamic"
+        run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens ${TOKENS:-48} \
+          --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 ${REPLAY_ARGS:-} \
           --vram-budget $v $flag --json $O/vramcmp/${v%\%}-$a-r$r.json
         grep -E "^  lru " $O/cmd.log | tail -2 | sed "s/^/$v $a r$r/" | tee -a $O/log.txt
       done
