@@ -48,14 +48,7 @@ fn online_budgets_never_exceed_the_budget_while_they_move() {
     // capacities sum to at most 16, and every cache holds at most its
     // capacity.
     let stream = drift(200, 1);
-    for kind in [
-        PolicyKind::Lru,
-        PolicyKind::Fifo,
-        PolicyKind::Sieve,
-        PolicyKind::S3Fifo,
-        PolicyKind::Lfu,
-        PolicyKind::Lfru,
-    ] {
+    for kind in PolicyKind::ALL.into_iter().filter(|k| k.resizes()) {
         let shapes = (0..2)
             .map(|l| LayerShape {
                 slot_bytes: 2 - l as u64,
