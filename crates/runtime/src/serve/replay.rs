@@ -786,7 +786,7 @@ impl ArmStore {
                 heat.report_route(l, route)
                     .expect("routes were checked against the checkpoint");
                 for &e in route {
-                    drop(store.acquire((l * experts + e as usize) as ObjectIndex)?);
+                    drop(store.acquire(object_of(l, e, experts))?);
                 }
             }
             if let Some(r) = reallocator.as_deref_mut() {
@@ -1029,14 +1029,19 @@ fn serve_replanning(
     })
 }
 
+/// The store's object of expert `e` of MoE layer `l`, in a checkpoint of
+/// `experts` a layer.
+fn object_of(l: usize, e: u32, experts: usize) -> ObjectIndex {
+    (l * experts + e as usize) as ObjectIndex
+}
+
 /// Every expert `token` routes, as objects (layer by layer).
 fn routed_objects(token: &TokenRoutes, experts: usize) -> Vec<ObjectIndex> {
-    let object = |l: usize, e: u32| (l * experts + e as usize) as ObjectIndex;
     token
         .routes
         .iter()
         .enumerate()
-        .flat_map(|(l, route)| route.iter().map(move |&e| object(l, e)))
+        .flat_map(|(l, route)| route.iter().map(move |&e| object_of(l, e, experts)))
         .collect()
 }
 
@@ -1052,11 +1057,10 @@ fn cpu_share(
         .iter()
         .enumerate()
         .map(|(l, route)| {
-            let object = |e: u32| (l * experts + e as usize) as ObjectIndex;
             route
                 .iter()
                 .copied()
-                .filter(|&e| !on_card(object(e)))
+                .filter(|&e| !on_card(object_of(l, e, experts)))
                 .collect()
         })
         .collect();
@@ -1201,10 +1205,8 @@ fn serve(
     for (t, token) in tokens.iter().enumerate() {
         let token_started = Instant::now();
         for (l, route) in token.routes.iter().enumerate() {
-            let objects: Vec<ObjectIndex> = route
-                .iter()
-                .map(|&e| (l * experts + e as usize) as ObjectIndex)
-                .collect();
+            let objects: Vec<ObjectIndex> =
+                route.iter().map(|&e| object_of(l, e, experts)).collect();
             let (outputs, waited) = serve_layer(&objects, &x)?;
             waits += waited;
             x = combine(&x, &outputs);
