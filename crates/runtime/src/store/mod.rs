@@ -381,12 +381,7 @@ impl Store {
             return Ok(None);
         };
         *leases += 1;
-        Ok(Some(Lease {
-            slot: Arc::clone(&self.inner.slots[o as usize]),
-            object: o,
-            resident: Arc::clone(resident),
-            published: true,
-        }))
+        Ok(Some(self.published_lease(o, Arc::clone(resident))))
     }
 
     fn slot(&self, o: ObjectIndex) -> Result<&Arc<Mutex<Slot>>, StoreError> {
@@ -827,6 +822,12 @@ impl Store {
             counters.add_seconds(&counters.felt_wait_nanos, started.elapsed());
         }
         counters.logical_bytes.add(resident.bytes.len() as u64);
+        self.published_lease(o, resident)
+    }
+
+    /// A lease on `o`'s published slot, whose lease count the caller has
+    /// already raised.
+    fn published_lease(&self, o: ObjectIndex, resident: Arc<Resident>) -> Lease {
         Lease {
             slot: Arc::clone(&self.inner.slots[o as usize]),
             object: o,
