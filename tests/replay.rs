@@ -671,6 +671,41 @@ fn auto_pins_nothing_where_recency_wins() {
     );
 }
 
+/// A seeded arm is simulated after its seed tokens, as the store serves
+/// it. Categories a and b route experts 0 and 1 every token, c routes 4
+/// and 5; two slots of RAM. By hand, LRU replaying b then c: cold, it
+/// misses 0 and 1 on b's first token and 4 and 5 on c's (4 misses); seeded
+/// with a's last 5 tokens, 0 and 1 are resident and only c's two miss (2).
+/// The seeded felt wait is c's first token's; the cold one adds b's
+/// first token's, which waits as long, less what the compute before c's
+/// hides: about half (each process measures its own compute rate, which
+/// prices that small part).
+#[test]
+fn a_seeded_arm_is_simulated_after_its_seed() {
+    let fixture = one_layer(|k, _| if k == 2 { vec![4, 5] } else { vec![0, 1] });
+    let lru_with = |seed: &str| {
+        let (_, doc) = fixture.report(
+            &format!("seed-{seed}.json"),
+            &[
+                &TWO_EXPERTS[..2],
+                &["--train-categories", "a", "--policy", "lru"],
+                &["--seed-tokens", seed],
+            ]
+            .concat(),
+        );
+        arm(&doc, "lru")
+    };
+    let (cold, seeded) = (lru_with("0"), lru_with("5"));
+    assert_eq!(cold["misses"], 4, "{cold}");
+    assert_eq!(cold["simulated"]["misses"], 4, "{cold}");
+    assert_eq!(seeded["misses"], 2, "{seeded}");
+    assert_eq!(seeded["simulated"]["misses"], 2, "{seeded}");
+    let felt = |r: &Value| r["simulated"]["felt_wait_seconds"].as_f64().unwrap();
+    assert!(felt(&seeded) > 0.0, "{seeded}");
+    let half = felt(&seeded) / felt(&cold);
+    assert!((0.45..0.55).contains(&half), "{seeded} {cold}");
+}
+
 /// Every category routes expert 0 and two cold experts of its own a token
 /// (a: 1-5, b: 6-10, c: 11-15, cycling): a hot expert all share, which the
 /// cold ones evict from an LRU, so pinning it pays.

@@ -101,6 +101,10 @@ pub fn available(kernel: &ExpertKernel) -> Result<(), String> {
 const BF16: &str =
     "the checkpoint's experts are BF16, and the GPU kernels run int4 and int8; generate it with `--dtype int4`";
 
+/// An upload's outcome: the expert, and its copy on the card (`None`: its
+/// upload was skipped, its host copy gone from RAM).
+pub type Landed = (ObjectIndex, Option<Arc<dyn DeviceBuffer>>);
+
 /// One CUDA device computing a layer's resident experts, and their copies.
 pub struct GpuTier<'k> {
     device: CudaGemv,
@@ -237,15 +241,25 @@ impl<'k> GpuTier<'k> {
         Ok(())
     }
 
-    /// After a token: copies that landed are kept (or freed, if evicted in
-    /// flight; `None`: skipped, its host copy gone from RAM), the token's
-    /// routes go to the residency, its frees happen, and its uploads are
-    /// returned for the uploader.
+    /// After a token: copies that landed are kept ([`GpuTier::land`]), the
+    /// token's routes go to the residency, its frees happen, and its
+    /// uploads are returned for the uploader.
     pub fn after_token(
         &mut self,
         routes: &[ObjectIndex],
-        landed: impl IntoIterator<Item = (ObjectIndex, Option<Arc<dyn DeviceBuffer>>)>,
+        landed: impl IntoIterator<Item = Landed>,
     ) -> Vec<ObjectIndex> {
+        self.land(landed);
+        let moves = self.residency.after_token(routes);
+        for o in moves.frees {
+            self.copies[o as usize] = None;
+        }
+        moves.uploads
+    }
+
+    /// Copies that landed are kept, or freed if evicted in flight; `None`:
+    /// skipped, its host copy gone from RAM.
+    pub fn land(&mut self, landed: impl IntoIterator<Item = Landed>) {
         for (o, copy) in landed {
             match copy {
                 None => self.residency.skipped(o),
@@ -256,11 +270,6 @@ impl<'k> GpuTier<'k> {
                 }
             }
         }
-        let moves = self.residency.after_token(routes);
-        for o in moves.frees {
-            self.copies[o as usize] = None;
-        }
-        moves.uploads
     }
 }
 

@@ -18,11 +18,13 @@
 //! identical for every placement policy.
 
 use super::compute::{start_activation, ExpertKernel, LayerInput};
-use super::gpu_tier::{GpuTier, Uploader, VramConfig};
+use super::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
 use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
+use super::vram::VramResidency;
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
 use crate::checkpoint::Checkpoint;
+use crate::gpu::DeviceBuffer;
 use crate::identity::ObjectKey;
 use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageError};
 use crate::store::{
@@ -345,18 +347,22 @@ pub fn replay(
         .collect();
     let experts = checkpoint.config.experts;
     // With a VRAM tier the simulator sees what reaches the RAM tier: the
-    // tokens less the experts the card computes.
+    // tokens (and the seed) less the experts the card computes.
     let simulated = config
         .policies
         .iter()
         .any(|&p| simulated_allocation(config, p).is_some());
-    let (sim_tokens, sim_gpu_experts) = match &config.vram {
+    let (sim_seed, sim_tokens, sim_gpu_experts) = match &config.vram {
         Some(vram) if simulated => {
             let layers = layer_shapes(config, &sizes, experts, tokens);
-            let (cpu, on_card) = simulated_card(vram, &sizes, layers, tokens, experts)?;
-            (Cow::Owned(cpu), on_card)
+            let card = simulated_card(vram, &sizes, layers, (&config.seed, tokens), experts)?;
+            (Cow::Owned(card.seed), Cow::Owned(card.tokens), card.on_card)
         }
-        _ => (Cow::Borrowed(tokens), 0),
+        _ => (Cow::Borrowed(&config.seed[..]), Cow::Borrowed(tokens), 0),
+    };
+    let run_simulator = |rates| {
+        let tokens = (&sim_seed[..], &sim_tokens[..]);
+        RunSimulator::new(config, rates, &sizes, tokens, train_counts, experts)
     };
     // One simulator for every arm (its per-layer curves are shared), made
     // only when an arm has a prediction.
@@ -366,11 +372,8 @@ pub fn replay(
         predicted.push(match simulated_allocation(config, policy) {
             None => None,
             Some(allocation) => {
-                let sim = sim.get_or_insert_with(|| {
-                    let counts = Some(train_counts);
-                    simulator(config, config.rates(), &sizes, &sim_tokens, counts, experts)
-                });
-                Some((allocation, simulate_arm(sim, config, policy, allocation)?))
+                let sim = sim.get_or_insert_with(|| run_simulator(config.rates()));
+                Some((allocation, sim.arm(config, policy, allocation)?))
             }
         });
     }
@@ -410,17 +413,10 @@ pub fn replay(
             .filter(|(r, _)| r.compute_bytes_per_s > 0.0)
             .map(|(r, _)| r.compute_bytes_per_s)
             .collect();
-        let counts = Some(train_counts);
         let at_run = |read_seconds: f64, compute_bytes_per_s: f64| {
-            let mut sim = simulator(
-                config,
-                (read_seconds, compute_bytes_per_s),
-                &sizes,
-                &sim_tokens,
-                counts,
-                experts,
-            );
-            simulate_arm(&mut sim, config, policy, allocation).map(|(_, felt)| felt)
+            run_simulator((read_seconds, compute_bytes_per_s))
+                .arm(config, policy, allocation)
+                .map(|(_, felt)| felt)
         };
         let (at_run_reads, at_run_rates) = match median(per_miss) {
             Some(read_seconds) => (
@@ -451,14 +447,17 @@ pub fn replay(
 /// per-layer arms as their allocation (`uniform`, offline `dynamic`,
 /// `online`) under the layer policy. None for `replan`, which re-plans
 /// from live heat while serving (the simulator's pins are static), for
-/// `resident` (no store), and for runs that do not start cold (`warm`, or
-/// seed tokens served first: the simulator's seeded start is the training
-/// knapsack, not the store's state after those tokens). With a VRAM tier
-/// the arm is simulated on what reaches the RAM tier ([`simulated_card`]).
+/// `resident` (no store), for `warm` runs (every expert loaded first),
+/// and for offline `dynamic` after seed tokens (the run water-fills on
+/// the replayed tokens alone, the simulator would on the seed too). A
+/// seeded arm is simulated after its seed tokens ([`RunSimulator`]); with
+/// a VRAM tier, on what reaches the RAM tier ([`simulated_card`]).
 fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Allocation> {
+    let seeded = !config.seed.is_empty();
     match policy {
         ServePolicy::Replan | ServePolicy::Resident => None,
-        _ if config.warm || !config.seed.is_empty() => None,
+        _ if config.warm => None,
+        ServePolicy::DynamicOffline if seeded => None,
         ServePolicy::Uniform => Some(Allocation::Uniform),
         ServePolicy::DynamicOffline => Some(Allocation::Dynamic),
         ServePolicy::Dynamic => Some(Allocation::Online),
@@ -492,16 +491,59 @@ fn simulate_arm(
     Ok((run.stats.misses, run.felt_wait_seconds))
 }
 
+/// The simulator of a run's tokens started as the run starts: cold, or
+/// after its seed tokens. A seeded arm's misses and felt wait are those of
+/// the seed and the tokens less those of the seed alone: a policy's state
+/// after the seed is the same in both replays, and both sums add up token
+/// by token.
+struct RunSimulator {
+    seed_and_tokens: Simulator,
+    seed: Option<Simulator>,
+}
+
+impl RunSimulator {
+    fn new(
+        config: &ReplayConfig,
+        rates: (f64, f64),
+        sizes: &[u64],
+        (seed, tokens): (&[TokenRoutes], &[TokenRoutes]),
+        train_counts: &[u64],
+        experts: usize,
+    ) -> RunSimulator {
+        let counts = Some(train_counts);
+        let sim = |tokens| simulator(config, rates, sizes, tokens, counts, experts);
+        RunSimulator {
+            seed_and_tokens: sim(seed.iter().chain(tokens)),
+            seed: (!seed.is_empty()).then(|| sim(seed.iter().chain(&[]))),
+        }
+    }
+
+    /// `policy`'s misses and felt wait on the tokens, under `allocation`.
+    fn arm(
+        &mut self,
+        config: &ReplayConfig,
+        policy: ServePolicy,
+        allocation: Allocation,
+    ) -> Result<(u64, f64), ReplayError> {
+        let (misses, felt) = simulate_arm(&mut self.seed_and_tokens, config, policy, allocation)?;
+        let Some(seed) = self.seed.as_mut() else {
+            return Ok((misses, felt));
+        };
+        let (seed_misses, seed_felt) = simulate_arm(seed, config, policy, allocation)?;
+        Ok((misses - seed_misses, felt - seed_felt))
+    }
+}
+
 /// A simulator of `tokens` over the checkpoint's experts (`sizes`, every
 /// layer's `experts` in turn), each miss read in `miss_seconds`, each hit
 /// computed at `compute_bytes_per_s`, `online` as the replay's;
 /// `train_counts` is its learning policies' prior, `None` the tokens' own
 /// counts (in hindsight).
-fn simulator(
+fn simulator<'t>(
     config: &ReplayConfig,
     (miss_seconds, compute_bytes_per_s): (f64, f64),
     sizes: &[u64],
-    tokens: &[TokenRoutes],
+    tokens: impl IntoIterator<Item = &'t TokenRoutes>,
     train_counts: Option<&[u64]>,
     experts: usize,
 ) -> Simulator {
@@ -571,8 +613,24 @@ fn run_arm(
     let mut reallocator = (policy == ServePolicy::Dynamic)
         .then(|| Reallocator::new(config, &sizes, experts, tokens))
         .transpose()?;
+    let widest_route = tokens
+        .iter()
+        .chain(&config.seed)
+        .flat_map(|t| &t.routes)
+        .map(Vec::len)
+        .max()
+        .unwrap_or(0);
+    let mut tier = match &config.vram {
+        Some(vram) => {
+            let layers = layer_shapes(config, &sizes, experts, tokens);
+            let card = GpuTier::open(vram, kernel, sizes.clone(), layers, widest_route);
+            Some(card.map_err(ReplayError::Gpu)?)
+        }
+        None => None,
+    };
     let started = Instant::now();
-    arm.warm_and_seed(config, &mut heat, experts, reallocator.as_mut())?;
+    let movers = (reallocator.as_mut(), tier.as_mut());
+    arm.warm_and_seed(config, &mut heat, experts, movers)?;
     let startup_seconds = started.elapsed().as_secs_f64();
     let store = &arm.store;
     let startup = store.telemetry();
@@ -586,20 +644,6 @@ fn run_arm(
             &arm.pins,
         )
     });
-    let widest_route = tokens
-        .iter()
-        .flat_map(|t| &t.routes)
-        .map(Vec::len)
-        .max()
-        .unwrap_or(0);
-    let tier = match &config.vram {
-        Some(vram) => {
-            let layers = layer_shapes(config, &sizes, experts, tokens);
-            let card = GpuTier::open(vram, kernel, sizes.clone(), layers, widest_route);
-            Some(card.map_err(ReplayError::Gpu)?)
-        }
-        None => None,
-    };
     let movers = Movers {
         replanner,
         reallocator,
@@ -770,7 +814,7 @@ impl ArmStore {
         config: &ReplayConfig,
         heat: &mut LiveHeat,
         experts: usize,
-        mut reallocator: Option<&mut Reallocator>,
+        (mut reallocator, mut card): (Option<&mut Reallocator>, Option<&mut GpuTier>),
     ) -> Result<(), ReplayError> {
         let store = &self.store;
         store.load_all(&self.pins, 8, &|_| {})?;
@@ -780,9 +824,19 @@ impl ArmStore {
         }
         // Seeding serves the tokens that came before, untimed, so every arm
         // starts in the state its own policy would have reached (the paired
-        // arms of design §6, seeded rather than cold).
+        // arms of design §6, seeded rather than cold). The card is seeded
+        // as it serves: the RAM tier sees each token less the experts with
+        // copies, and a token's uploads land before the next token is
+        // served (as `simulated_card` has them); the last token's land
+        // before the clock starts.
+        let uploader = match &card {
+            Some(_) if !config.seed.is_empty() => Some(Uploader::open().map_err(ReplayError::Gpu)?),
+            _ => None,
+        };
+        let mut uploads = Vec::new();
         for token in &config.seed {
-            for (l, route) in token.routes.iter().enumerate() {
+            let ram_share = ram_share(token, experts, card.as_deref());
+            for (l, route) in ram_share.routes.iter().enumerate() {
                 heat.report_route(l, route)
                     .expect("routes were checked against the checkpoint");
                 for &e in route {
@@ -790,8 +844,15 @@ impl ArmStore {
                 }
             }
             if let Some(r) = reallocator.as_deref_mut() {
-                r.after_token(store, token)?;
+                r.after_token(store, &ram_share)?;
             }
+            if let (Some(card), Some(uploader)) = (card.as_deref_mut(), &uploader) {
+                let landed = copies_from_ram(store, uploader, uploads.drain(..))?;
+                uploads = card.after_token(&routed_objects(token, experts), landed);
+            }
+        }
+        if let (Some(card), Some(uploader)) = (card, &uploader) {
+            card.land(copies_from_ram(store, uploader, uploads)?);
         }
         Ok(())
     }
@@ -941,13 +1002,7 @@ fn serve_replanning(
             scope.spawn(move || {
                 let card = Uploader::open().map_err(ReplayError::Gpu)?;
                 for o in uploads {
-                    let copy = match store.lease_for_copy(o)? {
-                        Some(lease) => {
-                            let bytes = lease.host().expect("replay keeps experts in host memory");
-                            Some(card.upload(bytes).map_err(ReplayError::Gpu)?)
-                        }
-                        None => None,
-                    };
+                    let copy = copy_from_ram(store, &card, o)?;
                     if landed_sender.send((o, copy)).is_err() {
                         break;
                     }
@@ -983,12 +1038,7 @@ fn serve_replanning(
             |served_tokens, token| {
                 // What reached the RAM tier: the token less the experts the
                 // card computed (its copies change only below).
-                let card = tier.borrow();
-                let ram_share = match card.as_ref() {
-                    Some(card) => Cow::Owned(cpu_share(token, experts, |o| card.holds(o))),
-                    None => Cow::Borrowed(token),
-                };
-                drop(card);
+                let ram_share = ram_share(token, experts, tier.borrow().as_ref());
                 for (l, route) in ram_share.routes.iter().enumerate() {
                     heat.report_route(l, route)
                         .expect("routes were checked against the checkpoint");
@@ -1045,6 +1095,47 @@ fn routed_objects(token: &TokenRoutes, experts: usize) -> Vec<ObjectIndex> {
         .collect()
 }
 
+/// What the RAM tier serves of `token`: all of it, or with a card, the
+/// token less the experts the card holds now.
+fn ram_share<'t>(
+    token: &'t TokenRoutes,
+    experts: usize,
+    card: Option<&GpuTier>,
+) -> Cow<'t, TokenRoutes> {
+    match card {
+        Some(card) => Cow::Owned(cpu_share(token, experts, |o| card.holds(o))),
+        None => Cow::Borrowed(token),
+    }
+}
+
+/// `o`'s copy on the card, from its bytes in the RAM tier; `None` where it
+/// has left RAM (the copy is skipped, not read from the drive).
+fn copy_from_ram(
+    store: &Store,
+    card: &Uploader,
+    o: ObjectIndex,
+) -> Result<Option<Arc<dyn DeviceBuffer>>, ReplayError> {
+    match store.lease_for_copy(o)? {
+        Some(lease) => {
+            let bytes = lease.host().expect("replay keeps experts in host memory");
+            Ok(Some(card.upload(bytes).map_err(ReplayError::Gpu)?))
+        }
+        None => Ok(None),
+    }
+}
+
+/// Each of `objects` copied to the card now, as [`copy_from_ram`].
+fn copies_from_ram(
+    store: &Store,
+    card: &Uploader,
+    objects: impl IntoIterator<Item = ObjectIndex>,
+) -> Result<Vec<Landed>, ReplayError> {
+    objects
+        .into_iter()
+        .map(|o| Ok((o, copy_from_ram(store, card, o)?)))
+        .collect()
+}
+
 /// `token` less the experts that `on_card` says the card computes: what
 /// the RAM tier serves of it.
 fn cpu_share(
@@ -1070,41 +1161,68 @@ fn cpu_share(
     }
 }
 
-/// What reaches the RAM tier of `tokens` under `vram`'s tier, and the
-/// experts the card computes, as the serving loop's tier decides them
-/// with every copy landing while the token after its upload is served:
-/// an upload takes tens of microseconds of a token's milliseconds, and a
-/// later one leaves its expert on the CPU for a token more than this says.
-/// The run also skips the upload of an expert that has left RAM; the card
-/// here decides apart from the RAM tier and does not see those.
+/// What reaches the RAM tier of a run under a VRAM tier, as the serving
+/// loop's tier decides it: each token less the experts on the card.
+struct CardShares {
+    seed: Vec<TokenRoutes>,
+    tokens: Vec<TokenRoutes>,
+    /// Experts of the tokens (not the seed) the card computes.
+    on_card: u64,
+}
+
+/// What reaches the RAM tier of `seed` and then `tokens` under `vram`'s
+/// tier, as the serving loop's tier decides it, with every copy landing
+/// while the token after its upload is served (and the seed's last
+/// copies before the tokens, as seeding has them): an upload takes tens
+/// of microseconds of a token's milliseconds, and a later one leaves its
+/// expert on the CPU for a token more than this says. The run also skips
+/// the upload of an expert that has left RAM; the card here decides
+/// apart from the RAM tier and does not see those.
 fn simulated_card(
     vram: &VramConfig,
     sizes: &[u64],
     layers: Vec<LayerShape>,
-    tokens: &[TokenRoutes],
+    (seed, tokens): (&[TokenRoutes], &[TokenRoutes]),
     experts: usize,
-) -> Result<(Vec<TokenRoutes>, u64), ReplayError> {
+) -> Result<CardShares, ReplayError> {
     let mut residency = vram
         .residency(sizes.to_vec(), layers)
         .map_err(ReplayError::Gpu)?;
     let mut in_flight = Vec::new();
-    let mut on_card = 0;
-    let mut cpu = Vec::with_capacity(tokens.len());
-    for token in tokens {
+    let serve = |residency: &mut VramResidency, token, in_flight: &mut Vec<ObjectIndex>| {
         let share = cpu_share(token, experts, |o| residency.on_device(o));
-        let count = |t: &TokenRoutes| t.routes.iter().map(Vec::len).sum::<usize>() as u64;
-        on_card += count(token) - count(&share);
-        cpu.push(share);
         for o in in_flight.drain(..) {
             // An expert evicted in flight is freed on landing; either way
             // the residency keeps the account.
             residency.landed(o);
         }
-        in_flight = residency
+        *in_flight = residency
             .after_token(&routed_objects(token, experts))
             .uploads;
+        share
+    };
+    let seed = seed
+        .iter()
+        .map(|t| serve(&mut residency, t, &mut in_flight))
+        .collect();
+    for o in in_flight.drain(..) {
+        residency.landed(o);
     }
-    Ok((cpu, on_card))
+    let count = |t: &TokenRoutes| t.routes.iter().map(Vec::len).sum::<usize>() as u64;
+    let mut on_card = 0;
+    let tokens = tokens
+        .iter()
+        .map(|token| {
+            let share = serve(&mut residency, token, &mut in_flight);
+            on_card += count(token) - count(&share);
+            share
+        })
+        .collect();
+    Ok(CardShares {
+        seed,
+        tokens,
+        on_card,
+    })
 }
 
 /// What serving the tokens measured: time, per-token latencies, the
@@ -1356,9 +1474,30 @@ mod tests {
             token(vec![0, 1]),
             token(vec![0, 1]),
         ];
-        let (cpu, on_card) = simulated_card(&vram, &[10; 4], Vec::new(), &tokens, 4).unwrap();
-        let routes: Vec<&Vec<u32>> = cpu.iter().map(|t| &t.routes[0]).collect();
-        assert_eq!(routes, [&vec![0, 1], &vec![0, 2], &vec![1], &vec![1]]);
-        assert_eq!(on_card, 2);
+        let shares = |seed: &[TokenRoutes], tokens: &[TokenRoutes]| {
+            let card = simulated_card(&vram, &[10; 4], Vec::new(), (seed, tokens), 4).unwrap();
+            let routes = |ts: &[TokenRoutes]| -> Vec<Vec<u32>> {
+                ts.iter().map(|t| t.routes[0].clone()).collect()
+            };
+            (routes(&card.seed), routes(&card.tokens), card.on_card)
+        };
+        assert_eq!(
+            shares(&[], &tokens),
+            (vec![], vec![vec![0, 1], vec![0, 2], vec![1], vec![1]], 2)
+        );
+        // Seeded with t0 and t1: the seed's shares are the same, but its
+        // last copies (2) land before t2, so by hand: t2 {0,1}: 0 on the
+        // card, 1 to the CPU, 1 evicts 2 (0 was touched after 2);
+        // t3 {0,1}: 1 still in flight. Only the tokens' experts count.
+        assert_eq!(
+            shares(&tokens[..2], &tokens[2..]),
+            (vec![vec![0, 1], vec![0, 2]], vec![vec![1], vec![1]], 2)
+        );
+        // Seeded with t0 alone and t0 replayed: 0 and 1 landed before the
+        // tokens, so both are on the card at once (cold, neither was).
+        assert_eq!(
+            shares(&tokens[..1], &tokens[..1]),
+            (vec![vec![0, 1]], vec![vec![]], 2)
+        );
     }
 }
