@@ -590,7 +590,7 @@ fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
         BytesPerSecond(config.hit_compute_bytes_per_s)
     );
     println!(
-        "  (at the run's reads: each wave of reads in the time the run's reads took as many misses; and its rates: the hits computed at the run's own rate too)"
+        "  (at the run's reads: each miss read in the time the run's reads took one; and its rates: the hits computed at the run's own rate too)"
     );
     if on_card {
         println!(

@@ -706,42 +706,6 @@ fn a_seeded_arm_is_simulated_after_its_seed() {
     assert!((0.45..0.55).contains(&half), "{seeded} {cold}");
 }
 
-/// The simulator at the run's reads lands a wave of the profile's
-/// `read_concurrency` reads in the time the run's reads took that many
-/// misses. One expert of RAM, and each token routes one expert, another
-/// than the token before's: every token misses once with no hit to hide
-/// it, so each waits for its one read. By hand, its felt wait at the run's
-/// reads is then `read_concurrency x miss_reads_seconds`.
-#[test]
-fn the_simulator_at_the_run_s_reads_keeps_their_throughput() {
-    let fixture = one_layer(|k, t| vec![2 * k + t % 2]);
-    let desktop = std::fs::read_to_string(profile("desktop-1gpu-8gb")).unwrap();
-    for at_once in [1u32, 2] {
-        let yaml = fixture.path(&format!("drive-{at_once}.yaml"));
-        let drive = format!("read_latency: 80 us\n    read_concurrency: {at_once}");
-        std::fs::write(&yaml, desktop.replacen("read_latency: 80 us", &drive, 1)).unwrap();
-        let (_, doc) = fixture.report(
-            &format!("reads-{at_once}.json"),
-            &[
-                "--policy",
-                "lru",
-                "--ram-budget",
-                "12288",
-                "--profile",
-                s(&yaml),
-            ],
-        );
-        let lru = arm(&doc, "lru");
-        assert_eq!(lru["misses"], 60, "{lru}");
-        let span = lru["miss_reads_seconds"].as_f64().unwrap();
-        let felt = lru["simulated"]["felt_wait_seconds_at_run_reads"]
-            .as_f64()
-            .unwrap();
-        let want = f64::from(at_once) * span;
-        assert!((felt - want).abs() <= 1e-9 * want, "{lru}");
-    }
-}
-
 /// Every category routes expert 0 and two cold experts of its own a token
 /// (a: 1-5, b: 6-10, c: 11-15, cycling): a hot expert all share, which the
 /// cold ones evict from an LRU, so pinning it pays.

@@ -242,10 +242,9 @@ pub struct ReplayRun {
 pub struct Simulated {
     pub misses: u64,
     pub felt_wait_seconds: f64,
-    /// The same with each wave of the profile's `read_concurrency` reads
-    /// landing in the seconds the run's reads took that many misses (the
-    /// median over rounds of `read_concurrency x miss_reads_seconds /
-    /// misses`): the model without the profile's drive rate.
+    /// The same with each miss read in the seconds the run's reads took a
+    /// miss (the median over rounds of `miss_reads_seconds / misses`): the
+    /// model without the profile's drive rate.
     pub felt_wait_seconds_at_run_reads: f64,
     /// The same with the hits computed at the run's own rate too (the
     /// median over rounds of `compute_bytes_per_s`): the model without
@@ -406,15 +405,9 @@ pub fn replay(
             continue;
         };
         let of_arm = || runs.iter().zip(&arm_of_run).filter(|(_, &a)| a == i);
-        // A wave of `reads_at_once` reads lands in the time the run's
-        // reads took that many misses: the drive's throughput as the run
-        // had it. (One miss's time alone, as before, made the waves that
-        // many times faster than the run's reads wherever the profile
-        // reads more than one at once.)
-        let at_once = f64::from(config.reads_at_once.max(1));
         let per_miss = of_arm()
             .filter(|(r, _)| r.misses > 0)
-            .map(|(r, _)| at_once * r.miss_reads_seconds / r.misses as f64)
+            .map(|(r, _)| r.miss_reads_seconds / r.misses as f64)
             .collect();
         let compute_rate = of_arm()
             .filter(|(r, _)| r.compute_bytes_per_s > 0.0)
