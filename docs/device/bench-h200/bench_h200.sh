@@ -29,7 +29,8 @@
 #                                 one run each a round, in turn (A B C C B A);
 #                                 VRAM_ARMS="lfru dynamic-lfru ..." picks them
 #                                 (dynamic-lfru: lfru in per-layer budgets),
-#                                 TOKENS and REPLAY_ARGS (--per-category) too
+#                                 TOKENS and REPLAY_ARGS (--per-category) too;
+#                                 its tables: vram_summary.py DIR/vramcmp
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
 # to log.txt (predicted, measured, ratio, experts and CPU ms). Everything is
