@@ -613,9 +613,10 @@ fn run_arm(
     let mut reallocator = (policy == ServePolicy::Dynamic)
         .then(|| Reallocator::new(config, &sizes, experts, tokens))
         .transpose()?;
+    // The card launches only the served tokens' routes (seeding computes
+    // nothing), so its output buffer holds their widest.
     let widest_route = tokens
         .iter()
-        .chain(&config.seed)
         .flat_map(|t| &t.routes)
         .map(Vec::len)
         .max()
