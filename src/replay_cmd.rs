@@ -20,9 +20,10 @@ use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
-    check_geometry, expert_kernel, replay, PinShareChoice, PinShareSource, ReplayConfig,
+    check_geometry, expert_kernel, predict, replay, PinShareChoice, PinShareSource, ReplayConfig,
     ReplayReport, ReplayRun, ServePolicy,
 };
+use residency_runtime::serve::vram::VramPolicy;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]
@@ -104,10 +105,15 @@ pub struct ReplayArgs {
     /// the tier is off and said so.
     #[arg(long, value_parser = Budget::parse)]
     vram_budget: Option<Budget>,
-    /// The policy that decides the card's residents (`lfru`: Colibri's
-    /// rule, a candidate over the coldest by a quarter plus 4).
-    #[arg(long, value_parser = named::<PolicyKind>(), default_value = "lfru")]
-    vram_policy: PolicyKind,
+    /// What decides the card's residents: `lfru` (Colibri's rule, a
+    /// candidate over the coldest by a quarter plus 4), another cache
+    /// policy, `cost` (the CPU seconds a copy saves against its upload),
+    /// `plan` (the training knapsack, kept), `replan` (the training
+    /// knapsack, re-planned from live heat every --replan-every tokens,
+    /// moving what pays), or `belady`, the offline bound (it sees the
+    /// future).
+    #[arg(long, value_parser = named::<VramPolicy>(), default_value = "lfru")]
+    vram_policy: VramPolicy,
     /// Bytes uploaded to the card a token, on average.
     #[arg(long, value_parser = parse_size, default_value = "64MiB")]
     vram_allowance: Bytes,
@@ -117,9 +123,15 @@ pub struct ReplayArgs {
     /// The card's budget: `global` (one cache for all experts) or
     /// `dynamic` (one a layer, moved between layers by the online
     /// allocator of `--online-*`; needs a `--vram-policy` that resizes,
-    /// e.g. lru).
+    /// e.g. lfru).
     #[arg(long, value_parser = named::<VramAllocation>(), default_value = "global")]
     vram_allocation: VramAllocation,
+    /// Print what the simulator predicts for every arm it has (misses,
+    /// felt wait, experts on the card) and serve nothing: no reads, no
+    /// card needed. With --vram-budget the card is simulated whether or
+    /// not one is here.
+    #[arg(long)]
+    predict_only: bool,
     #[command(flatten)]
     backend: BackendArg,
     /// Write `{"runs":[...]}` here.
@@ -237,20 +249,23 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if dynamic_vram && !args.vram_policy.resizes() {
         bail!(
             "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs {} inside each layer; give --vram-policy lfru",
-            args.vram_policy.name(),
+            args.vram_policy,
             PolicyKind::resizing_names()
         );
     }
-    let vram = match &args.vram_budget {
+    let card = args.vram_budget.as_ref().map(|budget| VramConfig {
+        budget_bytes: budget.bytes(all_bytes),
+        policy: args.vram_policy,
+        allowance_bytes_per_token: args.vram_allowance.0,
+        halve_every_ticks: args.vram_halve_every,
+        dynamic: dynamic_vram.then(|| online.clone()),
+        link: ram_to_card(&profile),
+    });
+    let vram = match card {
         None => None,
-        Some(budget) => match residency_runtime::serve::gpu_tier::available(&kernel) {
-            Ok(()) => Some(VramConfig {
-                budget_bytes: budget.bytes(all_bytes),
-                policy: args.vram_policy,
-                allowance_bytes_per_token: args.vram_allowance.0,
-                halve_every_ticks: args.vram_halve_every,
-                dynamic: dynamic_vram.then(|| online.clone()),
-            }),
+        Some(card) if args.predict_only => Some(card),
+        Some(card) => match residency_runtime::serve::gpu_tier::available(&kernel) {
+            Ok(()) => Some(card),
             Err(why) => {
                 notes.push(format!(
                     "--vram-budget: the VRAM tier is off, every expert takes the CPU path: {why}"
@@ -283,6 +298,22 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     };
     for note in &notes {
         eprintln!("note: {note}");
+    }
+    if let Some(vram) = &config.vram {
+        println!(
+            "card: {} of VRAM under {}",
+            Bytes(vram.budget_bytes),
+            vram.policy.label()
+        );
+    }
+    if args.predict_only {
+        return print_predictions(
+            &checkpoint,
+            &eval,
+            &train_counts,
+            &config,
+            args.per_category,
+        );
     }
     let runs = if args.per_category {
         replay_per_category(&checkpoint, &eval, &train_counts, &config)?
@@ -539,6 +570,78 @@ fn drive_to_ram(profile: &HardwareProfile) -> MoveLink {
     }
 }
 
+/// The link the card's copies take: RAM to the profile's first GPU, at
+/// its upload rate; free where the profile has no GPU (RAM to RAM).
+fn ram_to_card(profile: &HardwareProfile) -> MoveLink {
+    MoveLink {
+        resources: Resources::from_profile(profile),
+        from: Place::Ram(0),
+        to: if profile.gpus.is_empty() {
+            Place::Ram(0)
+        } else {
+            Place::Gpu(0)
+        },
+    }
+}
+
+/// `eval` split by category, in name order.
+fn by_category(eval: &[TokenRoutes]) -> Vec<(Option<String>, Vec<TokenRoutes>)> {
+    let mut categories: Vec<Option<String>> = eval.iter().map(|t| t.category.clone()).collect();
+    categories.sort();
+    categories.dedup();
+    categories
+        .into_iter()
+        .map(|category| {
+            let tokens = eval
+                .iter()
+                .filter(|t| t.category == category)
+                .cloned()
+                .collect();
+            (category, tokens)
+        })
+        .collect()
+}
+
+/// `--predict-only`: the simulator's misses, felt wait and experts on
+/// the card for every arm it has, all tokens at once or per category.
+fn print_predictions(
+    checkpoint: &Checkpoint,
+    eval: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+    per_category: bool,
+) -> Result<()> {
+    let parts = if per_category {
+        by_category(eval)
+    } else {
+        vec![(None, eval.to_vec())]
+    };
+    println!(
+        "predicted, serving nothing: {} tokens, {} of RAM for experts (a miss reads for {:.3} ms, hits computed at {})",
+        eval.len(),
+        Bytes(config.ram_budget_bytes),
+        config.miss_seconds * 1e3,
+        BytesPerSecond(config.hit_compute_bytes_per_s)
+    );
+    println!(
+        "  {:<16} {:>12} {:>10} {:>10} {:>8}",
+        "policy", "category", "misses", "felt s", "on card"
+    );
+    for (category, tokens) in parts {
+        for (policy, p) in predict(checkpoint, &tokens, train_counts, config)? {
+            println!(
+                "  {:<16} {:>12} {:>10} {:>10.3} {:>8}",
+                policy.name(),
+                category.as_deref().unwrap_or("all"),
+                p.misses,
+                p.felt_wait_seconds,
+                p.gpu_experts
+            );
+        }
+    }
+    Ok(())
+}
+
 /// One replay of each category's tokens, its runs labelled with it.
 fn replay_per_category(
     checkpoint: &Checkpoint,
@@ -546,16 +649,8 @@ fn replay_per_category(
     train_counts: &[u64],
     config: &ReplayConfig,
 ) -> Result<Vec<ReplayRun>> {
-    let mut categories: Vec<Option<String>> = eval.iter().map(|t| t.category.clone()).collect();
-    categories.sort();
-    categories.dedup();
     let mut runs = Vec::new();
-    for category in categories {
-        let tokens: Vec<_> = eval
-            .iter()
-            .filter(|t| t.category == category)
-            .cloned()
-            .collect();
+    for (category, tokens) in by_category(eval) {
         for mut run in replay(checkpoint, &tokens, train_counts, config)? {
             run.category = category.clone();
             runs.push(run);

@@ -198,6 +198,72 @@ fn an_int4_checkpoint_is_computed_by_the_gemv_kernel_with_equal_outputs() {
     assert_eq!(lru["bytes_read"].as_u64().unwrap(), misses * 3456, "{lru}");
 }
 
+/// Every `--vram-policy` the help offers runs on the card (or, without
+/// one, with the tier off and said so), and one that cannot run there is
+/// refused by the argument parser in one line. `--predict-only` simulates
+/// the card whether or not one is here. By hand, on a card that holds
+/// every expert: category b routes only experts 4-7 of each layer, and
+/// the training category a only 0-3, so `plan`'s card (a's knapsack:
+/// experts never trained on are not in it) computes none of b's experts,
+/// while `lru`'s card, filled by b's own routes, computes some.
+#[test]
+fn every_vram_policy_runs_on_the_card_or_is_refused_in_one_line() {
+    let fx = Fixture::int4();
+    let arms = ["--policy", "lru", "--train-categories", "a"];
+    let card = ["--vram-budget", "25%", "--vram-allowance", "4KiB"];
+    for policy in [
+        "lfru",
+        "lru",
+        "cost",
+        "frequency",
+        "plan",
+        "replan",
+        "belady",
+    ] {
+        let o = fx.replay(&[&arms[..], &card[..], &["--vram-policy", policy]].concat());
+        assert!(o.status.success(), "{policy}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let off = stderr(&o).contains("--vram-budget: the VRAM tier is off");
+        if !off {
+            assert!(out.contains(&format!("under {policy}")), "{out}");
+        }
+        if policy == "belady" && !off {
+            assert!(out.contains("belady (offline bound)"), "{out}");
+        }
+    }
+    let o = fx.replay(&[&arms[..], &card[..], &["--vram-policy", "pinned-lru"]].concat());
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("pinned-lru") && err.contains("replan"),
+        "{err}"
+    );
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let predicted = |policy: &str| {
+        let whole_card = ["--vram-budget", "100%", "--vram-allowance", "4KiB"];
+        let o = fx.replay(
+            &[
+                &arms[..],
+                &whole_card[..],
+                &["--vram-policy", policy, "--predict-only"],
+            ]
+            .concat(),
+        );
+        assert!(o.status.success(), "{policy}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        assert!(!stderr(&o).contains("VRAM tier is off"), "{}", stderr(&o));
+        let row = out
+            .lines()
+            .find(|l| l.trim_start().starts_with("lru "))
+            .unwrap_or_else(|| panic!("{out}"))
+            .to_string();
+        let on_card: u64 = row.split_whitespace().last().unwrap().parse().unwrap();
+        on_card
+    };
+    assert_eq!(predicted("plan"), 0);
+    assert!(predicted("lru") > 0);
+}
+
 /// `--vram-budget` puts a tier of experts on CUDA device 0 in front of
 /// every store arm. Where no card can run it (this build machine, CI), the
 /// tier is off and said so, and every expert takes the CPU path: no expert

@@ -18,14 +18,15 @@
 //! agree with the CPU's to rounding, not bit for bit.
 
 use super::compute::{ExpertKernel, LayerInput};
-use super::vram::VramResidency;
+use super::replan::MoveLink;
+use super::vram::{CardKnowledge, VramPolicy, VramResidency};
 use crate::gemv::{Packing, ProjectionAt};
 use crate::gpu::cuda::CudaDevice;
 use crate::gpu::gemv::{CudaGemv, DeviceInput, GemvKernels, GemvLaunch};
 use crate::gpu::{Device, DeviceBuffer, GpuOptions};
 use cudarc::driver::CudaSlice;
 use residency_cache::online::{LayerShape, OnlineParams};
-use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use residency_cache::policy::{ObjectIndex, PolicyParams};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -43,48 +44,42 @@ residency_core::named! {
 #[derive(Debug, Clone, PartialEq)]
 pub struct VramConfig {
     pub budget_bytes: u64,
-    /// The policy that decides the card's residents (`lfru`: Colibri's).
-    pub policy: PolicyKind,
+    /// What decides the card's residents (`lfru`: Colibri's rule).
+    pub policy: VramPolicy,
     pub allowance_bytes_per_token: u64,
     /// `lfru`'s heat is halved every this many requests.
     pub halve_every_ticks: u64,
     /// `dynamic` on the card: one cache a layer, budgets moved between
     /// layers by this online allocator; `None`: one cache for all.
     pub dynamic: Option<OnlineParams>,
+    /// An upload's link, RAM to the card: what a move costs `cost` and
+    /// `replan`.
+    pub link: MoveLink,
 }
 
 impl VramConfig {
     /// The residency of a tier of this configuration over experts of
-    /// `sizes_bytes` in MoE layers `layers` (its decisions, without a card:
-    /// the simulator's tier is this too).
+    /// `sizes_bytes` in MoE layers `layers`, knowing `knowledge` (its
+    /// decisions, without a card: the simulator's tier is this too).
     pub fn residency(
         &self,
         sizes_bytes: Vec<u64>,
         layers: Vec<LayerShape>,
+        knowledge: &CardKnowledge,
     ) -> Result<VramResidency, String> {
         let params = PolicyParams {
             halve_every_ticks: self.halve_every_ticks,
             ..PolicyParams::default()
         };
-        match &self.dynamic {
-            None => VramResidency::new(
-                self.policy,
-                self.budget_bytes,
-                sizes_bytes,
-                params,
-                self.allowance_bytes_per_token,
-            )
-            .map_err(|e| format!("--vram-policy {}: {e}", self.policy.name())),
-            Some(online) => VramResidency::per_layer(
-                self.policy,
-                self.budget_bytes,
-                sizes_bytes,
-                layers,
-                params,
-                online.clone(),
-                self.allowance_bytes_per_token,
-            ),
-        }
+        VramResidency::of_policy(
+            self.policy,
+            self.budget_bytes,
+            sizes_bytes,
+            layers,
+            (params, self.dynamic.clone()),
+            knowledge,
+            self.allowance_bytes_per_token,
+        )
     }
 }
 
@@ -138,6 +133,7 @@ impl<'k> GpuTier<'k> {
         kernel: &'k ExpertKernel,
         sizes_bytes: Vec<u64>,
         layers: Vec<LayerShape>,
+        knowledge: &CardKnowledge,
         widest_route: usize,
     ) -> Result<GpuTier<'k>, String> {
         let ExpertKernel::Packed {
@@ -155,7 +151,7 @@ impl<'k> GpuTier<'k> {
             .max()
             .unwrap_or(0);
         let y = device.output(rows_per_expert * widest_route.max(1))?;
-        let residency = config.residency(sizes_bytes, layers)?;
+        let residency = config.residency(sizes_bytes, layers, knowledge)?;
         Ok(GpuTier {
             copies: (0..projections.len()).map(|_| None).collect(),
             device,
@@ -255,6 +251,12 @@ impl<'k> GpuTier<'k> {
             self.copies[o as usize] = None;
         }
         moves.uploads
+    }
+
+    /// Before serving: the experts the residency holds from the start, to
+    /// upload and [`GpuTier::land`] before the first token.
+    pub fn startup(&mut self) -> Vec<ObjectIndex> {
+        self.residency.startup()
     }
 
     /// Copies that landed are kept, or freed if evicted in flight; `None`:

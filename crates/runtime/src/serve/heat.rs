@@ -14,6 +14,7 @@ pub const DEFAULT_HALVE_EVERY_TOKENS: u64 = 1024;
 
 pub struct LiveHeat {
     layers: Vec<LayerHeat>,
+    halve_every_tokens: u64,
 }
 
 struct LayerHeat {
@@ -56,6 +57,7 @@ impl LiveHeat {
         };
         LiveHeat {
             layers: experts.iter().map(layer).collect(),
+            halve_every_tokens: halve_every_tokens.max(1),
         }
     }
 
@@ -88,6 +90,17 @@ impl LiveHeat {
     /// The decayed count of one expert.
     pub fn count(&self, layer: usize, expert: u32) -> u32 {
         self.layers[layer].counts.count(expert)
+    }
+
+    /// Expected requests per token of every expert, layer by layer: a
+    /// decayed count holds between one and two windows of requests, so it
+    /// is taken as 1.5 windows.
+    pub fn rates(&self) -> Vec<f64> {
+        let window = self.halve_every_tokens as f64 * 1.5;
+        self.layers
+            .iter()
+            .flat_map(|l| (0..l.experts as u32).map(move |e| l.counts.count(e) as f64 / window))
+            .collect()
     }
 
     /// Decayed counts as a heat table without token counts: decayed counts

@@ -217,6 +217,11 @@ impl Replanner {
         moves
     }
 
+    /// Whether `o` is pinned now.
+    pub fn is_pinned(&self, o: ObjectIndex) -> bool {
+        self.pinned[o as usize]
+    }
+
     /// Pinned objects now.
     pub fn pinned(&self) -> Vec<ObjectIndex> {
         (0..self.pinned.len())

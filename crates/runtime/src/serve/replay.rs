@@ -21,7 +21,7 @@ use super::compute::{start_activation, ExpertKernel, LayerInput};
 use super::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
 use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
-use super::vram::VramResidency;
+use super::vram::{CardKnowledge, VramPolicy, VramResidency};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
 use crate::checkpoint::Checkpoint;
 use crate::gpu::DeviceBuffer;
@@ -326,6 +326,131 @@ pub fn check_geometry<'a>(
     Ok(())
 }
 
+/// The simulator's view of a replay: the tokens as they reach the RAM
+/// tier (with a VRAM tier: less the experts the simulated card computes),
+/// and each arm's predicted misses and felt wait where it has the arm.
+struct Predicted<'t> {
+    seed: Cow<'t, [TokenRoutes]>,
+    tokens: Cow<'t, [TokenRoutes]>,
+    /// Experts of the tokens the simulated card computed.
+    on_card: u64,
+    sizes: Vec<u64>,
+    experts: usize,
+    /// Per arm of `config.policies`: its allocation, misses and felt wait.
+    arms: Vec<Option<(Allocation, (u64, f64))>>,
+}
+
+impl<'t> Predicted<'t> {
+    /// Checks the replay's geometry and flags, then simulates every arm
+    /// that has a prediction on `tokens` after `config.seed`.
+    fn of(
+        checkpoint: &Checkpoint,
+        tokens: &'t [TokenRoutes],
+        train_counts: &[u64],
+        config: &'t ReplayConfig,
+    ) -> Result<Predicted<'t>, ReplayError> {
+        check_geometry(checkpoint, tokens.iter().chain(&config.seed))?;
+        let moving = config.policies.contains(&ServePolicy::Dynamic);
+        if moving && !config.layer_policy.resizes() {
+            return Err(ReplayError::LayerPolicy(config.layer_policy));
+        }
+        config.online.check()?;
+        let sizes: Vec<u64> = expert_keys(checkpoint)
+            .iter()
+            .map(|k| checkpoint.object_bytes(k))
+            .collect();
+        let experts = checkpoint.config.experts;
+        // With a VRAM tier the simulator sees what reaches the RAM tier:
+        // the tokens (and the seed) less the experts the card computes.
+        let simulated = config
+            .policies
+            .iter()
+            .any(|&p| simulated_allocation(config, p).is_some());
+        let (seed, sim_tokens, on_card) = match &config.vram {
+            Some(vram) if simulated => {
+                let layers = layer_shapes(config, &sizes, experts, tokens);
+                let served = (&config.seed[..], tokens);
+                let knowledge = card_knowledge(config, vram, &sizes, train_counts, served, experts);
+                let card = simulated_card(vram, &sizes, layers, &knowledge, served, experts)?;
+                (Cow::Owned(card.seed), Cow::Owned(card.tokens), card.on_card)
+            }
+            _ => (Cow::Borrowed(&config.seed[..]), Cow::Borrowed(tokens), 0),
+        };
+        let mut predicted = Predicted {
+            seed,
+            tokens: sim_tokens,
+            on_card,
+            sizes,
+            experts,
+            arms: Vec::with_capacity(config.policies.len()),
+        };
+        // One simulator for every arm (its per-layer curves are shared),
+        // made only when an arm has a prediction.
+        let mut sim = None;
+        for &policy in &config.policies {
+            let arm = match simulated_allocation(config, policy) {
+                None => None,
+                Some(allocation) => {
+                    let sim = sim.get_or_insert_with(|| {
+                        predicted.simulator(config, config.rates(), train_counts)
+                    });
+                    Some((allocation, sim.arm(config, policy, allocation)?))
+                }
+            };
+            predicted.arms.push(arm);
+        }
+        Ok(predicted)
+    }
+
+    /// The simulator of the RAM tier's tokens at `rates`.
+    fn simulator(
+        &self,
+        config: &ReplayConfig,
+        rates: (f64, f64),
+        train_counts: &[u64],
+    ) -> RunSimulator {
+        let tokens = (&self.seed[..], &self.tokens[..]);
+        RunSimulator::new(
+            config,
+            rates,
+            &self.sizes,
+            tokens,
+            train_counts,
+            self.experts,
+        )
+    }
+}
+
+/// What the simulator predicts for every arm of `config` on `tokens`,
+/// serving nothing: `replay --predict-only`. Arms it does not have
+/// (`replan`'s RAM tier, `resident`, warm runs) are left out.
+pub fn predict(
+    checkpoint: &Checkpoint,
+    tokens: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+) -> Result<Vec<(ServePolicy, Simulated)>, ReplayError> {
+    let predicted = Predicted::of(checkpoint, tokens, train_counts, config)?;
+    Ok(config
+        .policies
+        .iter()
+        .zip(&predicted.arms)
+        .filter_map(|(&policy, arm)| {
+            let (_, (misses, felt_wait_seconds)) = (*arm)?;
+            Some((
+                policy,
+                Simulated {
+                    misses,
+                    felt_wait_seconds,
+                    felt_wait_seconds_at_run_reads: felt_wait_seconds,
+                    felt_wait_seconds_at_run_rates: felt_wait_seconds,
+                    gpu_experts: predicted.on_card,
+                },
+            ))
+        })
+        .collect())
+}
+
 /// Replays `tokens` through every arm of `config`. `train_counts[o]`:
 /// requests for expert `o` in the training data (the evaluated tokens
 /// themselves for an in-sample run).
@@ -335,48 +460,7 @@ pub fn replay(
     train_counts: &[u64],
     config: &ReplayConfig,
 ) -> Result<Vec<ReplayRun>, ReplayError> {
-    check_geometry(checkpoint, tokens.iter().chain(&config.seed))?;
-    let moving = config.policies.contains(&ServePolicy::Dynamic);
-    if moving && !config.layer_policy.resizes() {
-        return Err(ReplayError::LayerPolicy(config.layer_policy));
-    }
-    config.online.check()?;
-    let sizes: Vec<u64> = expert_keys(checkpoint)
-        .iter()
-        .map(|k| checkpoint.object_bytes(k))
-        .collect();
-    let experts = checkpoint.config.experts;
-    // With a VRAM tier the simulator sees what reaches the RAM tier: the
-    // tokens (and the seed) less the experts the card computes.
-    let simulated = config
-        .policies
-        .iter()
-        .any(|&p| simulated_allocation(config, p).is_some());
-    let (sim_seed, sim_tokens, sim_gpu_experts) = match &config.vram {
-        Some(vram) if simulated => {
-            let layers = layer_shapes(config, &sizes, experts, tokens);
-            let card = simulated_card(vram, &sizes, layers, (&config.seed, tokens), experts)?;
-            (Cow::Owned(card.seed), Cow::Owned(card.tokens), card.on_card)
-        }
-        _ => (Cow::Borrowed(&config.seed[..]), Cow::Borrowed(tokens), 0),
-    };
-    let run_simulator = |rates| {
-        let tokens = (&sim_seed[..], &sim_tokens[..]);
-        RunSimulator::new(config, rates, &sizes, tokens, train_counts, experts)
-    };
-    // One simulator for every arm (its per-layer curves are shared), made
-    // only when an arm has a prediction.
-    let mut sim = None;
-    let mut predicted = Vec::with_capacity(config.policies.len());
-    for &policy in &config.policies {
-        predicted.push(match simulated_allocation(config, policy) {
-            None => None,
-            Some(allocation) => {
-                let sim = sim.get_or_insert_with(|| run_simulator(config.rates()));
-                Some((allocation, sim.arm(config, policy, allocation)?))
-            }
-        });
-    }
+    let predicted = Predicted::of(checkpoint, tokens, train_counts, config)?;
     // One layout of the experts' projections for every arm and round.
     let kernel = expert_kernel(checkpoint);
     let mut runs = Vec::new();
@@ -401,7 +485,7 @@ pub fn replay(
         }
     }
     for (i, &policy) in config.policies.iter().enumerate() {
-        let Some((allocation, (misses, felt_wait_seconds))) = predicted[i] else {
+        let Some((allocation, (misses, felt_wait_seconds))) = predicted.arms[i] else {
             continue;
         };
         let of_arm = || runs.iter().zip(&arm_of_run).filter(|(_, &a)| a == i);
@@ -414,7 +498,8 @@ pub fn replay(
             .map(|(r, _)| r.compute_bytes_per_s)
             .collect();
         let at_run = |read_seconds: f64, compute_bytes_per_s: f64| {
-            run_simulator((read_seconds, compute_bytes_per_s))
+            predicted
+                .simulator(config, (read_seconds, compute_bytes_per_s), train_counts)
                 .arm(config, policy, allocation)
                 .map(|(_, felt)| felt)
         };
@@ -433,7 +518,7 @@ pub fn replay(
             felt_wait_seconds,
             felt_wait_seconds_at_run_reads: at_run_reads,
             felt_wait_seconds_at_run_rates: at_run_rates,
-            gpu_experts: sim_gpu_experts,
+            gpu_experts: predicted.on_card,
         };
         for (run, _) in runs.iter_mut().zip(&arm_of_run).filter(|(_, &a)| a == i) {
             run.simulated = Some(simulated.clone());
@@ -598,7 +683,7 @@ fn run_arm(
         });
     }
     let arm = ArmStore::new(
-        loader,
+        loader.clone(),
         &sizes,
         train_counts,
         config,
@@ -624,14 +709,23 @@ fn run_arm(
     let mut tier = match &config.vram {
         Some(vram) => {
             let layers = layer_shapes(config, &sizes, experts, tokens);
-            let card = GpuTier::open(vram, kernel, sizes.clone(), layers, widest_route);
+            let served = (&config.seed[..], tokens);
+            let knowledge = card_knowledge(config, vram, &sizes, train_counts, served, experts);
+            let card = GpuTier::open(
+                vram,
+                kernel,
+                sizes.clone(),
+                layers,
+                &knowledge,
+                widest_route,
+            );
             Some(card.map_err(ReplayError::Gpu)?)
         }
         None => None,
     };
     let started = Instant::now();
     let movers = (reallocator.as_mut(), tier.as_mut());
-    arm.warm_and_seed(config, &mut heat, experts, movers)?;
+    arm.warm_and_seed(config, &loader, &mut heat, experts, movers)?;
     let startup_seconds = started.elapsed().as_secs_f64();
     let store = &arm.store;
     let startup = store.telemetry();
@@ -808,11 +902,13 @@ impl ArmStore {
         })
     }
 
-    /// Loads the pins (and with --warm every expert), then serves the seed
-    /// tokens untimed.
+    /// Loads the pins (and with --warm every expert) and the card's
+    /// start-up copies (read by `loader`, past the RAM tier), then serves
+    /// the seed tokens untimed.
     fn warm_and_seed(
         &self,
         config: &ReplayConfig,
+        loader: &CheckpointLoader,
         heat: &mut LiveHeat,
         experts: usize,
         (mut reallocator, mut card): (Option<&mut Reallocator>, Option<&mut GpuTier>),
@@ -830,10 +926,31 @@ impl ArmStore {
         // copies, and a token's uploads land before the next token is
         // served (as `simulated_card` has them); the last token's land
         // before the clock starts.
+        let startup = card
+            .as_deref_mut()
+            .map(GpuTier::startup)
+            .unwrap_or_default();
         let uploader = match &card {
-            Some(_) if !config.seed.is_empty() => Some(Uploader::open().map_err(ReplayError::Gpu)?),
+            Some(_) if !config.seed.is_empty() || !startup.is_empty() => {
+                Some(Uploader::open().map_err(ReplayError::Gpu)?)
+            }
             _ => None,
         };
+        if let (Some(card), Some(uploader)) = (card.as_deref_mut(), &uploader) {
+            // A plan applied at load: its copies read from the checkpoint,
+            // not through the RAM tier, whose state stays the arm's own.
+            let landed = startup
+                .into_iter()
+                .map(|o| {
+                    let bytes = loader
+                        .load(o)
+                        .map_err(|reason| StoreError::Load { object: o, reason })?;
+                    let host = bytes.host().expect("replay keeps experts in host memory");
+                    Ok((o, Some(uploader.upload(host).map_err(ReplayError::Gpu)?)))
+                })
+                .collect::<Result<Vec<Landed>, ReplayError>>()?;
+            card.land(landed);
+        }
         let mut uploads = Vec::new();
         for token in &config.seed {
             let ram_share = ram_share(token, experts, card.as_deref());
@@ -1046,7 +1163,7 @@ fn serve_replanning(
                 }
                 let seconds = serving.elapsed().as_secs_f64();
                 if let Some(r) = replanner.as_mut().filter(|r| r.due(served_tokens, seconds)) {
-                    let rates = heat_rates(heat, experts);
+                    let rates = heat.rates();
                     // A send fails only when the repinner stopped on an
                     // error, which its join reports.
                     let _ = moves_sender.send(r.pass(served_tokens, seconds, &rates));
@@ -1162,6 +1279,38 @@ fn cpu_share(
     }
 }
 
+/// What the card's policies know on a replay of `seed` then `tokens`:
+/// the training counts, the CPU seconds a copy saves (an expert's bytes
+/// at the compute thread's rate), the upload link, `replan`'s passes and,
+/// for `belady` alone, every expert routed in order.
+fn card_knowledge(
+    config: &ReplayConfig,
+    vram: &VramConfig,
+    sizes: &[u64],
+    train_counts: &[u64],
+    (seed, tokens): (&[TokenRoutes], &[TokenRoutes]),
+    experts: usize,
+) -> CardKnowledge {
+    let future = if vram.policy == VramPolicy::Belady {
+        seed.iter()
+            .chain(tokens)
+            .flat_map(|t| routed_objects(t, experts))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    CardKnowledge {
+        train_counts: train_counts.to_vec(),
+        cpu_seconds: sizes
+            .iter()
+            .map(|&b| b as f64 / config.hit_compute_bytes_per_s)
+            .collect(),
+        link: vram.link.clone(),
+        future,
+        replan: config.replan.clone(),
+    }
+}
+
 /// What reaches the RAM tier of a run under a VRAM tier, as the serving
 /// loop's tier decides it: each token less the experts on the card.
 struct CardShares {
@@ -1183,12 +1332,16 @@ fn simulated_card(
     vram: &VramConfig,
     sizes: &[u64],
     layers: Vec<LayerShape>,
+    knowledge: &CardKnowledge,
     (seed, tokens): (&[TokenRoutes], &[TokenRoutes]),
     experts: usize,
 ) -> Result<CardShares, ReplayError> {
     let mut residency = vram
-        .residency(sizes.to_vec(), layers)
+        .residency(sizes.to_vec(), layers, knowledge)
         .map_err(ReplayError::Gpu)?;
+    for o in residency.startup() {
+        residency.landed(o);
+    }
     let mut in_flight = Vec::new();
     let serve = |residency: &mut VramResidency, token, in_flight: &mut Vec<ObjectIndex>| {
         let share = cpu_share(token, experts, |o| residency.on_device(o));
@@ -1348,16 +1501,6 @@ fn serve(
     })
 }
 
-/// Expected requests per token of each expert, from live heat: a decayed
-/// count holds between one and two windows of requests, so it is taken as
-/// 1.5 windows.
-fn heat_rates(heat: &LiveHeat, experts: usize) -> Vec<f64> {
-    let window = DEFAULT_HALVE_EVERY_TOKENS as f64 * 1.5;
-    (0..heat.layers())
-        .flat_map(|l| (0..experts as u32).map(move |e| heat.count(l, e) as f64 / window))
-        .collect()
-}
-
 /// Serves one layer of one token. The experts resident now are leased
 /// without waiting (`try_acquire`); every other one is acquired on a
 /// thread of its own, so misses load in parallel while the computing thread
@@ -1458,11 +1601,13 @@ mod tests {
         // t3 {0,1}: 0 on the card, 1 still in flight: to the CPU.
         let vram = VramConfig {
             budget_bytes: 20,
-            policy: PolicyKind::Lru,
+            policy: VramPolicy::Lru,
             allowance_bytes_per_token: 1 << 20,
             halve_every_ticks: 1 << 20,
             dynamic: None,
+            link: super::super::vram::tests::upload_link(1e9),
         };
+        let knowledge = super::super::vram::tests::knowing(&[0; 4], 1.0);
         let token = |route: Vec<u32>| TokenRoutes {
             seq: "s".into(),
             pos: 0,
@@ -1476,7 +1621,8 @@ mod tests {
             token(vec![0, 1]),
         ];
         let shares = |seed: &[TokenRoutes], tokens: &[TokenRoutes]| {
-            let card = simulated_card(&vram, &[10; 4], Vec::new(), (seed, tokens), 4).unwrap();
+            let card =
+                simulated_card(&vram, &[10; 4], Vec::new(), &knowledge, (seed, tokens), 4).unwrap();
             let routes = |ts: &[TokenRoutes]| -> Vec<Vec<u32>> {
                 ts.iter().map(|t| t.routes[0].clone()).collect()
             };

@@ -1,20 +1,29 @@
-//! The VRAM tier of the serving loop (issue 15 item 3): which routed
-//! experts have a copy on a GPU, so that they are computed there while the
-//! rest take the CPU path.
+//! The VRAM tier of the serving loop: which routed experts have a copy on
+//! a GPU, so that they are computed there while the rest take the CPU path.
 //!
-//! Residency is a cache policy's, one for every expert or, for `dynamic`,
-//! one a MoE layer whose budgets the online allocator moves between
-//! layers as their curves ask (shrinks before grows, as the RAM tier's
-//! `dynamic`). It is `lfru` by default, Colibri's rule:
-//! a candidate replaces the coldest resident only when
-//! `hot > cold + cold/4 + 4`, with heat halved every `halve_every_ticks`
-//! requests. The policy sees each token's routes once the token is
-//! computed, so nothing a token uses is freed under it. Copies follow in the
-//! background, at most `allowance_bytes_per_token` a token on average, so
-//! a promotion never stalls a token: an expert the policy admitted is
-//! computed on the CPU until its copy has landed. Copies come from RAM:
-//! one whose host copy has gone is skipped, and the expert goes up the
-//! next time it is routed.
+//! Residency is decided one of two ways ([`VramPolicy`]):
+//! - **A cache policy** fed each token's routes once the token is
+//!   computed, so nothing a token uses is freed under it: one cache for
+//!   every expert or, for `dynamic`, one a MoE layer whose budgets the
+//!   online allocator moves between layers as their curves ask (shrinks
+//!   before grows, as the RAM tier's `dynamic`). It is `lfru` by default,
+//!   Colibri's rule: a candidate replaces the coldest resident only when
+//!   `hot > cold + cold/4 + 4`, with heat halved every
+//!   `halve_every_ticks` requests. The planner-aware policies (`cost`,
+//!   `frequency`, `plan`) know each expert's size, the CPU seconds a copy
+//!   saves per request and the upload's seconds per byte; `belady` knows
+//!   the future requests and is the offline bound.
+//! - **The planner in the loop** (`replan`): the card's knapsack of the
+//!   training heat is uploaded before serving, then every pass re-solves
+//!   it from live heat and moves only what pays for its upload over the
+//!   horizon, times the hysteresis ([`Replanner`], the RAM tier's
+//!   re-planner, on the card's link).
+//!
+//! Copies follow in the background, at most `allowance_bytes_per_token` a
+//! token on average, so a promotion never stalls a token: an expert
+//! admitted is computed on the CPU until its copy has landed. Copies come
+//! from RAM: one whose host copy has gone is skipped, and the expert goes
+//! up the next time it is routed (if it is still wanted).
 //!
 //! This module owns the decisions (what to upload, what to free, and when)
 //! and the bytes the device holds. It never lets them pass the budget. An
@@ -22,18 +31,130 @@
 //! until the copy lands and is freed. The copies and the kernels belong to
 //! the caller.
 
+use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
+use super::replan::{ReplanParams, Replanner};
+use crate::serve::replan::MoveLink;
 use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
 use residency_cache::policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
 };
+use residency_cache::sim::arms::knapsack;
 use std::collections::VecDeque;
+
+residency_core::named! {
+    /// What decides which experts have a copy on the card: the cache
+    /// policies that can run there (by their simulator names), and the
+    /// planner in the loop. `pinned-lru` is not one: its moving pins on
+    /// the card are `replan`, its static ones `plan`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum VramPolicy("VRAM policy") {
+        Lru = "lru",
+        Fifo = "fifo",
+        Clock = "clock",
+        Lfu = "lfu",
+        /// Colibri's rule.
+        Lfru = "lfru",
+        Slru = "slru",
+        WTinyLfu = "wtinylfu",
+        S3Fifo = "s3fifo",
+        Sieve = "sieve",
+        Arc = "arc",
+        /// Frequency admission, the training heat as prior.
+        Frequency = "frequency",
+        /// Cost-aware admission: the CPU seconds a copy saves against its
+        /// upload, the training heat as prior.
+        Cost = "cost",
+        /// The training knapsack, uploaded before serving and kept.
+        Plan = "plan",
+        /// The offline bound: Belady's MIN on the future requests.
+        Belady = "belady",
+        /// The planner in the loop: the training knapsack first, then
+        /// re-solved from live heat every pass, moving what pays.
+        Replan = "replan",
+    }
+}
+
+impl VramPolicy {
+    /// The cache policy of the same name; `None` for `replan`.
+    pub fn cache_policy(self) -> Option<PolicyKind> {
+        PolicyKind::from_name(self.name())
+    }
+
+    /// Whether the card's budget can be split per layer and moved
+    /// (`--vram-allocation dynamic`).
+    pub fn resizes(self) -> bool {
+        self.cache_policy().is_some_and(PolicyKind::resizes)
+    }
+
+    /// Whether it sees the future: a bound to report, not a policy to run.
+    pub fn is_offline_bound(self) -> bool {
+        self == VramPolicy::Belady
+    }
+
+    /// Its name as runs print it: the bound says it is one.
+    pub fn label(self) -> String {
+        if self.is_offline_bound() {
+            format!("{} (offline bound)", self.name())
+        } else {
+            self.name().to_string()
+        }
+    }
+}
+
+/// What the card's planner-aware policies know of the experts, every
+/// vector indexed by object.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CardKnowledge {
+    /// Requests of each expert in the training tokens: the prior of
+    /// `frequency` and `cost`, the knapsack of `plan` and `replan`.
+    pub train_counts: Vec<u64>,
+    /// Seconds the CPU takes to compute each expert: what a copy saves
+    /// each time the expert is routed.
+    pub cpu_seconds: Vec<f64>,
+    /// The link an upload takes, RAM to the card (what a move costs).
+    pub link: MoveLink,
+    /// Every expert routed, in the order the tier will be told of them
+    /// (seed tokens, then the served ones): `belady`'s future.
+    pub future: Vec<ObjectIndex>,
+    /// `replan`'s passes.
+    pub replan: ReplanParams,
+}
+
+impl CardKnowledge {
+    /// The training requests as a share of all of them: requests per
+    /// request of the tier's clock, the policies' prior rate.
+    fn prior_rate(&self) -> Vec<f64> {
+        let total = self.train_counts.iter().sum::<u64>().max(1) as f64;
+        self.train_counts
+            .iter()
+            .map(|&c| c as f64 / total)
+            .collect()
+    }
+
+    /// The training knapsack of `capacity_bytes`: the experts with the
+    /// most CPU seconds saved per byte.
+    fn knapsack(&self, sizes_bytes: &[u64], capacity_bytes: u64) -> Vec<ObjectIndex> {
+        knapsack(
+            sizes_bytes,
+            &self.prior_rate(),
+            &self.cpu_seconds,
+            capacity_bytes,
+        )
+    }
+
+    /// Seconds per byte of an upload (0 where the link has no rate).
+    fn upload_seconds_per_byte(&self) -> f64 {
+        let l = &self.link;
+        residency_core::diff::carry_seconds(&l.resources, 1 << 20, l.from, l.to) / (1 << 20) as f64
+    }
+}
 
 /// Where an expert's device copy is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum CopyState {
     None,
-    /// Admitted by the policy, waiting for the allowance or for room.
+    /// Admitted, waiting for the allowance or for room.
     Queued,
     /// Handed to the caller to upload.
     Uploading,
@@ -56,13 +177,29 @@ pub struct VramMoves {
     pub frees: Vec<ObjectIndex>,
 }
 
+/// Who decides the card's residents.
+enum Decider {
+    /// Cache policies fed every route: one over every expert, or one a
+    /// layer whose budgets `allocator` moves (`dynamic`).
+    Caches {
+        caches: Vec<Cache>,
+        /// Experts a cache covers (the last may cover fewer).
+        cache_objects: usize,
+        allocator: Option<OnlineAllocator>,
+        /// `belady`: the next request of each tick's object; empty for
+        /// the online policies.
+        next_access: Vec<u64>,
+    },
+    /// The planner in the loop, from live heat of every route.
+    Planner {
+        replanner: Box<Replanner>,
+        heat: LiveHeat,
+        experts: usize,
+    },
+}
+
 pub struct VramResidency {
-    /// The tier's caches: one over every expert, or one a layer whose
-    /// budgets `allocator` moves (`dynamic`).
-    caches: Vec<Cache>,
-    /// Experts a cache covers (the last may cover fewer).
-    cache_objects: usize,
-    allocator: Option<OnlineAllocator>,
+    decider: Decider,
     tokens: u64,
     sizes_bytes: Vec<u64>,
     copies: Vec<CopyState>,
@@ -89,8 +226,7 @@ struct Cache {
 
 impl VramResidency {
     /// A tier of `capacity_bytes` over experts of `sizes_bytes`, resident by
-    /// `policy` (one that holds bytes: not `plan`, `pinned-lru` or the
-    /// learned ones, which need a prior).
+    /// `policy`, which knows nothing of the experts (`lfru`, `lru`, ...).
     pub fn new(
         policy: PolicyKind,
         capacity_bytes: u64,
@@ -98,16 +234,173 @@ impl VramResidency {
         params: PolicyParams,
         allowance_bytes_per_token: u64,
     ) -> Result<VramResidency, PolicyError> {
+        let knowledge = (Knowledge::default(), Vec::new());
+        VramResidency::knowing(
+            policy,
+            capacity_bytes,
+            sizes_bytes,
+            knowledge,
+            params,
+            allowance_bytes_per_token,
+        )
+    }
+
+    /// A tier of one cache under `policy`, with `knowledge` of the experts
+    /// and `next_access` of every tick (`belady`'s; empty for the others).
+    /// Whatever the policy holds from the start (`plan`'s knapsack) is
+    /// queued for [`VramResidency::startup`].
+    fn knowing(
+        policy: PolicyKind,
+        capacity_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        (knowledge, next_access): (Knowledge, Vec<u64>),
+        params: PolicyParams,
+        allowance_bytes_per_token: u64,
+    ) -> Result<VramResidency, PolicyError> {
         let n = sizes_bytes.len();
-        let cache = cache(policy, capacity_bytes, 0, n, &params)?;
-        Ok(VramResidency::of(
-            vec![cache],
-            n,
-            None,
+        let setup = PolicySetup {
+            capacity_bytes,
+            objects: n,
+            knowledge,
+            params,
+        };
+        let cache = Cache {
+            policy: build(policy, &setup)?,
+            first: 0,
+        };
+        let held: Vec<ObjectIndex> = (0..n as ObjectIndex)
+            .filter(|&o| cache.policy.contains(o))
+            .collect();
+        let decider = Decider::Caches {
+            caches: vec![cache],
+            cache_objects: n.max(1),
+            allocator: None,
+            next_access,
+        };
+        let mut tier = VramResidency::of(
+            decider,
             capacity_bytes,
             sizes_bytes,
             allowance_bytes_per_token,
-        ))
+        );
+        tier.queue_all(&held);
+        Ok(tier)
+    }
+
+    /// `policy`'s tier of `capacity_bytes` over experts of `sizes_bytes`
+    /// in MoE layers `layers`, knowing `knowledge`; `dynamic`: one cache a
+    /// layer (each resident by a policy that resizes), from the uniform
+    /// split of `capacity_bytes` that `online` then moves between layers
+    /// as their curves ask, as the RAM tier's `dynamic` does.
+    pub fn of_policy(
+        policy: VramPolicy,
+        capacity_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        layers: Vec<LayerShape>,
+        (params, dynamic): (PolicyParams, Option<OnlineParams>),
+        knowledge: &CardKnowledge,
+        allowance_bytes_per_token: u64,
+    ) -> Result<VramResidency, String> {
+        let failed = |e: PolicyError| format!("--vram-policy {policy}: {e}");
+        if let Some(online) = dynamic {
+            let Some(kind) = policy.cache_policy().filter(|k| k.resizes()) else {
+                return Err(format!(
+                    "--vram-policy {policy}: per-layer budgets that move need {} inside each layer",
+                    PolicyKind::resizing_names()
+                ));
+            };
+            return VramResidency::per_layer(
+                kind,
+                capacity_bytes,
+                sizes_bytes,
+                layers,
+                params,
+                online,
+                allowance_bytes_per_token,
+            );
+        }
+        let Some(kind) = policy.cache_policy() else {
+            return Ok(VramResidency::planned(
+                capacity_bytes,
+                sizes_bytes,
+                &layers,
+                knowledge,
+                allowance_bytes_per_token,
+            ));
+        };
+        let n = sizes_bytes.len();
+        let mut known = Knowledge::default();
+        let mut params = params;
+        if matches!(kind, PolicyKind::Frequency | PolicyKind::Cost) {
+            known.prior_rate = knowledge.prior_rate();
+        }
+        if kind == PolicyKind::Cost {
+            known.miss_seconds = knowledge.cpu_seconds.clone();
+            // The card computes beside the CPU: a hit costs the token nothing.
+            known.hit_seconds = vec![0.0; n];
+            params.move_seconds_per_byte = knowledge.upload_seconds_per_byte();
+        }
+        if kind == PolicyKind::Plan {
+            known.pinned = knowledge.knapsack(&sizes_bytes, capacity_bytes);
+            known.sizes_bytes = sizes_bytes.clone();
+        }
+        let next_access = if kind == PolicyKind::Belady {
+            next_accesses(&knowledge.future)
+        } else {
+            Vec::new()
+        };
+        VramResidency::knowing(
+            kind,
+            capacity_bytes,
+            sizes_bytes,
+            (known, next_access),
+            params,
+            allowance_bytes_per_token,
+        )
+        .map_err(failed)
+    }
+
+    /// `replan` on the card: the training knapsack queued for
+    /// [`VramResidency::startup`], then re-planned from live heat.
+    fn planned(
+        capacity_bytes: u64,
+        sizes_bytes: Vec<u64>,
+        layers: &[LayerShape],
+        knowledge: &CardKnowledge,
+        allowance_bytes_per_token: u64,
+    ) -> VramResidency {
+        let pins = knowledge.knapsack(&sizes_bytes, capacity_bytes);
+        let params = ReplanParams {
+            bytes_per_token: allowance_bytes_per_token,
+            ..knowledge.replan.clone()
+        };
+        let replanner = Replanner::new(
+            params,
+            capacity_bytes,
+            sizes_bytes.clone(),
+            knowledge.cpu_seconds.clone(),
+            knowledge.link.clone(),
+            &pins,
+        );
+        // Without layers (a tier over plain objects), one layer of all.
+        let per_layer: Vec<usize> = match layers {
+            [] => vec![sizes_bytes.len()],
+            _ => layers.iter().map(|l| l.experts).collect(),
+        };
+        let experts = per_layer[0].max(1);
+        let decider = Decider::Planner {
+            replanner: Box::new(replanner),
+            heat: LiveHeat::new(&per_layer, DEFAULT_HALVE_EVERY_TOKENS),
+            experts,
+        };
+        let mut tier = VramResidency::of(
+            decider,
+            capacity_bytes,
+            sizes_bytes,
+            allowance_bytes_per_token,
+        );
+        tier.queue_all(&pins);
+        tier
     }
 
     /// `dynamic` on the card: one cache a layer (`layers[l]`, its experts
@@ -141,10 +434,14 @@ impl VramResidency {
             .map(|(l, &bytes)| cache(policy, bytes, l * experts, experts, &params))
             .collect::<Result<_, _>>()
             .map_err(|e| e.to_string())?;
-        Ok(VramResidency::of(
+        let decider = Decider::Caches {
             caches,
-            experts,
-            Some(allocator),
+            cache_objects: experts.max(1),
+            allocator: Some(allocator),
+            next_access: Vec::new(),
+        };
+        Ok(VramResidency::of(
+            decider,
             capacity_bytes,
             sizes_bytes,
             allowance_bytes_per_token,
@@ -152,17 +449,13 @@ impl VramResidency {
     }
 
     fn of(
-        caches: Vec<Cache>,
-        cache_objects: usize,
-        allocator: Option<OnlineAllocator>,
+        decider: Decider,
         capacity_bytes: u64,
         sizes_bytes: Vec<u64>,
         allowance_bytes_per_token: u64,
     ) -> VramResidency {
         VramResidency {
-            caches,
-            cache_objects: cache_objects.max(1),
-            allocator,
+            decider,
             tokens: 0,
             copies: vec![CopyState::None; sizes_bytes.len()],
             largest_bytes: sizes_bytes.iter().copied().max().unwrap_or(0),
@@ -177,12 +470,38 @@ impl VramResidency {
         }
     }
 
+    /// Queues `objects` for upload, oldest first.
+    fn queue_all(&mut self, objects: &[ObjectIndex]) {
+        for &o in objects {
+            self.copies[o as usize] = CopyState::Queued;
+            self.queue.push_back(o);
+        }
+    }
+
     /// Each cache's budget: one, or one a layer.
     pub fn capacities_bytes(&self) -> Vec<u64> {
-        self.caches
-            .iter()
-            .map(|c| c.policy.capacity_bytes())
-            .collect()
+        match &self.decider {
+            Decider::Caches { caches, .. } => {
+                caches.iter().map(|c| c.policy.capacity_bytes()).collect()
+            }
+            Decider::Planner { .. } => vec![self.capacity_bytes],
+        }
+    }
+
+    /// Whether the decider holds `o`: its cache's policy, or the planner's
+    /// pins.
+    fn decided(&self, o: ObjectIndex) -> bool {
+        match &self.decider {
+            Decider::Caches {
+                caches,
+                cache_objects,
+                ..
+            } => {
+                let cache = &caches[o as usize / cache_objects];
+                cache.policy.contains(o - cache.first)
+            }
+            Decider::Planner { replanner, .. } => replanner.is_pinned(o),
+        }
     }
 
     /// Whether `o` is computed on the device now: its copy has landed.
@@ -195,44 +514,34 @@ impl VramResidency {
         self.device_bytes
     }
 
-    /// After a token is computed: its routed experts go through the policy,
-    /// in route order, and the token's allowance is spent on the oldest
+    /// Before serving: what the decider holds from the start (`plan`'s and
+    /// `replan`'s knapsack), uploaded at once, outside the allowance, as a
+    /// plan is applied at load. The caller lands them before the first
+    /// token.
+    pub fn startup(&mut self) -> Vec<ObjectIndex> {
+        let mut uploads = Vec::new();
+        while let Some(&o) = self.queue.front() {
+            let size = self.sizes_bytes[o as usize];
+            if self.device_bytes + size > self.capacity_bytes {
+                break;
+            }
+            self.queue.pop_front();
+            self.device_bytes += size;
+            self.copies[o as usize] = CopyState::Uploading;
+            uploads.push(o);
+        }
+        uploads
+    }
+
+    /// After a token is computed: its routed experts go to the decider, in
+    /// route order, and the token's allowance is spent on the oldest
     /// admissions that fit in the budget.
     pub fn after_token(&mut self, routes: &[ObjectIndex]) -> VramMoves {
         let mut moves = VramMoves::default();
-        for &o in routes {
-            let k = o as usize / self.cache_objects;
-            let first = self.caches[k].first;
-            let request = Request {
-                object: o - first,
-                size_bytes: self.sizes_bytes[o as usize],
-                time: self.ticks,
-                next_access: NEVER,
-            };
-            self.ticks += 1;
-            self.evicted.clear();
-            let outcome = self.caches[k].policy.access(&request, &mut self.evicted);
-            self.evict_all(first, &mut moves.frees);
-            if outcome == Outcome::Hit && self.copies[o as usize] == CopyState::Skipped {
-                self.copies[o as usize] = CopyState::Queued;
-                self.queue.push_back(o);
-            }
-            if outcome == Outcome::Admitted {
-                if self.copies[o as usize] == CopyState::Doomed {
-                    // Evicted in flight and wanted again: the copy on its
-                    // way is the one to keep.
-                    self.copies[o as usize] = CopyState::Uploading;
-                } else {
-                    self.copies[o as usize] = CopyState::Queued;
-                    self.queue.push_back(o);
-                }
-            }
-            if let Some(a) = &mut self.allocator {
-                a.record(k, o - first);
-            }
+        match self.decider {
+            Decider::Caches { .. } => self.through_caches(routes, &mut moves.frees),
+            Decider::Planner { .. } => self.through_planner(routes, &mut moves.frees),
         }
-        self.tokens += 1;
-        self.move_budgets(&mut moves.frees);
         self.credit_bytes = (self.credit_bytes + self.allowance_bytes_per_token)
             .min(self.allowance_bytes_per_token.max(self.largest_bytes));
         while let Some(&o) = self.queue.front() {
@@ -247,6 +556,102 @@ impl VramResidency {
             moves.uploads.push(o);
         }
         moves
+    }
+
+    /// A token's routes through the cache policies, then `dynamic`'s
+    /// budgets.
+    fn through_caches(&mut self, routes: &[ObjectIndex], frees: &mut Vec<ObjectIndex>) {
+        for &o in routes {
+            let Decider::Caches {
+                caches,
+                cache_objects,
+                allocator,
+                next_access,
+            } = &mut self.decider
+            else {
+                unreachable!("called for caches only");
+            };
+            let k = o as usize / *cache_objects;
+            let first = caches[k].first;
+            let request = Request {
+                object: o - first,
+                size_bytes: self.sizes_bytes[o as usize],
+                time: self.ticks,
+                next_access: next_access
+                    .get(self.ticks as usize)
+                    .copied()
+                    .unwrap_or(NEVER),
+            };
+            self.ticks += 1;
+            self.evicted.clear();
+            let outcome = caches[k].policy.access(&request, &mut self.evicted);
+            if let Some(a) = allocator {
+                a.record(k, o - first);
+            }
+            self.evict_all(first, frees);
+            if outcome == Outcome::Hit && self.copies[o as usize] == CopyState::Skipped {
+                self.queue_all(&[o]);
+            }
+            if outcome == Outcome::Admitted {
+                self.admit(o);
+            }
+        }
+        self.tokens += 1;
+        self.move_budgets(frees);
+    }
+
+    /// A token's routes into live heat; on a pass, the planner's moves.
+    fn through_planner(&mut self, routes: &[ObjectIndex], frees: &mut Vec<ObjectIndex>) {
+        let Decider::Planner {
+            replanner,
+            heat,
+            experts,
+        } = &mut self.decider
+        else {
+            unreachable!("called for the planner only");
+        };
+        let experts = *experts;
+        let mut route = Vec::new();
+        for l in 0..heat.layers() {
+            route.clear();
+            route.extend(
+                routes
+                    .iter()
+                    .filter(|&&o| o as usize / experts == l)
+                    .map(|&o| o - (l * experts) as ObjectIndex),
+            );
+            heat.report_route(l, &route)
+                .expect("routes are the tier's own experts");
+        }
+        self.tokens += 1;
+        let moves = replanner
+            .due(self.tokens, 0.0)
+            .then(|| replanner.pass(self.tokens, 0.0, &heat.rates()));
+        for &o in routes {
+            // Skipped while pinned, and routed now that the CPU has it.
+            if self.copies[o as usize] == CopyState::Skipped && self.decided(o) {
+                self.queue_all(&[o]);
+            }
+        }
+        let Some(moves) = moves else {
+            return;
+        };
+        for &v in &moves.demote {
+            self.evict(v, frees);
+        }
+        for &c in &moves.promote {
+            self.admit(c);
+        }
+    }
+
+    /// The decider took `o` in: its copy is queued (or, evicted in flight
+    /// and wanted again, the copy on its way is kept).
+    fn admit(&mut self, o: ObjectIndex) {
+        if self.copies[o as usize] == CopyState::Doomed {
+            self.copies[o as usize] = CopyState::Uploading;
+        } else {
+            self.queue_all(&[o]);
+        }
     }
 
     /// `o`'s copy has landed. True if it must be freed at once: it was
@@ -282,7 +687,10 @@ impl VramResidency {
     /// that shrinks does so (evicting) before any grows, so their budgets
     /// never sum above the tier's.
     fn move_budgets(&mut self, frees: &mut Vec<ObjectIndex>) {
-        let Some(a) = &mut self.allocator else {
+        let Decider::Caches {
+            allocator: Some(a), ..
+        } = &mut self.decider
+        else {
             return;
         };
         if !a.due(self.tokens) || !a.pass(self.tokens).moved {
@@ -291,11 +699,14 @@ impl VramResidency {
         let target = a.capacities_bytes();
         for shrink in [true, false] {
             for (k, &bytes) in target.iter().enumerate() {
-                if (bytes < self.caches[k].policy.capacity_bytes()) == shrink {
+                let Decider::Caches { caches, .. } = &mut self.decider else {
+                    unreachable!("matched above");
+                };
+                if (bytes < caches[k].policy.capacity_bytes()) == shrink {
                     self.evicted.clear();
-                    let resized = self.caches[k].policy.resize(bytes, &mut self.evicted);
+                    let resized = caches[k].policy.resize(bytes, &mut self.evicted);
                     debug_assert!(resized, "per_layer checked the policy resizes");
-                    let first = self.caches[k].first;
+                    let first = caches[k].first;
                     self.evict_all(first, frees);
                 }
             }
@@ -310,7 +721,7 @@ impl VramResidency {
         }
     }
 
-    /// The policy evicted `v`: its copy goes, now or when it lands.
+    /// The decider evicted `v`: its copy goes, now or when it lands.
     fn evict(&mut self, v: ObjectIndex, frees: &mut Vec<ObjectIndex>) {
         let size = self.sizes_bytes[v as usize];
         self.copies[v as usize] = match self.copies[v as usize] {
@@ -327,6 +738,20 @@ impl VramResidency {
             CopyState::None | CopyState::Skipped => CopyState::None,
         };
     }
+}
+
+/// For each position of `sequence`, the position of the next request for
+/// the same object, or [`NEVER`].
+fn next_accesses(sequence: &[ObjectIndex]) -> Vec<u64> {
+    let mut next = vec![NEVER; sequence.len()];
+    let mut seen: std::collections::HashMap<ObjectIndex, u64> = Default::default();
+    for (i, &o) in sequence.iter().enumerate().rev() {
+        if let Some(&j) = seen.get(&o) {
+            next[i] = j;
+        }
+        seen.insert(o, i as u64);
+    }
+    next
 }
 
 /// A cache of `policy` over `objects` experts from `first` on.
@@ -350,8 +775,77 @@ fn cache(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+    use residency_core::cost::{Place, Resources};
+
+    /// RAM to a card that uploads `bytes_per_s`.
+    pub(crate) fn upload_link(bytes_per_s: f64) -> MoveLink {
+        let resources = Resources {
+            gpu_gemv_bytes_per_s: vec![1e12],
+            gpu_sync_seconds: vec![0.0],
+            gpu_gemv_seconds: vec![0.0],
+            gpu_upload_bytes_per_s: vec![bytes_per_s],
+            gpu_capacity_bytes: vec![1 << 40],
+            cpu_gemv_bytes_per_s: vec![1e9],
+            cpu_stage_seconds: vec![0.0],
+            ram_capacity_bytes: vec![1 << 40],
+            drive_numa: vec![],
+            drive_read_bytes_per_s: vec![],
+            drive_latency_seconds: vec![],
+            felt_fraction: 1.0,
+            fixed_token_seconds: 0.0,
+            gpu_hosts: vec![],
+            llama_cpp: None,
+            context: None,
+        };
+        MoveLink {
+            resources,
+            from: Place::Ram(0),
+            to: Place::Gpu(0),
+        }
+    }
+
+    /// What a tier knows of experts trained `train_counts` times, each
+    /// saving `cpu_seconds` a request, uploaded at 1 GB/s, re-planned
+    /// every token with no minimum age or interval, over no future.
+    pub(crate) fn knowing(train_counts: &[u64], cpu_seconds: f64) -> CardKnowledge {
+        CardKnowledge {
+            train_counts: train_counts.to_vec(),
+            cpu_seconds: vec![cpu_seconds; train_counts.len()],
+            link: upload_link(1e9),
+            future: Vec::new(),
+            replan: ReplanParams {
+                every_tokens: 1,
+                min_age_tokens: 0,
+                min_move_interval_tokens: 0,
+                ..ReplanParams::default()
+            },
+        }
+    }
+
+    /// `policy`'s tier of `capacity` bytes over experts of `sizes` in one
+    /// layer, knowing `knowledge`, the largest expert's bytes of
+    /// allowance a token.
+    fn tier_of(
+        policy: VramPolicy,
+        capacity: u64,
+        sizes: Vec<u64>,
+        knowledge: &CardKnowledge,
+    ) -> VramResidency {
+        let allowance = sizes.iter().copied().max().unwrap_or(1);
+        let params = (PolicyParams::default(), None);
+        VramResidency::of_policy(
+            policy,
+            capacity,
+            sizes,
+            Vec::new(),
+            params,
+            knowledge,
+            allowance,
+        )
+        .unwrap()
+    }
 
     fn tier(capacity: u64, experts: usize, allowance: u64) -> VramResidency {
         VramResidency::new(
@@ -511,44 +1005,6 @@ mod tests {
         assert_eq!(t.after_token(&[]).uploads, vec![1]);
     }
 
-    #[test]
-    fn the_budget_holds_whenever_copies_land_late() {
-        // Random routes of experts of 1-4 bytes into 9 bytes, each copy
-        // landing 0-3 tokens after it started: the device's bytes never
-        // pass the budget, every landed expert is one the policy holds, no
-        // copy lands twice (`landed` would panic), and the same seed gives
-        // the same moves.
-        let run = |policy: PolicyKind, seed: u64| {
-            let mut rng = residency_cache::sim::synthetic::Rng(seed);
-            let sizes: Vec<u64> = (0..12).map(|_| 1 + rng.next_u64() % 4).collect();
-            let mut t = VramResidency::new(policy, 9, sizes, PolicyParams::default(), 3).unwrap();
-            let mut flights = Flights::default();
-            let mut log = Vec::new();
-            for token in 0..2000u64 {
-                let routes: Vec<ObjectIndex> = (0..3)
-                    .map(|_| (rng.next_u64() % 12) as ObjectIndex)
-                    .collect();
-                let moves = t.after_token(&routes);
-                assert!(t.device_bytes() <= 9, "token {token}");
-                flights.step(&mut t, &moves, token, &mut rng);
-                for o in 0..12 {
-                    assert!(
-                        !t.on_device(o) || t.caches[0].policy.contains(o),
-                        "token {token}"
-                    );
-                }
-                log.push(moves);
-            }
-            log
-        };
-        // LRU re-admits what it just evicted, often while its copy is
-        // still in flight; LFRU's rule rarely does.
-        for policy in [PolicyKind::Lfru, PolicyKind::Lru] {
-            assert_eq!(run(policy, 5), run(policy, 5));
-            assert_ne!(run(policy, 5), run(policy, 6));
-        }
-    }
-
     /// A layer of 8 unit experts, one a token, a miss priced at 1 s.
     const UNIT_LAYER: LayerShape = LayerShape {
         slot_bytes: 1,
@@ -657,11 +1113,7 @@ mod tests {
                 assert!(t.capacities_bytes().iter().sum::<u64>() <= 8, "step {step}");
                 flights.step(&mut t, &moves, step, &mut rng);
                 for o in 0..16u32 {
-                    let cache = &t.caches[o as usize / 8];
-                    assert!(
-                        !t.on_device(o) || cache.policy.contains(o - cache.first),
-                        "step {step}"
-                    );
+                    assert!(!t.on_device(o) || t.decided(o), "step {step}");
                 }
                 log.push((moves, t.capacities_bytes()));
             }
@@ -669,5 +1121,166 @@ mod tests {
         };
         assert_eq!(run(3), run(3));
         assert_ne!(run(3), run(4));
+    }
+
+    #[test]
+    fn plan_uploads_the_training_knapsack_before_serving_and_keeps_it() {
+        // Four unit experts trained 5, 1, 9 and 0 times, room for two:
+        // the knapsack by CPU seconds saved per byte is 2 and 0. They go
+        // up at start-up (in index order), outside the allowance, and
+        // routes of 1 and 3 change nothing: `plan` admits nothing.
+        let mut t = tier_of(
+            VramPolicy::Plan,
+            2,
+            vec![1; 4],
+            &knowing(&[5, 1, 9, 0], 1.0),
+        );
+        let startup = t.startup();
+        assert_eq!(startup, vec![0, 2]);
+        land_all(
+            &mut t,
+            &VramMoves {
+                uploads: startup,
+                frees: vec![],
+            },
+        );
+        for _ in 0..10 {
+            assert_eq!(t.after_token(&[1, 3]), VramMoves::default());
+        }
+        assert!(t.on_device(2) && t.on_device(0) && !t.on_device(1));
+        assert_eq!(t.device_bytes(), 2);
+    }
+
+    #[test]
+    fn belady_keeps_what_comes_back_sooner() {
+        // Room for one unit expert; routes 0, 1, 0, 1, 0. Belady's future:
+        // at tick 1, 1's next request (tick 3) is later than resident 0's
+        // (tick 2), so 1 is bypassed and 0 stays on the card the whole
+        // time; LRU swaps them every token and never hits a landed copy.
+        let routes = [0, 1, 0, 1, 0];
+        let mut knowledge = knowing(&[0, 0], 1.0);
+        knowledge.future = routes.to_vec();
+        let count_on_device = |policy: VramPolicy| {
+            let mut t = tier_of(policy, 1, vec![1; 2], &knowledge);
+            let mut on_device = 0;
+            for &o in &routes {
+                on_device += t.on_device(o) as u32;
+                let moves = t.after_token(&[o]);
+                land_all(&mut t, &moves);
+            }
+            on_device
+        };
+        // Belady: 0 admitted at t0, lands; hits at t2 and t4.
+        assert_eq!(count_on_device(VramPolicy::Belady), 2);
+        // LRU: each token evicts the other expert; nothing it routes is
+        // on the card when routed.
+        assert_eq!(count_on_device(VramPolicy::Lru), 0);
+        assert_eq!(VramPolicy::Belady.label(), "belady (offline bound)");
+    }
+
+    #[test]
+    fn replan_moves_to_live_heat_once_the_move_pays() {
+        // Four unit experts, room for one, trained on expert 0 alone: 0
+        // goes up at start-up. Live traffic then routes 1 only. The first
+        // pass (after token 1) sees 1 at 1 count against 0 at 0: swapping
+        // saves 1 s a request of rate 1/1536 a token over 512 tokens
+        // (0.33 s), against a 1-byte upload at 1 GB/s x 2: it pays, so 0
+        // is freed and 1 goes up.
+        let mut t = tier_of(
+            VramPolicy::Replan,
+            1,
+            vec![1; 4],
+            &knowing(&[10, 0, 0, 0], 1.0),
+        );
+        let startup = t.startup();
+        assert_eq!(startup, vec![0]);
+        land_all(
+            &mut t,
+            &VramMoves {
+                uploads: startup,
+                frees: vec![],
+            },
+        );
+        let moves = t.after_token(&[1]);
+        assert_eq!(
+            moves,
+            VramMoves {
+                uploads: vec![1],
+                frees: vec![0]
+            }
+        );
+        land_all(&mut t, &moves);
+        assert!(t.on_device(1) && !t.on_device(0));
+        // At 1 byte/s an upload takes 1 s, so a move must save more than
+        // 2 s (hysteresis 2) over the 512-token horizon. 1 is up from the
+        // start (trained) and live traffic routes 2 alone: after k tokens
+        // 2's rate is k / 1536 a token, saving k / 3 s over the horizon,
+        // which passes 2 s at k = 7 (k = 6 only equals it).
+        let mut slow = knowing(&[0, 10, 0, 0], 1.0);
+        slow.link = upload_link(1.0);
+        let mut t = tier_of(VramPolicy::Replan, 1, vec![1; 4], &slow);
+        let startup = t.startup();
+        land_all(
+            &mut t,
+            &VramMoves {
+                uploads: startup,
+                frees: vec![],
+            },
+        );
+        for k in 1..=6 {
+            assert_eq!(t.after_token(&[2]), VramMoves::default(), "token {k}");
+        }
+        assert_eq!(
+            t.after_token(&[2]),
+            VramMoves {
+                uploads: vec![2],
+                frees: vec![1]
+            }
+        );
+    }
+
+    #[test]
+    fn every_policy_keeps_the_budget_and_its_seed_whenever_copies_land_late() {
+        // Every `--vram-policy` over random routes of 30 experts of 1-4
+        // bytes into 20 (S3-FIFO's small queue, a tenth, holds the small
+        // ones), copies landing 0-3 tokens late and one in eight
+        // skipped: the device's bytes never pass the budget, every landed
+        // expert is one the decider holds, and a seed gives the same moves.
+        let run = |policy: VramPolicy, seed: u64| {
+            let mut rng = residency_cache::sim::synthetic::Rng(seed);
+            let sizes: Vec<u64> = (0..30).map(|_| 1 + rng.next_u64() % 4).collect();
+            let routes: Vec<Vec<ObjectIndex>> = (0..2000)
+                .map(|_| {
+                    (0..3)
+                        .map(|_| (rng.next_u64() % 30) as ObjectIndex)
+                        .collect()
+                })
+                .collect();
+            let train: Vec<u64> = (0..30).map(|_| rng.next_u64() % 50).collect();
+            let mut knowledge = knowing(&train, 1e-3);
+            knowledge.future = routes.concat();
+            let mut t = tier_of(policy, 20, sizes, &knowledge);
+            let mut flights = Flights::default();
+            let startup = VramMoves {
+                uploads: t.startup(),
+                frees: vec![],
+            };
+            flights.step(&mut t, &startup, 0, &mut rng);
+            let mut log = vec![startup];
+            for (token, route) in routes.iter().enumerate() {
+                let moves = t.after_token(route);
+                assert!(t.device_bytes() <= 20, "{policy} token {token}");
+                flights.step(&mut t, &moves, token as u64, &mut rng);
+                for o in 0..30 {
+                    assert!(!t.on_device(o) || t.decided(o), "{policy} token {token}");
+                }
+                log.push(moves);
+            }
+            log
+        };
+        for policy in VramPolicy::ALL {
+            assert_eq!(run(policy, 5), run(policy, 5), "{policy}");
+            assert_ne!(run(policy, 5), run(policy, 6), "{policy}");
+        }
     }
 }
