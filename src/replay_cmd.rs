@@ -109,9 +109,9 @@ pub struct ReplayArgs {
     /// candidate over the coldest by a quarter plus 4), another cache
     /// policy, `cost` (the CPU seconds a copy saves against its upload),
     /// `plan` (the training knapsack, kept), `replan` (the training
-    /// knapsack, re-planned from live heat every --replan-every tokens,
-    /// moving what pays), or `belady`, the offline bound (it sees the
-    /// future).
+    /// knapsack, re-planned from live heat every 4 tokens, moving what
+    /// pays for its upload), or `belady`, offline (it sees the future; not
+    /// a bound where uploads are rationed).
     #[arg(long, value_parser = named::<VramPolicy>(), default_value = "lfru")]
     vram_policy: VramPolicy,
     /// Bytes uploaded to the card a token, on average.

@@ -228,7 +228,7 @@ fn every_vram_policy_runs_on_the_card_or_is_refused_in_one_line() {
             assert!(out.contains(&format!("under {policy}")), "{out}");
         }
         if policy == "belady" && !off {
-            assert!(out.contains("belady (offline bound)"), "{out}");
+            assert!(out.contains("belady (offline: sees the future"), "{out}");
         }
     }
     let o = fx.replay(&[&arms[..], &card[..], &["--vram-policy", "pinned-lru"]].concat());

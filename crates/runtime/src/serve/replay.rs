@@ -21,7 +21,7 @@ use super::compute::{start_activation, ExpertKernel, LayerInput};
 use super::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
 use super::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
 use super::replan::{MoveLink, Moves, ReplanParams, Replanner};
-use super::vram::{CardKnowledge, VramPolicy, VramResidency};
+use super::vram::{CardKnowledge, VramPolicy, VramResidency, CARD_HEAT_HALVE_EVERY_TOKENS};
 use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
 use crate::checkpoint::Checkpoint;
 use crate::gpu::DeviceBuffer;
@@ -1281,7 +1281,8 @@ fn cpu_share(
 
 /// What the card's policies know on a replay of `seed` then `tokens`:
 /// the training counts, the CPU seconds a copy saves (an expert's bytes
-/// at the compute thread's rate), the upload link, `replan`'s passes and,
+/// at the compute thread's rate), the upload link, `replan`'s card
+/// passes and heat window and,
 /// for `belady` alone, every expert routed in order.
 fn card_knowledge(
     config: &ReplayConfig,
@@ -1307,7 +1308,8 @@ fn card_knowledge(
             .collect(),
         link: vram.link.clone(),
         future,
-        replan: config.replan.clone(),
+        replan: ReplanParams::card(),
+        heat_halve_every_tokens: CARD_HEAT_HALVE_EVERY_TOKENS,
     }
 }
 
