@@ -29,7 +29,9 @@
 #                                 one run each a round, in turn (A B C C B A);
 #                                 VRAM_ARMS="lfru dynamic-lfru ..." picks them
 #                                 (dynamic-lfru: lfru in per-layer budgets),
-#                                 TOKENS and REPLAY_ARGS (--per-category) too;
+#                                 TOKENS, VRAM_LAYERS (MoE layers, 4 by
+#                                 default, 26 for all) and REPLAY_ARGS
+#                                 (--per-category) too;
 #                                 its tables: vram_summary.py DIR/vramcmp
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
@@ -121,8 +123,9 @@ vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoi
 vram_compare() { # trace vram-budgets rounds
   mkdir -p $O/vramcmp
   [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
-  [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4
-  [ -f $O/vramcmp/profile.yaml ] || CALSEC=20 cal $B $O/vramcmp/profile.yaml /tmp/ds4
+  local layers=${VRAM_LAYERS:-4} ck=/tmp/ds${VRAM_LAYERS:-4}
+  [ -d $ck ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers $layers --dtype int4 --out $ck
+  [ -f $O/vramcmp/profile.yaml ] || CALSEC=20 cal $B $O/vramcmp/profile.yaml $ck
   local arms=${VRAM_ARMS:-"lfru lru dynamic"}
   for r in $(seq 1 $3); do
     for v in ${2//,/ }; do
@@ -130,7 +133,7 @@ vram_compare() { # trace vram-budgets rounds
         local flag="--vram-policy $a"
         [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
         [ $a = dynamic-lfru ] && flag="--vram-policy lfru --vram-allocation dynamic"
-        run $B replay --checkpoint /tmp/ds4 --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens ${TOKENS:-48} \
+        run $B replay --checkpoint $ck --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens ${TOKENS:-48} \
           --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 ${REPLAY_ARGS:-} \
           --vram-budget $v $flag --json $O/vramcmp/${v%\%}-$a-r$r.json
         grep -E "^  lru " $O/cmd.log | tail -2 | sed "s/^/$v $a r$r/" | tee -a $O/log.txt
