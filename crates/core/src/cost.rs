@@ -704,6 +704,17 @@ impl Instance {
             .collect()
     }
 
+    /// Replaces every expert's use rate with `rates[l][e]` (MoE ordinal
+    /// `l`, expert `e`): new heat for the same model and machine, without
+    /// building the instance again.
+    pub fn set_expert_rates(&mut self, rates: &[Vec<f64>]) {
+        for (ids, layer) in self.expert_ids.iter().zip(rates) {
+            for (&o, &rate) in ids.iter().zip(layer) {
+                self.objects[o].use_rate = rate;
+            }
+        }
+    }
+
     /// Index of a place in `places`.
     pub fn place_index(&self, place: Place) -> usize {
         self.places

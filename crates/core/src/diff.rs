@@ -69,6 +69,18 @@ pub fn move_seconds(inst: &Instance, o: usize, from: usize, to: usize) -> f64 {
     carry_seconds(&inst.resources, inst.objects[o].bytes_at(to), from, to)
 }
 
+/// Bytes that moving object `o` from place index `from` to `to` carries
+/// over a link: its bytes at `to`, or 0 when nothing is carried (it stays,
+/// or a weight is dropped to disk, a KV group dropped or taken up). What a
+/// re-plan's move budget counts.
+pub fn carried_bytes(inst: &Instance, o: usize, from: usize, to: usize) -> u64 {
+    let (from, to) = (inst.places[from], inst.places[to]);
+    if from == to || link_rate(&inst.resources, from, to).is_none() {
+        return 0;
+    }
+    inst.objects[o].bytes_at(to)
+}
+
 pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
     let mut links: BTreeMap<(Place, Place), LinkMove> = BTreeMap::new();
     let (mut moved_experts, mut moved_trunk, mut moved_kv) = (0, 0, 0);
@@ -91,10 +103,8 @@ pub fn diff(inst: &Instance, before: &[usize], after: &[usize]) -> PlanDiff {
             seconds: 0.0,
         });
         entry.objects += 1;
-        if link_rate(&inst.resources, from, to).is_some() {
-            entry.bytes += object.bytes_at(to);
-            entry.seconds += move_seconds(inst, o, a, b);
-        }
+        entry.bytes += carried_bytes(inst, o, a, b);
+        entry.seconds += move_seconds(inst, o, a, b);
     }
     let links: Vec<LinkMove> = links.into_values().collect();
     PlanDiff {

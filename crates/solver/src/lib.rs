@@ -7,6 +7,7 @@
 
 pub mod explain;
 pub mod greedy;
+pub mod incremental;
 pub mod lagrange;
 pub mod rounding;
 pub mod search;
@@ -49,7 +50,18 @@ const FRUITLESS_KICKS: usize = 100;
 const BOUND_TOLERANCE: f64 = 1e-6;
 
 pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
-    search(inst, options, None)
+    Ok(search(inst, options, None)?.0)
+}
+
+/// `solve`, and where `incremental::replan` starts from once its plan is
+/// in use: the placement and the prices of its bound.
+pub fn solve_warm(inst: &Instance, options: SolveOptions) -> Result<(Solution, incremental::Warm)> {
+    let (solution, prices_seconds_per_byte) = search(inst, options, None)?;
+    let warm = incremental::Warm {
+        placement: solution.placement.clone(),
+        prices_seconds_per_byte,
+    };
+    Ok((solution, warm))
 }
 
 /// The plan search shared by `solve` and `replan`: the greedy placement,
@@ -60,12 +72,12 @@ pub fn solve(inst: &Instance, options: SolveOptions) -> Result<Solution> {
 /// mixed over the prices tried and the greedy placement (on large
 /// instances under a short limit the greedy start can end better), then
 /// the relaxations at the other prices tried, while time is left and the
-/// gap is not yet reached.
+/// gap is not yet reached. Returns the prices of the bound beside it.
 fn search(
     inst: &Instance,
     options: SolveOptions,
     migration: Option<&search::Migration>,
-) -> Result<Solution> {
+) -> Result<(Solution, Vec<f64>)> {
     let start = Instant::now();
     let limit = Duration::from_secs_f64(options.time_limit_seconds.max(0.01));
     let deadline = start + limit;
@@ -160,13 +172,16 @@ fn search(
     }
     settled.settle_in_memory();
     let placement = settled.placement;
-    Ok(solution(
-        inst,
-        placement,
-        bound,
-        (greedy_placement, greedy_token_seconds),
-        method,
-        start,
+    Ok((
+        solution(
+            inst,
+            placement,
+            bound,
+            (greedy_placement, greedy_token_seconds),
+            method,
+            start,
+        ),
+        priced.prices_seconds_per_byte,
     ))
 }
 
@@ -260,11 +275,12 @@ pub fn replan(inst: &Instance, current: &[usize], options: ReplanOptions) -> Res
         current: current.to_vec(),
         horizon_tokens: options.horizon_tokens,
         hysteresis: options.hysteresis,
+        budget_bytes: None,
     };
     let options = SolveOptions {
         time_limit_seconds: options.time_limit_seconds,
         // Moves are not in the bound: stop only when the time is spent.
         gap: 0.0,
     };
-    search(inst, options, Some(&migration))
+    Ok(search(inst, options, Some(&migration))?.0)
 }

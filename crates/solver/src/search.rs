@@ -4,7 +4,8 @@
 //! of it). Every step is evaluated with the cost model's `StageLoads`, so the
 //! search optimises exactly what the plan reports. When re-planning from a
 //! current placement (design §4.5), each object away from where it is now
-//! also costs its move seconds times the hysteresis over the horizon.
+//! also costs its move seconds times the hysteresis over the horizon, and
+//! under a move budget no step may carry more bytes in all than it allows.
 
 use residency_core::cost::{Instance, Place, StageLoads};
 use std::cmp::Ordering;
@@ -22,6 +23,8 @@ pub struct SearchState<'a> {
     /// Free bytes per place index; negative while over capacity. Disk: unbounded.
     free: Vec<i128>,
     migration: Option<Migration>,
+    /// Bytes the placement carries away from `migration.current`.
+    moved_bytes: u64,
 }
 
 /// What moving away from a current placement costs (design §4.5): per
@@ -32,6 +35,9 @@ pub struct Migration {
     pub current: Vec<usize>,
     pub horizon_tokens: f64,
     pub hysteresis: f64,
+    /// Most bytes the placement may carry over links away from `current`
+    /// (`diff::carried_bytes`); `None`: no limit.
+    pub budget_bytes: Option<u64>,
 }
 
 impl<'a> SearchState<'a> {
@@ -55,13 +61,52 @@ impl<'a> SearchState<'a> {
             stage_seconds,
             free,
             migration: None,
+            moved_bytes: 0,
         }
     }
 
-    /// Charges moves away from `migration.current` in every step's delta.
+    /// Charges moves away from `migration.current` in every step's delta,
+    /// and refuses steps beyond its budget (a placement already beyond it
+    /// may only come back towards `current`).
     pub fn with_migration(mut self, migration: Migration) -> Self {
+        self.moved_bytes = (0..self.placement.len())
+            .map(|o| {
+                residency_core::diff::carried_bytes(
+                    self.inst,
+                    o,
+                    migration.current[o],
+                    self.placement[o],
+                )
+            })
+            .sum();
         self.migration = Some(migration);
         self
+    }
+
+    /// Bytes the placement carries away from the current placement (0
+    /// without a migration).
+    pub fn moved_bytes(&self) -> u64 {
+        self.moved_bytes
+    }
+
+    /// Bytes carried from `current` by `o` at `q`.
+    fn carried(&self, o: usize, q: usize) -> u64 {
+        self.migration.as_ref().map_or(0, |m| {
+            residency_core::diff::carried_bytes(self.inst, o, m.current[o], q)
+        })
+    }
+
+    /// Whether the moves (objects distinct) keep the carried bytes within
+    /// the budget, or at least do not raise them.
+    fn within_budget(&self, moves: &[(usize, usize)]) -> bool {
+        let Some(budget) = self.migration.as_ref().and_then(|m| m.budget_bytes) else {
+            return true;
+        };
+        let change: i128 = moves
+            .iter()
+            .map(|&(o, q)| self.carried(o, q) as i128 - self.carried(o, self.placement[o]) as i128)
+            .sum();
+        change <= 0 || self.moved_bytes as i128 + change <= budget as i128
     }
 
     pub fn token_seconds(&self) -> f64 {
@@ -91,8 +136,12 @@ impl<'a> SearchState<'a> {
 
     /// Change of the objective (`token_seconds`, plus migration seconds when
     /// re-planning) if the given objects (at most two) moved to the given
-    /// places; evaluated without copying any stage's loads.
+    /// places; evaluated without copying any stage's loads. Infinite when
+    /// the moves would pass the move budget: no step takes them.
     pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
+        if !self.within_budget(moves) {
+            return f64::INFINITY;
+        }
         let migration: f64 = moves
             .iter()
             .map(|&(o, q)| {
@@ -145,6 +194,7 @@ impl<'a> SearchState<'a> {
         self.stage_seconds[s] = self.loads[s].seconds(r).0;
         self.free[from] += self.bytes(o, from);
         self.free[q] -= self.bytes(o, q);
+        self.moved_bytes = self.moved_bytes + self.carried(o, q) - self.carried(o, from);
         self.placement[o] = q;
     }
 
@@ -232,6 +282,7 @@ impl<'a> SearchState<'a> {
                 target: q,
                 cost_per_byte: self.delta(&[(o, q)]) / freed,
             })
+            .filter(|exit| exit.cost_per_byte.is_finite())
             .min_by(|a, b| a.cost_per_byte.total_cmp(&b.cost_per_byte))
     }
 
@@ -255,7 +306,7 @@ impl<'a> SearchState<'a> {
         let trunk = &self.inst.trunk_ids;
         let mut improved = false;
         for (i, &a) in trunk.iter().enumerate() {
-            if i % 16 == 0 && Instant::now() >= deadline {
+            if Instant::now() >= deadline {
                 break;
             }
             for &b in &trunk[i + 1..] {
@@ -286,7 +337,7 @@ impl<'a> SearchState<'a> {
         let places = self.inst.places.len();
         let mut improved = false;
         for s in 0..self.inst.stages.len() {
-            if s % 16 == 0 && Instant::now() >= deadline {
+            if Instant::now() >= deadline {
                 break;
             }
             for from in 0..places {
@@ -326,7 +377,7 @@ impl<'a> SearchState<'a> {
     fn single_moves(&mut self, deadline: Instant) -> bool {
         let mut improved = false;
         for s in 0..self.inst.stages.len() {
-            if s % 64 == 0 && Instant::now() >= deadline {
+            if Instant::now() >= deadline {
                 break;
             }
             for &o in &self.inst.stages[s].objects {
@@ -402,8 +453,10 @@ impl<'a> SearchState<'a> {
                             }
                             let total = if s_out == s_in {
                                 self.delta(&[(o_in, q), (o_out, target)])
-                            } else {
+                            } else if self.within_budget(&[(o_in, q), (o_out, target)]) {
                                 gain + loss
+                            } else {
+                                continue;
                             };
                             if total < -EPSILON_SECONDS {
                                 best = Some((loss, o_out, target));

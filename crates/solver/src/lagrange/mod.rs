@@ -72,8 +72,28 @@ pub struct Bound {
     /// Per stage, its experts hottest first.
     pub expert_order: Vec<Vec<usize>>,
     /// The relaxed placement at every prices tried, the best bound first,
-    /// then the latest first: starts for rounding.
+    /// then the latest first: starts for rounding (empty when not asked for).
     pub starts: Vec<Fractional>,
+    /// The prices of the best bound, seconds per byte of each GPU then each
+    /// RAM node: where a later search on similar inputs starts.
+    pub prices_seconds_per_byte: Vec<f64>,
+}
+
+/// How `bound_from` searches the prices.
+#[derive(Debug, Clone, Copy)]
+pub struct PriceSearch<'a> {
+    /// Stop at this instant (one evaluation is always made).
+    pub deadline: Instant,
+    /// Stop when the cutting-plane model promises less than this share more.
+    pub tolerance: f64,
+    /// Stop once the bound reaches this many seconds.
+    pub good_enough: f64,
+    /// Start here (seconds per byte, as `Bound::prices_seconds_per_byte`)
+    /// instead of at zero prices.
+    pub warm_prices: Option<&'a [f64]>,
+    /// Whether to collect relaxed placements for rounding (the solutions
+    /// near the best prices and their Dantzig-Wolfe mix cost evaluations).
+    pub starts: bool,
 }
 
 /// A bound that needs no prices: in each stage the total work, each object
@@ -184,6 +204,27 @@ fn price_index(r: &Resources, place: Place) -> Option<usize> {
 /// the cutting-plane model promises less than `tolerance` (relative) more,
 /// or until the bound reaches `good_enough` seconds.
 pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f64) -> Bound {
+    bound_from(
+        inst,
+        PriceSearch {
+            deadline,
+            tolerance,
+            good_enough,
+            warm_prices: None,
+            starts: true,
+        },
+    )
+}
+
+/// `bound`, searched as `search` says: from warm prices, and without the
+/// relaxed placements when only the bound and the prices are wanted.
+pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
+    let PriceSearch {
+        deadline,
+        tolerance,
+        good_enough,
+        ..
+    } = search;
     let priced = Priced::new(inst);
     let dims = priced.capacities.len();
     let r = &inst.resources;
@@ -220,12 +261,24 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
             fractional,
         )
     };
-    let mut center = vec![0.0; dims];
+    // Warm prices are kept inside the box; the first step around them is
+    // small, as the best prices move little when the inputs do.
+    let (mut center, mut radius): (Vec<f64>, Vec<f64>) = match search.warm_prices {
+        Some(warm) if warm.len() == dims => (0..dims)
+            .map(|i| {
+                let p = (warm[i] * BYTE_UNIT / TIME_UNIT).clamp(0.0, most_saved[i]);
+                (p, (p / 8.0).max(most_saved[i] / 1024.0))
+            })
+            .unzip(),
+        _ => (
+            vec![0.0; dims],
+            most_saved.iter().map(|m| m / 16.0).collect(),
+        ),
+    };
     let (mut center_value, g, first) = evaluate(&center);
     let mut starts = vec![first];
     let mut best_start = 0;
     let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
-    let mut radius: Vec<f64> = most_saved.iter().map(|m| m / 16.0).collect();
     while Instant::now() < deadline && center_value * TIME_UNIT < good_enough && dims > 0 {
         let Some((next, predicted)) = master(&cuts, &center, &radius, &most_saved) else {
             break;
@@ -246,11 +299,13 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
         }
         let (value, g, fractional) = evaluate(&next);
         cuts.push((value, g, next.clone()));
-        starts.push(fractional);
+        if search.starts {
+            starts.push(fractional);
+        }
         if value >= center_value + 0.1 * promised {
             center = next;
             center_value = value;
-            best_start = starts.len() - 1;
+            best_start = if search.starts { starts.len() - 1 } else { 0 };
             if active {
                 radius.iter_mut().for_each(|x| *x *= 2.0);
             }
@@ -260,7 +315,8 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
     }
     // Stages switch between solutions at prices near the best: those
     // solutions are what the master below mixes.
-    'nearby: for i in 0..dims {
+    let nearby = if search.starts { 0..dims } else { 0..0 };
+    'nearby: for i in nearby {
         for scale in NEARBY_PRICES {
             if Instant::now() >= deadline {
                 break 'nearby;
@@ -274,11 +330,15 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
             starts.push(evaluate(&near).2);
         }
     }
-    let best = starts.remove(best_start);
-    starts.reverse();
-    starts.insert(0, best);
-    if let Some(mixed) = combine(&priced.capacities, &starts, deadline) {
-        starts.insert(0, mixed);
+    if search.starts {
+        let best = starts.remove(best_start);
+        starts.reverse();
+        starts.insert(0, best);
+        if let Some(mixed) = combine(&priced.capacities, &starts, deadline) {
+            starts.insert(0, mixed);
+        }
+    } else {
+        starts.clear();
     }
     let seconds = center_value * TIME_UNIT;
     Bound {
@@ -289,6 +349,7 @@ pub fn bound(inst: &Instance, deadline: Instant, tolerance: f64, good_enough: f6
             .map(|data| data.experts.as_ref().map_or(Vec::new(), |e| e.ids.clone()))
             .collect(),
         starts,
+        prices_seconds_per_byte: scaled(&center),
     }
 }
 

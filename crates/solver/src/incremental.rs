@@ -1,0 +1,169 @@
+//! Incremental re-planning, the API a serving loop calls every few tokens
+//! (design §4.5): from the placement in use and the byte prices of the
+//! solve that made it, a placement for new heat that carries at most a
+//! move budget of bytes, in milliseconds.
+//!
+//! The objective is `replan`'s: token seconds plus `hysteresis x move
+//! seconds / horizon` (`diff::move_seconds`: bytes at each link's rate).
+//! The prices are searched again from the previous ones (a few cutting-plane
+//! steps: they move little when the heat does) and give the bound; the
+//! placement is improved by the local search of `search` from the one in
+//! use, every step kept within the budget. Nothing else starts: no greedy,
+//! no rounding, no kicks, so a pass costs a few scans of the objects.
+//!
+//! The bound is on the same objective: the priced relaxation's bound on
+//! token seconds, which no placement beats, plus the move seconds counted
+//! at their least, zero (a placement may always stay). It is valid for any
+//! budget; it is tight when staying or moving little is best.
+
+use crate::lagrange::{self, PriceSearch};
+use crate::search::{Migration, SearchState};
+use residency_core::cost::Instance;
+use residency_core::diff::move_seconds;
+use residency_core::{PlannerError, Result};
+use std::time::{Duration, Instant};
+
+/// What a re-plan starts from: the placement in use (place index per
+/// object) and the prices of the solve that made it (seconds per byte of
+/// each GPU, then each RAM node; empty: start from zero prices).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Warm {
+    pub placement: Vec<usize>,
+    pub prices_seconds_per_byte: Vec<f64>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct IncrementalOptions {
+    /// Wall seconds for the whole re-plan (one evaluation of the prices is
+    /// always made, however short).
+    pub time_limit_seconds: f64,
+    /// Stop once the objective is proven within this share of the optimum.
+    pub gap: f64,
+    /// Most bytes the new placement may carry over links away from the
+    /// one in use (`diff::carried_bytes`; a weight dropped to disk carries
+    /// none).
+    pub move_budget_bytes: u64,
+    /// Tokens over which a move must pay for itself.
+    pub horizon_tokens: f64,
+    /// A move's seconds count this many times.
+    pub hysteresis: f64,
+}
+
+/// A re-plan's answer: the placement and what it costs, and the prices
+/// the next re-plan starts from (`warm`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Replanned {
+    pub placement: Vec<usize>,
+    pub prices_seconds_per_byte: Vec<f64>,
+    pub token_seconds: f64,
+    /// Seconds to carry every move over its link.
+    pub move_seconds: f64,
+    pub moved_bytes: u64,
+    /// `token_seconds + hysteresis * move_seconds / horizon_tokens`: what
+    /// the re-plan minimises.
+    pub objective_seconds: f64,
+    /// A lower bound on `objective_seconds` over every placement.
+    pub lower_bound_seconds: f64,
+    pub solve_seconds: f64,
+}
+
+impl Replanned {
+    /// Relative distance of the objective from the bound.
+    pub fn gap(&self) -> f64 {
+        self.objective_seconds / self.lower_bound_seconds - 1.0
+    }
+
+    /// Where the next re-plan starts, once this placement is in use.
+    pub fn warm(&self) -> Warm {
+        Warm {
+            placement: self.placement.clone(),
+            prices_seconds_per_byte: self.prices_seconds_per_byte.clone(),
+        }
+    }
+}
+
+/// Share of the time limit the prices may take; the search has the rest.
+const PRICE_SHARE: f64 = 0.3;
+
+/// The prices stop when their model promises less than this share more.
+const PRICE_TOLERANCE: f64 = 1e-4;
+
+/// Re-plans `inst` (its use rates the new heat) from `warm` within the
+/// move budget. Fails only when the placement in use is not one of `inst`
+/// (another length, a place it lacks or forbids) or cannot be brought
+/// within the capacities inside the budget.
+pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Result<Replanned> {
+    let start = Instant::now();
+    let limit = Duration::from_secs_f64(options.time_limit_seconds.max(1e-4));
+    check_placement(inst, &warm.placement)?;
+    let priced = lagrange::bound_from(
+        inst,
+        PriceSearch {
+            deadline: start + limit.mul_f64(PRICE_SHARE),
+            tolerance: PRICE_TOLERANCE,
+            good_enough: f64::INFINITY,
+            warm_prices: Some(&warm.prices_seconds_per_byte),
+            starts: false,
+        },
+    );
+    let token_bound = priced
+        .lower_bound_seconds
+        .max(lagrange::work_sum_bound(inst));
+    let migration = Migration {
+        current: warm.placement.clone(),
+        horizon_tokens: options.horizon_tokens,
+        hysteresis: options.hysteresis,
+        budget_bytes: Some(options.move_budget_bytes),
+    };
+    let mut state = SearchState::new(inst, warm.placement.clone()).with_migration(migration);
+    if !state.repair() {
+        return Err(PlannerError::Infeasible(format!(
+            "the placement in use does not fit the capacities, and a move budget of {} bytes cannot make it fit",
+            options.move_budget_bytes
+        )));
+    }
+    state.improve(start + limit, token_bound * (1.0 + options.gap.max(0.0)));
+    let placement = state.placement.clone();
+    let token_seconds = inst.evaluate(&placement).token_seconds;
+    let move_seconds = placement
+        .iter()
+        .zip(&warm.placement)
+        .enumerate()
+        .fold(0.0, |total, (o, (&to, &from))| {
+            total + move_seconds(inst, o, from, to)
+        });
+    let objective_seconds =
+        token_seconds + options.hysteresis * move_seconds / options.horizon_tokens;
+    Ok(Replanned {
+        moved_bytes: state.moved_bytes(),
+        placement,
+        prices_seconds_per_byte: priced.prices_seconds_per_byte,
+        token_seconds,
+        move_seconds,
+        objective_seconds,
+        lower_bound_seconds: token_bound.min(objective_seconds),
+        solve_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The placement in use must be one of `inst`'s.
+fn check_placement(inst: &Instance, placement: &[usize]) -> Result<()> {
+    if placement.len() != inst.objects.len() {
+        return Err(PlannerError::Infeasible(format!(
+            "the placement in use has {} objects, the instance {}; re-plan from a placement of this model",
+            placement.len(),
+            inst.objects.len()
+        )));
+    }
+    match placement
+        .iter()
+        .enumerate()
+        .find(|&(o, &q)| q >= inst.places.len() || !inst.allowed(o, inst.places[q]))
+    {
+        Some((o, &q)) => Err(PlannerError::Infeasible(format!(
+            "the placement in use puts {} at place index {q}, which this instance lacks or forbids for it",
+            residency_core::solution::describe(inst, o)
+        ))),
+        None => Ok(()),
+    }
+}
