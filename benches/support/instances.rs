@@ -69,10 +69,6 @@ pub fn profile(name: &str) -> HardwareProfile {
         .unwrap()
 }
 
-fn model(name: &str) -> Model {
-    Model::from_yaml_file(Path::new(&format!("{ROOT}/profiles/models/{name}.yaml"))).unwrap()
-}
-
 /// The real GLM-5.2 `.coli_usage` heat, or None without ../shared.
 pub fn glm_heat() -> Option<PathBuf> {
     let heat = Path::new(ROOT)
@@ -106,8 +102,21 @@ pub fn glm(profile: &HardwareProfile, heat: &Path) -> Instance {
 /// layer's experts in a fixed shuffled order.
 pub fn kimi(profile: &HardwareProfile) -> Instance {
     let model = model("kimi-scale");
-    let mut rng = Lcg(7);
-    let rates: Vec<Vec<f64>> = model
+    Instance::new(profile, &model, &zipf_rates(&model, 7))
+}
+
+/// DeepSeek-V3 (`profiles/models/deepseek-v3.yaml`: 61 layers, 58 of them
+/// MoE x 256 experts) with Zipf heat of `seed` on `profile`.
+pub fn deepseek_v3(profile: &HardwareProfile, seed: u64) -> Instance {
+    let model = model("deepseek-v3");
+    Instance::new(profile, &model, &zipf_rates(&model, seed))
+}
+
+/// Per MoE layer, a Zipf law (exponent 1) over its experts in an order
+/// shuffled by `seed`, summing to top_k: a new seed is new heat.
+pub fn zipf_rates(model: &Model, seed: u64) -> Vec<Vec<f64>> {
+    let mut rng = Lcg(seed);
+    model
         .moe
         .iter()
         .map(|m| {
@@ -119,8 +128,11 @@ pub fn kimi(profile: &HardwareProfile) -> Instance {
             let sum: f64 = w.iter().sum();
             w.iter().map(|x| model.top_k() as f64 * x / sum).collect()
         })
-        .collect();
-    Instance::new(profile, &model, &rates)
+        .collect()
+}
+
+pub fn model(name: &str) -> Model {
+    Model::from_yaml_file(Path::new(&format!("{ROOT}/profiles/models/{name}.yaml"))).unwrap()
 }
 
 /// The embedded default (DeepSeek-V2-Lite, ESFT heat, the two-card box)

@@ -1,0 +1,129 @@
+//! Wall time and quality of the incremental re-plan against `replan` (the
+//! full plan search with move costs) on the same inputs: DeepSeek-V3 (58
+//! MoE layers x 256 experts) on the two-card Threadripper box (2 GPUs, RAM,
+//! a drive) and Kimi scale (64 x 1280, top-8) on the 8-GPU node. Each is
+//! solved for Zipf heat, then the heat drifts (90 % old, 10 % another Zipf
+//! draw) and both re-plan from that plan; 5 runs each, median and range.
+//!
+//! `cargo run --release --example replan_report [-- BUDGET_GIB]` (default 2);
+//! results in docs/planner-scale.md.
+
+#[path = "../benches/support/instances.rs"]
+mod instances;
+
+use residency_core::cost::Instance;
+use residency_solver::incremental::{self, IncrementalOptions};
+use residency_solver::{replan, solve_warm, ReplanOptions, SolveOptions};
+use std::time::Instant;
+
+const RUNS: usize = 5;
+const HORIZON_TOKENS: f64 = 512.0;
+const HYSTERESIS: f64 = 2.0;
+
+/// Median and range of `xs`, as text with `unit` and `digits`.
+fn spread(mut xs: Vec<f64>, scale: f64, digits: usize) -> String {
+    xs.sort_by(f64::total_cmp);
+    format!(
+        "{:.digits$} ({:.digits$}-{:.digits$})",
+        xs[xs.len() / 2] * scale,
+        xs[0] * scale,
+        xs[xs.len() - 1] * scale
+    )
+}
+
+fn main() {
+    let budget_gib: f64 = std::env::args()
+        .nth(1)
+        .map_or(2.0, |b| b.parse().expect("a budget in GiB"));
+    let budget_bytes = (budget_gib * (1u64 << 30) as f64) as u64;
+    let box2 = instances::profile("threadripper-3945wx-rtx3070-quadro4000");
+    let h200 = instances::profile("h200-node");
+    let cases: Vec<(&str, Instance, &str, f64)> = vec![
+        (
+            "DeepSeek-V3, 2 GPUs + RAM + drive",
+            instances::deepseek_v3(&box2, 7),
+            "deepseek-v3",
+            0.020,
+        ),
+        (
+            "Kimi scale, 8 GPUs",
+            instances::kimi(&h200),
+            "kimi-scale",
+            0.200,
+        ),
+    ];
+    println!("budget {budget_gib} GiB, horizon {HORIZON_TOKENS} tokens, hysteresis {HYSTERESIS}; {RUNS} runs, median (range)");
+    println!("| instance | method | limit | wall ms | token ms | objective ms | gap | moved MiB |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for (name, mut inst, model, limit) in cases {
+        let (_, warm) = solve_warm(&inst, SolveOptions::default()).unwrap();
+        let model = instances::model(model);
+        let (old, new) = (
+            instances::zipf_rates(&model, 7),
+            instances::zipf_rates(&model, 8),
+        );
+        let drifted: Vec<Vec<f64>> = old
+            .iter()
+            .zip(&new)
+            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| 0.9 * x + 0.1 * y).collect())
+            .collect();
+        inst.set_expert_rates(&drifted);
+        let mut rows: Vec<[f64; 5]> = Vec::new();
+        for _ in 0..RUNS {
+            let started = Instant::now();
+            let got = incremental::replan(
+                &inst,
+                &warm,
+                IncrementalOptions {
+                    time_limit_seconds: limit,
+                    gap: residency_solver::DEFAULT_GAP,
+                    move_budget_bytes: budget_bytes,
+                    horizon_tokens: HORIZON_TOKENS,
+                    hysteresis: HYSTERESIS,
+                },
+            )
+            .unwrap();
+            rows.push([
+                started.elapsed().as_secs_f64(),
+                got.token_seconds,
+                got.objective_seconds,
+                got.gap(),
+                got.moved_bytes as f64,
+            ]);
+        }
+        print_row(name, "incremental", limit, &rows);
+        let mut rows: Vec<[f64; 5]> = Vec::new();
+        for _ in 0..RUNS {
+            let started = Instant::now();
+            let options = ReplanOptions {
+                time_limit_seconds: 1.0,
+                horizon_tokens: HORIZON_TOKENS,
+                hysteresis: HYSTERESIS,
+            };
+            let got = replan(&inst, &warm.placement, options).unwrap();
+            let diff = residency_core::diff::diff(&inst, &warm.placement, &got.placement);
+            let objective = got.token_seconds + HYSTERESIS * diff.move_seconds / HORIZON_TOKENS;
+            let moved: u64 = diff.links.iter().map(|l| l.bytes).sum();
+            rows.push([
+                started.elapsed().as_secs_f64(),
+                got.token_seconds,
+                objective,
+                objective / got.lower_bound_seconds - 1.0,
+                moved as f64,
+            ]);
+        }
+        print_row(name, "replan (no budget)", 1.0, &rows);
+    }
+}
+
+fn print_row(name: &str, method: &str, limit: f64, rows: &[[f64; 5]]) {
+    let col = |i: usize| rows.iter().map(|r| r[i]).collect::<Vec<f64>>();
+    println!(
+        "| {name} | {method} | {limit} s | {} | {} | {} | {} % | {} |",
+        spread(col(0), 1e3, 1),
+        spread(col(1), 1e3, 4),
+        spread(col(2), 1e3, 4),
+        spread(col(3), 100.0, 3),
+        spread(col(4), 1.0 / (1u64 << 20) as f64, 0),
+    );
+}
