@@ -3,6 +3,7 @@
 //! in the engines' formats is `residency-formats`.
 
 use crate::error::{PlannerError, Result};
+use crate::limits;
 use crate::model::Model;
 use std::path::Path;
 
@@ -41,6 +42,19 @@ impl HeatTable {
                 ),
                 "use heat recorded on this model, or the model it was recorded on",
             ));
+        }
+        for (l, row) in self.counts.iter().enumerate() {
+            if let Some(e) = row
+                .iter()
+                .position(|c| !(0.0..=limits::MAX_HEAT_COUNT).contains(c))
+            {
+                return Err(PlannerError::input(
+                    file,
+                    format!("MoE layer {l} expert {e}"),
+                    format!("count {} is not from 0 to 1e15", row[e]),
+                    "give each expert's selections, a count of zero or more",
+                ));
+            }
         }
         let top_k = model.top_k() as f64;
         let mut zero_layers = Vec::new();

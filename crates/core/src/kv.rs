@@ -6,6 +6,7 @@
 //! YAML or JSON file; `residency kv-groups` writes one from a prefix trace.
 
 use crate::error::{read_text, split_serde_location, write_atomic, PlannerError, Result};
+use crate::limits;
 use crate::units::{Bytes, Seconds};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -77,16 +78,22 @@ impl KvGroupsFile {
                     "is 0; a group holds at least one block".into(),
                 );
             }
-            if !(g.reuses_per_token.is_finite() && g.reuses_per_token >= 0.0) {
+            if g.bytes.0 > limits::MAX_BYTES {
+                return err(place("bytes"), format!("is {}, over 1 EiB", g.bytes));
+            }
+            if !(0.0..=limits::MAX_REUSES_PER_TOKEN).contains(&g.reuses_per_token) {
                 return err(
                     place("reuses_per_token"),
-                    format!("is {}, expected a number >= 0", g.reuses_per_token),
+                    format!("is {}, expected a number from 0 to 1e6", g.reuses_per_token),
                 );
             }
-            if !(g.prefill_seconds.0.is_finite() && g.prefill_seconds.0 >= 0.0) {
+            if !limits::time_in_range(g.prefill_seconds.0) {
                 return err(
                     place("prefill_seconds"),
-                    format!("is {} s, expected a time >= 0", g.prefill_seconds.0),
+                    format!(
+                        "is {} s, expected a time from 0 to 1e6 s",
+                        g.prefill_seconds.0
+                    ),
                 );
             }
         }

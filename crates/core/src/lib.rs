@@ -12,6 +12,7 @@ pub mod diff;
 pub mod error;
 pub mod heat;
 pub mod kv;
+pub mod limits;
 pub mod model;
 pub mod names;
 pub mod plan;

@@ -3,6 +3,7 @@
 //! validated, and expanded into per-layer facts the cost model uses.
 
 use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::limits;
 use crate::units::Bytes;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -37,6 +38,13 @@ impl LayerSet {
                 let (lo, hi) = (parse(lo)?, parse(hi)?);
                 if lo > hi {
                     return Err(format!("`{text}` is empty (start after end)"));
+                }
+                // Checked before the range is expanded into a list.
+                if hi >= limits::MAX_LAYERS {
+                    return Err(format!(
+                        "`{text}` reaches layer {hi}; a model has at most {} layers",
+                        limits::MAX_LAYERS
+                    ));
                 }
                 (lo..=hi).collect()
             }
@@ -255,6 +263,47 @@ fn check_sizes(d: &ModelDescription, err: &InputError) -> Result<()> {
             return Err(err(field, "is zero".into(), "give a positive whole number"));
         }
     }
+    for (field, value, max) in [
+        ("layers", d.layers as u64, limits::MAX_LAYERS as u64),
+        ("experts", d.experts as u64, limits::MAX_EXPERTS as u64),
+        ("hidden", d.hidden, limits::MAX_WIDTH),
+        (
+            "expert_intermediate",
+            d.expert_intermediate,
+            limits::MAX_WIDTH,
+        ),
+    ] {
+        if value > max {
+            return Err(err(
+                field,
+                format!("is {value}, over the most the planner takes ({max})"),
+                "give the model's real size",
+            ));
+        }
+    }
+    for (field, bytes) in d
+        .trunk
+        .iter()
+        .map(|t| ("trunk", t.bytes))
+        .chain(d.kv_bytes_per_token.map(|b| ("kv_bytes_per_token", b)))
+        .chain(
+            d.per_layer
+                .iter()
+                .filter_map(|o| o.expert_bytes.map(|b| ("per_layer", b))),
+        )
+        .chain(d.formats.values().filter_map(|f| match f {
+            FormatSize::Bytes(b) => Some(("formats", *b)),
+            FormatSize::Packed { .. } => None,
+        }))
+    {
+        if bytes.0 > limits::MAX_BYTES {
+            return Err(err(
+                field,
+                format!("gives {bytes}, over 1 EiB"),
+                "give the size in bytes, such as `33 MiB`",
+            ));
+        }
+    }
     if d.top_k > d.experts {
         return Err(err(
             "top_k",
@@ -347,6 +396,16 @@ fn expand_moe_layers(
                 experts = o.experts.unwrap_or(experts);
                 intermediate = o.expert_intermediate.unwrap_or(intermediate);
                 exact_bytes = o.expert_bytes.map(|b| b.0).or(exact_bytes);
+                if experts > limits::MAX_EXPERTS
+                    || intermediate > limits::MAX_WIDTH
+                    || exact_bytes.is_some_and(|b| b > limits::MAX_BYTES)
+                {
+                    return Err(err(
+                        &format!("per_layer[{i}]"),
+                        "sets a size over the most the planner takes".into(),
+                        "give the layer's real sizes",
+                    ));
+                }
                 if experts == 0 || intermediate == 0 || exact_bytes == Some(0) {
                     return Err(err(
                         &format!("per_layer[{i}]"),

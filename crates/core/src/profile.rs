@@ -3,6 +3,7 @@
 //! cost model can trust every rate to be positive and every reference to exist.
 
 use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::limits;
 use crate::units::{Bytes, BytesPerSecond, Seconds};
 use serde::{Deserialize, Serialize};
 use std::path::Path;
@@ -186,6 +187,7 @@ impl HardwareProfile {
         self.check_gpus(path)?;
         self.check_drives(path)?;
         self.check_felt_fraction(path)?;
+        duration(path, "fixed_token_seconds".into(), self.fixed_token_seconds)?;
         self.check_hosts(path)?;
         self.check_llama_cpp(path)
     }
@@ -203,12 +205,12 @@ impl HardwareProfile {
             ("token_overhead", t.token_overhead),
         ];
         for (key, time) in overheads {
-            if !(time.0.is_finite() && time.0 >= 0.0) {
+            if !limits::time_in_range(time.0) {
                 return invalid(
                     path,
                     format!("llama_cpp.{key}"),
                     format!("is {time}"),
-                    "give a time of zero or more, such as `40 us`",
+                    "give a time between 0 and 1e6 s, such as `40 us`",
                 );
             }
         }
@@ -234,6 +236,9 @@ impl HardwareProfile {
     /// and a positive GEMV rate.
     fn check_numa(&self, path: &Path) -> Result<()> {
         for (i, n) in self.numa.iter().enumerate() {
+            size(path, format!("numa[{i}].ram"), n.ram)?;
+            size(path, format!("numa[{i}].reserved"), n.reserved)?;
+            size(path, format!("numa[{i}].staging"), n.staging)?;
             if n.ram.0 == 0 {
                 return invalid(
                     path,
@@ -271,6 +276,8 @@ impl HardwareProfile {
     /// positive rates and a finite sync overhead.
     fn check_gpus(&self, path: &Path) -> Result<()> {
         for (i, g) in self.gpus.iter().enumerate() {
+            size(path, format!("gpus[{i}].vram"), g.vram)?;
+            size(path, format!("gpus[{i}].reserved"), g.reserved)?;
             if g.vram.0 == 0 {
                 return invalid(
                     path,
@@ -309,6 +316,7 @@ impl HardwareProfile {
                 format!("drives[{i}].read_bandwidth"),
                 d.read_bandwidth,
             )?;
+            duration(path, format!("drives[{i}].read_latency"), d.read_latency)?;
         }
         Ok(())
     }
@@ -356,6 +364,18 @@ impl HardwareProfile {
 
     /// Every host a node or GPU names is listed in `hosts`.
     fn check_hosts(&self, path: &Path) -> Result<()> {
+        for (i, h) in self.hosts.iter().enumerate() {
+            positive_rate(
+                path,
+                format!("hosts[{i}].network_bandwidth"),
+                h.network_bandwidth,
+            )?;
+            duration(
+                path,
+                format!("hosts[{i}].network_latency"),
+                h.network_latency,
+            )?;
+        }
         let host_names: Vec<&str> = self.hosts.iter().map(|h| h.name.as_str()).collect();
         let hosts = self
             .numa
@@ -406,27 +426,41 @@ fn dense_ids(path: &Path, ids: Vec<usize>, what: &str) -> Result<()> {
 
 /// That `rate`, given at `place`, is positive and finite.
 fn positive_rate(path: &Path, place: String, rate: BytesPerSecond) -> Result<()> {
-    if rate.0.is_finite() && rate.0 > 0.0 {
+    if limits::rate_in_range(rate.0) {
         Ok(())
     } else {
         invalid(
             path,
             place,
-            "must be a positive rate".into(),
+            format!("is {rate}, not a rate between 1 B/s and 1 PB/s"),
             "give a rate such as `25 GB/s`",
         )
     }
 }
 
 fn duration(path: &Path, place: String, time: Seconds) -> Result<()> {
-    if time.0.is_finite() && time.0 >= 0.0 {
+    if limits::time_in_range(time.0) {
         Ok(())
     } else {
         invalid(
             path,
             place,
-            "is not a finite time of zero or more".into(),
+            "is not a time between 0 and 1e6 s".into(),
             "give a time such as `120 us`",
+        )
+    }
+}
+
+/// That `size`, given at `place`, is at most `limits::MAX_BYTES`.
+fn size(path: &Path, place: String, size: Bytes) -> Result<()> {
+    if size.0 <= limits::MAX_BYTES {
+        Ok(())
+    } else {
+        invalid(
+            path,
+            place,
+            format!("is {size}, over 1 EiB"),
+            "give the size in bytes, such as `64 GiB`",
         )
     }
 }

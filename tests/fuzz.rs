@@ -1,0 +1,703 @@
+//! Mutation fuzzing of the planner's input files. Each campaign takes seed
+//! files (the repository's own profiles and models, and files generated
+//! here for a tiny model), mutates them with a seeded generator and runs
+//! what `residency plan` runs on them: read, validate, build the instance,
+//! solve, write the plan and read it back. Every input must either be
+//! refused with one line naming the file, or be accepted and plan to finite
+//! times. A panic, an input that takes over `SLOW_SECONDS`, a refusal of
+//! several lines or that does not name the file, or an accepted input that
+//! plans to a non-finite time is a finding; the campaign fails listing each
+//! one. An allocation over `MAX_ALLOCATION_BYTES` aborts the run, saying
+//! which campaign and input asked for it.
+//!
+//! `FUZZ_ITERATIONS` (inputs per campaign, default 1000) and `FUZZ_SEED`
+//! (default 1) scale and vary a run; docs/reliability.md has the long run.
+
+use residency_core::kv::KvGroupsFile;
+use residency_core::model::Model;
+use residency_core::plan::Plan;
+use residency_core::profile::HardwareProfile;
+use residency_formats::heat::{write_heat, Heat, HeatContext, HeatFormat, HeatTable};
+use residency_formats::inputs::{InputPaths, Inputs};
+use residency_solver::SolveOptions;
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::io::Write as _;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// No input under a megabyte may ask for a gigabyte at once.
+const MAX_ALLOCATION_BYTES: usize = 1 << 30;
+/// An input that takes longer than this is a hang (release build).
+const SLOW_SECONDS: f64 = 5.0;
+
+thread_local! {
+    /// The campaign and input this thread runs, for the allocation guard's message.
+    static CURRENT: Cell<(&'static str, usize)> = const { Cell::new(("", 0)) };
+}
+
+/// The system allocator, refusing (and so aborting on) one allocation over
+/// `MAX_ALLOCATION_BYTES`, after saying which input asked for it.
+struct Guard;
+
+impl Guard {
+    fn check(size: usize) -> bool {
+        if size <= MAX_ALLOCATION_BYTES {
+            return true;
+        }
+        let (campaign, input) = CURRENT.with(Cell::get);
+        // Formatting integers into stderr allocates nothing.
+        let _ = writeln!(
+            std::io::stderr(),
+            "fuzz finding: campaign `{campaign}` input {input} asked for {size} bytes at once"
+        );
+        false
+    }
+}
+
+unsafe impl GlobalAlloc for Guard {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        if !Guard::check(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        System.alloc(layout)
+    }
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        if !Guard::check(layout.size()) {
+            return std::ptr::null_mut();
+        }
+        System.alloc_zeroed(layout)
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        if !Guard::check(new_size) {
+            return std::ptr::null_mut();
+        }
+        System.realloc(ptr, layout, new_size)
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        System.dealloc(ptr, layout)
+    }
+}
+
+#[global_allocator]
+static GUARD: Guard = Guard;
+
+fn iterations() -> usize {
+    std::env::var("FUZZ_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+fn seed() -> u64 {
+    std::env::var("FUZZ_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+}
+
+/// What a campaign's run made of one input.
+enum Verdict {
+    Accepted,
+    /// Refused with this message (checked: one line, names the file).
+    Refused(String),
+    /// Accepted, but what it planned to is wrong.
+    Invalid(String),
+}
+
+/// Numbers that break parsers and arithmetic: zero, negatives, overflow at
+/// every width, the ends of f64, NaN and infinity in YAML's and JSON's
+/// spellings, sizes and rates with units.
+const NUMBERS: &[&str] = &[
+    "0",
+    "-1",
+    "1e308",
+    "-1e308",
+    "1e-300",
+    "nan",
+    ".nan",
+    "inf",
+    ".inf",
+    "-.inf",
+    "4294967296",
+    "4294967295",
+    "18446744073709551615",
+    "18446744073709551616",
+    "9223372036854775807",
+    "1e19",
+    "0.0",
+    "1000000000",
+    "1e300 s",
+    "1e-300 B/s",
+    "16 EiB",
+    "1e300 GB/s",
+];
+
+/// Integers at the edges of the widths a binary header uses.
+const BINARY_NUMBERS: &[u64] = &[
+    0,
+    1,
+    0x7fff_ffff,
+    0xffff_ffff,
+    1 << 32,
+    1 << 31,
+    u64::MAX,
+    i64::MAX as u64,
+    1 << 40,
+    1_000_000_000,
+];
+
+/// Byte ranges of the numbers in `text` (digits, with a sign, a point and
+/// an exponent).
+fn number_spans(text: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    while i < text.len() {
+        if text[i].is_ascii_digit() {
+            let start = if i > 0 && text[i - 1] == b'-' {
+                i - 1
+            } else {
+                i
+            };
+            while i < text.len() && (text[i].is_ascii_digit() || b".eE+-".contains(&text[i])) {
+                i += 1;
+            }
+            spans.push((start, i));
+        } else {
+            i += 1;
+        }
+    }
+    spans
+}
+
+fn line_spans(text: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut start = 0;
+    for (i, &b) in text.iter().enumerate() {
+        if b == b'\n' {
+            spans.push((start, i + 1));
+            start = i + 1;
+        }
+    }
+    if start < text.len() {
+        spans.push((start, text.len()));
+    }
+    spans
+}
+
+/// One to four text mutations of `input`: a number replaced by an edge
+/// value, a byte changed, a range or line deleted, a line repeated or
+/// taken from another seed, deep nesting, control bytes, a truncation.
+fn mutate_text(rng: &mut fastrand::Rng, input: &[u8], seeds: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    for _ in 0..rng.usize(1..=4) {
+        let len = out.len();
+        match rng.u8(0..10) {
+            0..=2 => {
+                let spans = number_spans(&out);
+                if let Some(&(a, b)) = spans.get(rng.usize(0..spans.len().max(1))) {
+                    let n = NUMBERS[rng.usize(0..NUMBERS.len())];
+                    out.splice(a..b, n.bytes());
+                }
+            }
+            3 if len > 0 => out[rng.usize(0..len)] = rng.u8(..),
+            4 if len > 0 => {
+                let a = rng.usize(0..len);
+                let b = (a + rng.usize(1..64)).min(len);
+                out.drain(a..b);
+            }
+            5 => {
+                let lines = line_spans(&out);
+                if !lines.is_empty() {
+                    let (a, b) = lines[rng.usize(0..lines.len())];
+                    let line = out[a..b].to_vec();
+                    if rng.bool() {
+                        out.drain(a..b);
+                    } else {
+                        out.splice(b..b, line);
+                    }
+                }
+            }
+            6 => {
+                let other = &seeds[rng.usize(0..seeds.len())];
+                let lines = line_spans(other);
+                if !lines.is_empty() {
+                    let (a, b) = lines[rng.usize(0..lines.len())];
+                    let at = rng.usize(0..=len);
+                    out.splice(at..at, other[a..b].iter().copied());
+                }
+            }
+            7 => {
+                // Mostly shallow, sometimes far deeper than any real file.
+                let depth = if rng.u8(0..10) == 0 {
+                    rng.usize(1000..20_000)
+                } else {
+                    rng.usize(1..200)
+                };
+                let open: &[u8] = [b"[".as_slice(), b"{a: ", b"- "][rng.usize(0..3)];
+                let at = rng.usize(0..=len);
+                let nest: Vec<u8> = open.repeat(depth);
+                out.splice(at..at, nest);
+            }
+            8 => {
+                let at = rng.usize(0..=len);
+                let bytes: &[u8] =
+                    [b"\x00".as_slice(), b"\x1b[31m", b"\xff\xfe", b"\t"][rng.usize(0..4)];
+                out.splice(at..at, bytes.iter().copied());
+            }
+            _ if len > 0 => out.truncate(rng.usize(0..len)),
+            _ => {}
+        }
+    }
+    out
+}
+
+/// One to four binary mutations: an edge integer written over 4 or 8
+/// bytes, a byte changed, a range deleted or repeated, a truncation.
+fn mutate_binary(rng: &mut fastrand::Rng, input: &[u8], _seeds: &[Vec<u8>]) -> Vec<u8> {
+    let mut out = input.to_vec();
+    for _ in 0..rng.usize(1..=4) {
+        let len = out.len();
+        if len < 8 {
+            break;
+        }
+        match rng.u8(0..6) {
+            0..=2 => {
+                let n = BINARY_NUMBERS[rng.usize(0..BINARY_NUMBERS.len())];
+                let bytes = n.to_le_bytes();
+                let width = if rng.bool() { 4 } else { 8 };
+                let at = rng.usize(0..=len - width);
+                out[at..at + width].copy_from_slice(&bytes[..width]);
+            }
+            3 => out[rng.usize(0..len)] = rng.u8(..),
+            4 => {
+                let a = rng.usize(0..len);
+                let b = (a + rng.usize(1..64)).min(len);
+                if rng.bool() {
+                    out.drain(a..b);
+                } else {
+                    let chunk = out[a..b].to_vec();
+                    out.splice(b..b, chunk);
+                }
+            }
+            _ => out.truncate(rng.usize(0..len)),
+        }
+    }
+    out
+}
+
+type Mutator = fn(&mut fastrand::Rng, &[u8], &[Vec<u8>]) -> Vec<u8>;
+
+/// Runs `iterations()` mutated inputs of `seeds` through `run`, each
+/// written to `dir/file_name`, and fails listing every finding.
+fn campaign(
+    name: &'static str,
+    file_name: &str,
+    seeds: Vec<Vec<u8>>,
+    mutate: Mutator,
+    run: &dyn Fn(&Path) -> Verdict,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join(file_name);
+    let shown = path.display().to_string();
+    // The seeds themselves are accepted: a campaign that refuses its seeds
+    // tests nothing but the first check.
+    for (i, s) in seeds.iter().enumerate() {
+        std::fs::write(&path, s).unwrap();
+        if let Verdict::Refused(m) | Verdict::Invalid(m) = run(&path) {
+            panic!("{name}: seed {i} is not accepted: {m}");
+        }
+    }
+    let mut rng = fastrand::Rng::with_seed(seed() ^ fnv(name));
+    let mut findings: Vec<String> = Vec::new();
+    let (mut accepted, mut slowest) = (0usize, 0f64);
+    let started = Instant::now();
+    let n = iterations();
+    for i in 0..n {
+        let base = &seeds[rng.usize(0..seeds.len())];
+        let input = mutate(&mut rng, base, &seeds);
+        std::fs::write(&path, &input).unwrap();
+        CURRENT.with(|c| c.set((name, i)));
+        let t = Instant::now();
+        let verdict = catch_unwind(AssertUnwindSafe(|| run(&path)));
+        let seconds = t.elapsed().as_secs_f64();
+        slowest = slowest.max(seconds);
+        let finding = match verdict {
+            Err(panic) => Some(format!("panic: {}", panic_text(&panic))),
+            Ok(_) if seconds > SLOW_SECONDS => Some(format!("took {seconds:.1} s")),
+            Ok(Verdict::Accepted) => {
+                accepted += 1;
+                None
+            }
+            Ok(Verdict::Invalid(m)) => Some(format!("accepted but invalid: {m}")),
+            Ok(Verdict::Refused(m)) if m.contains('\n') => {
+                Some(format!("refusal of several lines: {m:?}"))
+            }
+            Ok(Verdict::Refused(m)) if !m.contains(&shown) => {
+                Some(format!("refusal that does not name the file: {m}"))
+            }
+            Ok(Verdict::Refused(_)) => None,
+        };
+        if let Some(f) = finding {
+            let kept = save_finding(name, i, file_name, &input);
+            findings.push(format!("input {i} ({}): {f}", kept.display()));
+        }
+    }
+    CURRENT.with(|c| c.set(("", 0)));
+    println!(
+        "{name}: {n} inputs, {accepted} accepted, {} findings, {:.1} s, slowest {slowest:.3} s",
+        findings.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        findings.is_empty(),
+        "{name}: {} findings (FUZZ_SEED={}):\n{}",
+        findings.len(),
+        seed(),
+        findings
+            .iter()
+            .take(40)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Keeps a failing input under target/fuzz-findings for the regression test.
+fn save_finding(campaign: &str, i: usize, file_name: &str, input: &[u8]) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("fuzz-findings")
+        .join(campaign);
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("{i}-{file_name}"));
+    std::fs::write(&path, input).unwrap();
+    path
+}
+
+/// FNV-1a of a campaign's name: each campaign its own stream of inputs.
+fn fnv(name: &str) -> u64 {
+    name.bytes().fold(0xcbf29ce484222325, |h, b| {
+        (h ^ b as u64).wrapping_mul(0x100000001b3)
+    })
+}
+
+/// A tiny DeepSeek-shaped model whose experts do not all fit the tiny
+/// card, so the solver has a choice to make.
+const TINY_MODEL: &str = residency_testkit::SMALL_DEEPSEEK;
+
+/// One node, one card and one drive, small enough that the tiny model's
+/// experts compete for the card.
+const TINY_PROFILE: &str = "\
+name: tiny
+numa:
+  - { id: 0, ram: 4 MiB, reserved: 1 MiB, staging: 256 KiB, cores: 4, gemv_bandwidth: 20 GB/s, stage_overhead: 5 us }
+gpus:
+  - { id: 0, name: card, vram: 1 MiB, reserved: 800 KiB, numa: 0, gemv_bandwidth: 200 GB/s, upload_bandwidth: 12 GB/s, sync_overhead: 30 us }
+drives:
+  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us, read_concurrency: 4 }
+io_overlaps_compute: true
+felt_fraction: 0.5
+fixed_token_seconds: 100 us
+";
+
+const TINY_KV: &str = "\
+format: residency-kv-groups
+source: hand-made
+groups:
+  - { name: system-prompt, bytes: 64 KiB, reuses_per_token: 0.01, prefill_seconds: 2 ms }
+  - { name: few-shot, bytes: 200 KiB, reuses_per_token: 0.002, prefill_seconds: 9 ms }
+";
+
+/// The tiny model's files, written once per campaign beside the input.
+struct Fixture {
+    _dir: tempfile::TempDir,
+    profile: PathBuf,
+    model: PathBuf,
+    heat: PathBuf,
+    kv: PathBuf,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.yaml");
+    let model = dir.path().join("model.yaml");
+    let heat = dir.path().join("heat.json");
+    let kv = dir.path().join("kv.yaml");
+    std::fs::write(&profile, TINY_PROFILE).unwrap();
+    std::fs::write(&model, TINY_MODEL).unwrap();
+    std::fs::write(&kv, TINY_KV).unwrap();
+    write_tiny_heat(&heat, HeatFormat::Json);
+    Fixture {
+        _dir: dir,
+        profile,
+        model,
+        heat,
+        kv,
+    }
+}
+
+/// Skewed heat for the tiny model (3 MoE layers of 4 experts) in `format`.
+fn write_tiny_heat(path: &Path, format: HeatFormat) {
+    let model = Model::from_yaml_str(TINY_MODEL, Path::new("tiny")).unwrap();
+    let counts = vec![
+        vec![40.0, 30.0, 20.0, 10.0],
+        vec![5.0, 50.0, 25.0, 20.0],
+        vec![70.0, 10.0, 10.0, 10.0],
+    ];
+    let heat = Heat {
+        model: Some(model.name().to_string()),
+        format,
+        source_layers: 3,
+        total: HeatTable {
+            counts,
+            tokens: Some(vec![50, 50, 50]),
+        },
+        categories: BTreeMap::new(),
+    };
+    write_heat(
+        &heat,
+        path,
+        format,
+        &HeatContext::for_model(&model),
+        &mut Vec::new(),
+    )
+    .unwrap();
+}
+
+/// What `residency plan` does with these inputs: load and validate them,
+/// build the instance, solve, write the plan and read its placement back.
+/// Refusals come back as their message; a plan whose times are not finite
+/// and positive, or that does not read back as itself, is invalid.
+fn plan(paths: &InputPaths, out: &Path) -> Verdict {
+    let refused = |e: residency_core::PlannerError| Verdict::Refused(e.to_string());
+    let mut inputs = match Inputs::load(paths) {
+        Ok(i) => i,
+        Err(e) => return refused(e),
+    };
+    let inst = match inputs.instance() {
+        Ok(i) => i,
+        Err(e) => return refused(e),
+    };
+    let options = SolveOptions {
+        time_limit_seconds: 0.05,
+        ..SolveOptions::default()
+    };
+    let solution = match residency_solver::solve(&inst, options) {
+        Ok(s) => s,
+        Err(e) => return refused(e),
+    };
+    let seconds = inst.evaluate(&solution.placement).token_seconds;
+    if !(seconds.is_finite() && seconds > 0.0) {
+        return Verdict::Invalid(format!("the plan's token time is {seconds} s"));
+    }
+    let plan = Plan::new(&inst, &solution, inputs.refs, 0.05);
+    plan.write(out).unwrap();
+    let back = Plan::read(out).and_then(|p| p.placement(&inst, out));
+    match back {
+        Ok(p) if p == solution.placement => Verdict::Accepted,
+        Ok(_) => Verdict::Invalid("the plan reads back as another placement".into()),
+        Err(e) => Verdict::Invalid(format!("the plan does not read back: {e}")),
+    }
+}
+
+fn repo_files(dir: &str) -> Vec<Vec<u8>> {
+    let mut files: Vec<PathBuf> =
+        std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+    files.sort();
+    files
+        .into_iter()
+        .map(|p| std::fs::read(p).unwrap())
+        .collect()
+}
+
+#[test]
+fn hardware_profiles() {
+    let f = fixture();
+    let out = f._dir.path().join("plan.json");
+    let mut seeds = repo_files("profiles/hardware");
+    seeds.push(TINY_PROFILE.as_bytes().to_vec());
+    campaign("profile", "profile.yaml", seeds, mutate_text, &|p| {
+        // The repository's profiles are read alone (their cards dwarf the
+        // tiny model); accepted ones plan it.
+        if let Err(e) = HardwareProfile::from_yaml_file(p) {
+            return Verdict::Refused(e.to_string());
+        }
+        let paths = InputPaths {
+            profile: Some(p.to_path_buf()),
+            model: Some(f.model.clone()),
+            heat: Some(f.heat.clone()),
+            ..InputPaths::default()
+        };
+        plan(&paths, &out)
+    });
+}
+
+#[test]
+fn model_descriptions() {
+    let f = fixture();
+    let out = f._dir.path().join("plan.json");
+    let mut seeds = repo_files("profiles/models");
+    seeds.push(TINY_MODEL.as_bytes().to_vec());
+    seeds.push(residency_testkit::tiny_mixtral(8).into_bytes());
+    // The repository's models are planned on its largest box.
+    let profile = Path::new(env!("CARGO_MANIFEST_DIR")).join("profiles/hardware/h200-node.yaml");
+    campaign("model", "model.yaml", seeds, mutate_text, &|p| {
+        let paths = InputPaths {
+            profile: Some(profile.clone()),
+            model: Some(p.to_path_buf()),
+            ..InputPaths::default()
+        };
+        plan(&paths, &out)
+    });
+}
+
+fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat) {
+    let f = fixture();
+    let out = f._dir.path().join("plan.json");
+    let seed_path = f._dir.path().join(file_name);
+    write_tiny_heat(&seed_path, format);
+    let seeds = vec![std::fs::read(&seed_path).unwrap()];
+    campaign(name, file_name, seeds, mutate_text, &|p| {
+        let paths = InputPaths {
+            profile: Some(f.profile.clone()),
+            model: Some(f.model.clone()),
+            heat: Some(p.to_path_buf()),
+            heat_format: Some(format),
+            ..InputPaths::default()
+        };
+        plan(&paths, &out)
+    });
+}
+
+#[test]
+fn heat_json() {
+    heat_campaign("heat-json", "heat.json", HeatFormat::Json);
+}
+
+#[test]
+fn heat_csv() {
+    heat_campaign("heat-csv", "heat.csv", HeatFormat::Csv);
+}
+
+#[test]
+fn kv_groups() {
+    let f = fixture();
+    let out = f._dir.path().join("plan.json");
+    let json = serde_json::to_vec_pretty(&KvGroupsFile::read(&f.kv).unwrap()).unwrap();
+    let seeds = vec![TINY_KV.as_bytes().to_vec(), json];
+    campaign("kv", "kv.yaml", seeds, mutate_text, &|p| {
+        let paths = InputPaths {
+            profile: Some(f.profile.clone()),
+            model: Some(f.model.clone()),
+            heat: Some(f.heat.clone()),
+            kv: Some(p.to_path_buf()),
+            ..InputPaths::default()
+        };
+        plan(&paths, &out)
+    });
+}
+
+#[test]
+fn plan_files() {
+    let f = fixture();
+    let paths = InputPaths {
+        profile: Some(f.profile.clone()),
+        model: Some(f.model.clone()),
+        heat: Some(f.heat.clone()),
+        kv: Some(f.kv.clone()),
+        ..InputPaths::default()
+    };
+    let seed_plan = f._dir.path().join("seed-plan.json");
+    assert!(matches!(plan(&paths, &seed_plan), Verdict::Accepted));
+    let seeds = vec![std::fs::read(&seed_plan).unwrap()];
+    campaign("plan", "plan.json", seeds, mutate_text, &|p| {
+        // What `explain` and `diff` read: the plan's placement for the
+        // inputs given now, priced.
+        let plan = match Plan::read(p) {
+            Ok(plan) => plan,
+            Err(e) => return Verdict::Refused(e.to_string()),
+        };
+        let mut inputs = Inputs::load(&paths).unwrap();
+        let mut inst = inputs.instance().unwrap();
+        if inst.kv_ids.is_empty() {
+            inst.add_kv_groups(&plan.kv_groups());
+        }
+        match plan.placement(&inst, p) {
+            Ok(placement) => {
+                let seconds = inst.evaluate(&placement).token_seconds;
+                if seconds.is_finite() && seconds > 0.0 {
+                    Verdict::Accepted
+                } else {
+                    Verdict::Invalid(format!("the placement's token time is {seconds} s"))
+                }
+            }
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn gguf_headers() {
+    let f = fixture();
+    let seed_path = f._dir.path().join("seed.gguf");
+    residency_testkit::gguf::qwen3moe(3).write(&seed_path);
+    let seeds = vec![std::fs::read(&seed_path).unwrap()];
+    campaign("gguf", "model.gguf", seeds, mutate_binary, &|p| {
+        if let Err(e) = residency_formats::gguf::read_model(p) {
+            return Verdict::Refused(e.to_string());
+        }
+        let paths = InputPaths {
+            profile: Some(f.profile.clone()),
+            model: Some(p.to_path_buf()),
+            ..InputPaths::default()
+        };
+        plan_gguf(&paths)
+    });
+}
+
+/// `plan` on a GGUF model: the CLI reads the model from the file's header.
+fn plan_gguf(paths: &InputPaths) -> Verdict {
+    let (model, sha256, _) =
+        match residency_formats::gguf::read_model(paths.model.as_ref().unwrap()) {
+            Ok(m) => m,
+            Err(e) => return Verdict::Refused(e.to_string()),
+        };
+    let loaded = residency_formats::inputs::LoadedModel { model, sha256 };
+    let mut inputs = match Inputs::load_with_model(paths, Some(loaded)) {
+        Ok(i) => i,
+        Err(e) => return Verdict::Refused(e.to_string()),
+    };
+    match inputs.instance() {
+        Ok(inst) => {
+            let solution = residency_solver::solve(
+                &inst,
+                SolveOptions {
+                    time_limit_seconds: 0.05,
+                    ..SolveOptions::default()
+                },
+            );
+            match solution {
+                Ok(s) if inst.evaluate(&s.placement).token_seconds.is_finite() => Verdict::Accepted,
+                Ok(s) => Verdict::Invalid(format!(
+                    "the plan's token time is {} s",
+                    inst.evaluate(&s.placement).token_seconds
+                )),
+                Err(e) => Verdict::Refused(e.to_string()),
+            }
+        }
+        Err(e) => Verdict::Refused(e.to_string()),
+    }
+}
