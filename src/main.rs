@@ -697,8 +697,11 @@ fn format_from_extension(path: &Path) -> Result<HeatFormat> {
 }
 
 /// What kind of input a file is, from its extension and first bytes (a
-/// checkpoint directory and a GGUF file are models).
+/// checkpoint directory and a GGUF file are models, but for an imatrix).
 fn detect_kind(file: &Path) -> &'static str {
+    if heat::is_imatrix(file) {
+        return "heat";
+    }
     if file.is_dir() || gguf::is_gguf(file) {
         return "model";
     }

@@ -476,3 +476,52 @@ fn context_tokens_that_cannot_be_reserved_are_refused() {
     );
     assert!(!out.exists());
 }
+
+#[test]
+fn an_imatrix_beside_the_gguf_is_heat_for_plan_heat_and_validate() {
+    use residency_testkit::gguf::{imatrix, ImatrixWeight};
+    let dir = tempfile::tempdir().unwrap();
+    let model = dir.path().join("tiny.gguf");
+    qwen3moe(2).write(&model);
+    // llama-imatrix's file for it: 2 MoE layers of 4 experts, top-2, one
+    // chunk of 8 tokens (16 routes a layer).
+    let mut weights = Vec::new();
+    for (l, counts) in [[8.0, 4.0, 4.0, 0.0], [2.0, 6.0, 7.0, 1.0]]
+        .iter()
+        .enumerate()
+    {
+        for p in ["ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"] {
+            weights.push(ImatrixWeight {
+                name: format!("blk.{l}.{p}.weight"),
+                row: 64,
+                counts: counts.to_vec(),
+            });
+        }
+    }
+    let heat = dir.path().join("tiny.imatrix.gguf");
+    imatrix(1, 8, &weights).write(&heat);
+    let out = dir.path().join("heat.json");
+    let o = run_ok(&["heat", s(&heat), "--model", s(&model), "--out", s(&out)]);
+    assert!(stderr(&o).contains("prefill routes"), "{}", stderr(&o));
+    let written = read_json(&out);
+    assert_eq!(written["layers"][1], serde_json::json!([2, 6, 7, 1]));
+    let v = run_ok(&["validate", s(&heat), "--model", s(&model)]);
+    assert!(stdout(&v).contains("imatrix heat"), "{}", stdout(&v));
+    let plan = dir.path().join("plan.json");
+    let o = run_ok(&[
+        "plan",
+        "--model",
+        s(&model),
+        "--heat",
+        s(&heat),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
+    let all = format!("{}{}", stdout(&o), stderr(&o));
+    assert!(all.contains("prefill routes"), "{all}");
+    let plan = read_json(&plan);
+    assert_eq!(plan["inputs"]["heat"]["format"], "imatrix");
+    assert_eq!(plan["inputs"]["heat"]["tokens"], 8);
+}

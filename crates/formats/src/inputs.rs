@@ -101,7 +101,7 @@ impl Inputs {
                 let r = HeatRef {
                     source: p.display().to_string(),
                     format: heat.format.to_string(),
-                    sha256: sha256_of_path(p)?,
+                    sha256: crate::heat::content_sha256(p, heat.format)?,
                     tokens: observed_tokens(&heat.total),
                 };
                 (heat.total, r, p.clone())
@@ -202,7 +202,7 @@ impl Inputs {
         self.refs.heat = HeatRef {
             source: source.display().to_string(),
             format: format.to_string(),
-            sha256: sha256_of_path(source)?,
+            sha256: crate::heat::content_sha256(source, format)?,
             tokens: observed_tokens(&table),
         };
         self.heat = table;

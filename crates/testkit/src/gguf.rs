@@ -1,8 +1,10 @@
 //! GGUF files for tests, laid out as llama.cpp's converter writes them
 //! (metadata, tensor infos, data aligned to 32 bytes), the data left as
-//! zeros (a sparse file). The writer has its own table of the few ggml
-//! types it uses, so a reader's table is checked against it, not reused.
+//! zeros (a sparse file) except where a tensor is given values. The writer
+//! has its own table of the few ggml types it uses, so a reader's table is
+//! checked against it, not reused. `imatrix` writes llama-imatrix's files.
 
+use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
 /// `(ggml type id, values a block, bytes a block)` of the types the tests use.
@@ -13,6 +15,7 @@ pub const MXFP4: (u32, u64, u64) = (39, 32, 17);
 
 pub enum Kv {
     U32(u32),
+
     Str(&'static str),
     StrArray(Vec<&'static str>),
 }
@@ -21,6 +24,8 @@ pub struct Tensor {
     pub name: String,
     pub dims: Vec<u64>,
     pub kind: (u32, u64, u64),
+    /// F32 values written as the tensor's data; a hole of zeros when None.
+    pub values: Option<Vec<f32>>,
 }
 
 /// A GGUF file to write.
@@ -50,6 +55,19 @@ impl Gguf {
             name: name.to_string(),
             dims: dims.to_vec(),
             kind,
+            values: None,
+        });
+        self
+    }
+
+    /// An F32 tensor holding `values` (as many as `dims` has elements).
+    pub fn tensor_f32(mut self, name: &str, dims: &[u64], values: Vec<f32>) -> Gguf {
+        assert_eq!(values.len() as u64, dims.iter().product::<u64>(), "{name}");
+        self.tensors.push(Tensor {
+            name: name.to_string(),
+            dims: dims.to_vec(),
+            kind: F32,
+            values: Some(values),
         });
         self
     }
@@ -92,6 +110,7 @@ impl Gguf {
             }
         }
         let mut offset = 0u64;
+        let mut offsets = Vec::new();
         for t in &self.tensors {
             string(&mut b, &t.name);
             b.extend((t.dims.len() as u32).to_le_bytes());
@@ -100,12 +119,20 @@ impl Gguf {
             }
             b.extend(t.kind.0.to_le_bytes());
             b.extend(offset.to_le_bytes());
+            offsets.push(offset);
             offset += Self::bytes(t).div_ceil(32) * 32;
         }
         let data_start = (b.len() as u64).div_ceil(32) * 32;
         std::fs::write(path, &b).unwrap();
-        let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+        let mut f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
         f.set_len(data_start + offset).unwrap();
+        for (t, at) in self.tensors.iter().zip(offsets) {
+            if let Some(values) = &t.values {
+                let bytes: Vec<u8> = values.iter().flat_map(|v| v.to_le_bytes()).collect();
+                f.seek(SeekFrom::Start(data_start + at)).unwrap();
+                f.write_all(&bytes).unwrap();
+            }
+        }
     }
 }
 
@@ -227,4 +254,45 @@ impl Qwen3MoeGeometry {
         }
         g
     }
+}
+
+/// One weight of an importance matrix: its name, the length of its input
+/// rows, and one count per matrix (per expert for `ffn_*_exps`, one for a
+/// dense weight).
+pub struct ImatrixWeight {
+    pub name: String,
+    pub row: u64,
+    pub counts: Vec<f32>,
+}
+
+/// An importance matrix laid out as llama.cpp's `llama-imatrix` writes it
+/// (tools/imatrix/imatrix.cpp, `save_imatrix`): `general.type = imatrix`,
+/// `imatrix.datasets` (strings), `imatrix.chunk_count` and
+/// `imatrix.chunk_size` (u32); then per weight, in name order,
+/// `<weight>.in_sum2` (F32, `[row, matrices]`), `<weight>.counts` (F32,
+/// `[1, matrices]`) and `<weight>.in_sum` (F32, like `in_sum2`). The sums
+/// are holes of zeros: no reader of heat needs them.
+pub fn imatrix(chunk_count: u32, chunk_size: u32, weights: &[ImatrixWeight]) -> Gguf {
+    let mut g = Gguf {
+        version: 3,
+        ..Gguf::default()
+    }
+    .kv("general.type", Kv::Str("imatrix"))
+    .kv("imatrix.datasets", Kv::StrArray(vec!["calibration.txt"]))
+    .kv("imatrix.chunk_count", Kv::U32(chunk_count))
+    .kv("imatrix.chunk_size", Kv::U32(chunk_size));
+    let mut sorted: Vec<&ImatrixWeight> = weights.iter().collect();
+    sorted.sort_by(|a, b| a.name.cmp(&b.name));
+    for w in sorted {
+        let matrices = w.counts.len() as u64;
+        g = g
+            .tensor(&format!("{}.in_sum2", w.name), &[w.row, matrices], F32)
+            .tensor_f32(
+                &format!("{}.counts", w.name),
+                &[1, matrices],
+                w.counts.clone(),
+            )
+            .tensor(&format!("{}.in_sum", w.name), &[w.row, matrices], F32);
+    }
+    g
 }

@@ -1,5 +1,6 @@
 //! Heat format detection (design §3.3: "detected from magic bytes or
-//! extension"): magic bytes first (QTH1 -> coli-heat, IKU1 -> coli-usage),
+//! extension"): magic bytes first (QTH1 -> coli-heat, IKU1 -> coli-usage,
+//! GGUF and llama.cpp's legacy `.dat` layout -> imatrix),
 //! then the extension with a look at the content (`.json` object vs array,
 //! `.jsonl` first-line keys, `.csv` header), then the content of other text
 //! files (`int int int` -> coli-usage, `int int int id:gate` -> coli-route),
@@ -13,7 +14,7 @@ use std::path::Path;
 
 /// Bytes read from the start of a file to detect its format.
 const SNIFF: u64 = 64 * 1024;
-const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv, sglang-json, vllm-eplb";
+const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv, sglang-json, vllm-eplb, imatrix";
 
 /// The format of a heat file or data-set directory.
 pub fn detect_format(path: &Path) -> Result<HeatFormat> {
@@ -40,6 +41,11 @@ pub fn detect_format(path: &Path) -> Result<HeatFormat> {
         }
         if magic == USAGE_MAGIC.to_le_bytes() {
             return Ok(HeatFormat::ColiUsage);
+        }
+        // The imatrix reader refuses a model file and the legacy .dat
+        // (no per-expert counts) with how to get a usable file.
+        if magic == b"GGUF" || super::imatrix::is_legacy_dat(&head) {
+            return Ok(HeatFormat::Imatrix);
         }
     }
     let name = path

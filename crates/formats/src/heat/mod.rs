@@ -15,6 +15,7 @@ mod detect;
 mod dispatch_tests;
 mod engines;
 mod esft;
+mod imatrix;
 mod json;
 mod jsonl;
 mod llama4;
@@ -25,6 +26,7 @@ pub mod trace;
 
 pub use colibri::{engine_id, DEFAULT_ENGINE};
 pub use detect::detect_format;
+pub use imatrix::is_imatrix;
 pub use residency_core::heat::HeatTable;
 pub use stats::{concentration, LayerConcentration};
 pub use trace::{TokenRoutes, Trace};
@@ -59,6 +61,7 @@ residency_core::named! {
         Qwen3Csv = "qwen3-csv",
         SglangJson = "sglang-json",
         VllmEplb = "vllm-eplb",
+        Imatrix = "imatrix",
     }
 }
 
@@ -135,6 +138,7 @@ pub fn read_heat(
         HeatFormat::SglangJson | HeatFormat::VllmEplb => {
             engines::read(path, format, ctx, warnings)?
         }
+        HeatFormat::Imatrix => imatrix::read(path, ctx, warnings)?,
         HeatFormat::Jsonl
         | HeatFormat::ColiRoute
         | HeatFormat::Esft
@@ -151,6 +155,16 @@ pub fn read_heat(
         }
     }
     Ok(heat)
+}
+
+/// The sha256 a plan records for a heat source: of the file (every file of a
+/// directory), except where most of a file is not heat: an imatrix's header
+/// and counts, without its sums (about 1 GB for DeepSeek-V3).
+pub fn content_sha256(path: &Path, format: HeatFormat) -> Result<String> {
+    match format {
+        HeatFormat::Imatrix => imatrix::content_sha256(path),
+        _ => residency_core::plan::sha256_of_path(path),
+    }
 }
 
 /// Parses our JSON heat from text (embedded defaults); `path` names it in errors.
