@@ -17,6 +17,7 @@ use residency_core::units::{parse_size, Bytes, BytesPerSecond};
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_hwprofile::Spread;
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::serve::card_window::{choose_card_window, CardWindowChoice};
 use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
 use residency_runtime::serve::replan::{MoveLink, ReplanParams};
 use residency_runtime::serve::replay::{
@@ -117,9 +118,12 @@ pub struct ReplayArgs {
     /// Bytes uploaded to the card a token, on average.
     #[arg(long, value_parser = parse_size, default_value = "64MiB")]
     vram_allowance: Bytes,
-    /// The card's `lfru`: heat halved every this many requests.
-    #[arg(long, default_value_t = PolicyParams::default().halve_every_ticks)]
-    vram_halve_every: u64,
+    /// The card's `lfru`: heat halved every this many requests, or `auto`:
+    /// the window that computes the most experts on the card when the
+    /// simulator replays the training categories, each held out in turn
+    /// after a seed of the others.
+    #[arg(long, value_parser = HalveEveryArg::parse, default_value_t = HalveEveryArg::Requests(PolicyParams::default().halve_every_ticks))]
+    vram_halve_every: HalveEveryArg,
     /// The card's budget: `global` (one cache for all experts) or
     /// `dynamic` (one a layer, moved between layers by the online
     /// allocator of `--online-*`; needs a `--vram-policy` that resizes,
@@ -157,6 +161,37 @@ impl PinShareArg {
             _ => Err(format!(
                 "`{text}`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`"
             )),
+        }
+    }
+}
+
+/// `--vram-halve-every`: requests, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum HalveEveryArg {
+    Auto,
+    Requests(u64),
+}
+
+impl HalveEveryArg {
+    fn parse(text: &str) -> Result<HalveEveryArg, String> {
+        let text = text.trim();
+        if text == "auto" {
+            return Ok(HalveEveryArg::Auto);
+        }
+        match text.parse::<u64>() {
+            Ok(requests) if requests > 0 => Ok(HalveEveryArg::Requests(requests)),
+            _ => Err(format!(
+                "`{text}`: give a positive number of requests (e.g. `5000`) or `auto`"
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for HalveEveryArg {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match self {
+            HalveEveryArg::Auto => write!(f, "auto"),
+            HalveEveryArg::Requests(requests) => write!(f, "{requests}"),
         }
     }
 }
@@ -257,7 +292,11 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         budget_bytes: budget.bytes(all_bytes),
         policy: args.vram_policy,
         allowance_bytes_per_token: args.vram_allowance.0,
-        halve_every_ticks: args.vram_halve_every,
+        halve_every_ticks: match args.vram_halve_every {
+            HalveEveryArg::Requests(requests) => requests,
+            // Tried beside the windows `auto` chooses from.
+            HalveEveryArg::Auto => PolicyParams::default().halve_every_ticks,
+        },
         dynamic: dynamic_vram.then(|| online.clone()),
         link: ram_to_card(&profile),
     });
@@ -274,7 +313,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             }
         },
     };
-    let config = ReplayConfig {
+    let mut config = ReplayConfig {
         policies: args.policy.clone(),
         ram_budget_bytes,
         // Only `replan` pins a share.
@@ -296,6 +335,20 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         online,
         vram,
     };
+    let card_window = match (args.vram_halve_every, &config.vram) {
+        (HalveEveryArg::Auto, Some(vram)) => Some(choose_card_window(
+            &checkpoint,
+            &train,
+            &train_counts,
+            &config,
+            vram,
+            args.seed_tokens,
+        )?),
+        _ => None,
+    };
+    if let (Some(choice), Some(vram)) = (&card_window, config.vram.as_mut()) {
+        vram.halve_every_ticks = choice.halve_every_ticks;
+    }
     for note in &notes {
         eprintln!("note: {note}");
     }
@@ -305,6 +358,9 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             Bytes(vram.budget_bytes),
             vram.policy.label()
         );
+    }
+    if let Some(choice) = &card_window {
+        print_card_window(choice);
     }
     if args.predict_only {
         return print_predictions(
@@ -369,15 +425,50 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         );
     }
     if let Some(path) = &args.json {
-        let doc = ReplayReport { pin_share, runs };
+        let doc = ReplayReport {
+            pin_share,
+            card_window,
+            runs,
+        };
         residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
         println!("wrote {}", path.display());
     }
     Ok(())
 }
 
+/// The card's `lfru` window `auto` chose, and what each window computed.
+fn print_card_window(choice: &CardWindowChoice) {
+    let judged_on = if choice.held_out.is_empty() {
+        "on the training tokens, in-sample (name two or more --train-categories to hold each out)"
+            .to_string()
+    } else {
+        format!("on {} held out in turn", choice.held_out.join(", "))
+    };
+    println!(
+        "card: lfru halves its heat every {} requests (--vram-halve-every auto, simulated {judged_on}; experts on the card per window: {})",
+        choice.halve_every_ticks,
+        choice
+            .judged
+            .iter()
+            .map(|t| format!("{} {}", t.halve_every_ticks, t.experts_on_card))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+}
+
 /// The flags clap cannot check alone.
 fn check_flags(args: &ReplayArgs) -> Result<()> {
+    if args.vram_halve_every == HalveEveryArg::Auto {
+        if args.vram_budget.is_none() {
+            bail!("--vram-halve-every auto tunes the card's lfru; give --vram-budget too");
+        }
+        if args.vram_policy != VramPolicy::Lfru {
+            bail!(
+                "--vram-halve-every auto tunes lfru's heat window; --vram-policy {} has none: give --vram-policy lfru",
+                args.vram_policy
+            );
+        }
+    }
     if let Some(seconds) = args
         .replan_every_seconds
         .filter(|s| !(s.is_finite() && *s > 0.0))

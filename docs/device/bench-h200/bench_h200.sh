@@ -28,7 +28,9 @@
 #                                 lru in per-layer budgets that move (dynamic),
 #                                 one run each a round, in turn (A B C C B A);
 #                                 VRAM_ARMS="lfru dynamic-lfru ..." picks them
-#                                 (dynamic-lfru: lfru in per-layer budgets),
+#                                 (dynamic-lfru: lfru in per-layer budgets;
+#                                 lfru-auto: its heat window chosen by the
+#                                 simulator, --vram-halve-every auto),
 #                                 TOKENS, VRAM_LAYERS (MoE layers, 4 by
 #                                 default, 26 for all) and REPLAY_ARGS
 #                                 (--per-category) too;
@@ -133,6 +135,7 @@ vram_compare() { # trace vram-budgets rounds
         local flag="--vram-policy $a"
         [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
         [ $a = dynamic-lfru ] && flag="--vram-policy lfru --vram-allocation dynamic"
+        [ $a = lfru-auto ] && flag="--vram-policy lfru --vram-halve-every auto"
         run $B replay --checkpoint $ck --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens ${TOKENS:-48} \
           --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 ${REPLAY_ARGS:-} \
           --vram-budget $v $flag --json $O/vramcmp/${v%\%}-$a-r$r.json

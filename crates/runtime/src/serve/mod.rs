@@ -4,6 +4,7 @@
 //! `vram`, the GPU tier's residency: what to upload, under an allowance a
 //! token, and what to free; `gpu_tier`, the card computing what it holds.
 
+pub mod card_window;
 pub mod compute;
 pub mod gpu_tier;
 pub mod heat;

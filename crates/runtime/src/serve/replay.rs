@@ -152,6 +152,10 @@ pub struct ReplayReport {
     /// `replan`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_share: Option<PinShareChoice>,
+    /// How the card's `lfru` window was chosen (`--vram-halve-every
+    /// auto`); absent when it was given.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub card_window: Option<super::card_window::CardWindowChoice>,
     pub runs: Vec<ReplayRun>,
 }
 
@@ -294,6 +298,14 @@ fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
         .collect()
 }
 
+/// Each served object's bytes, in [`expert_keys`] order.
+pub(super) fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
+    expert_keys(checkpoint)
+        .iter()
+        .map(|k| checkpoint.object_bytes(k))
+        .collect()
+}
+
 /// How the replay multiplies `checkpoint`'s experts (its store's objects,
 /// [`expert_keys`] order).
 pub fn expert_kernel(checkpoint: &Checkpoint) -> ExpertKernel {
@@ -355,10 +367,7 @@ impl<'t> Predicted<'t> {
             return Err(ReplayError::LayerPolicy(config.layer_policy));
         }
         config.online.check()?;
-        let sizes: Vec<u64> = expert_keys(checkpoint)
-            .iter()
-            .map(|k| checkpoint.object_bytes(k))
-            .collect();
+        let sizes = expert_sizes(checkpoint);
         let experts = checkpoint.config.experts;
         // With a VRAM tier the simulator sees what reaches the RAM tier:
         // the tokens (and the seed) less the experts the card computes.
@@ -1008,7 +1017,7 @@ fn layer_capacities(
 
 /// Each MoE layer as the online allocator sees it: `tokens`' widest route
 /// in it (seed tokens included) is what it leases at once.
-fn layer_shapes(
+pub(super) fn layer_shapes(
     config: &ReplayConfig,
     sizes: &[u64],
     experts: usize,
@@ -1284,7 +1293,7 @@ fn cpu_share(
 /// at the compute thread's rate), the upload link, `replan`'s card
 /// passes and heat window and,
 /// for `belady` alone, every expert routed in order.
-fn card_knowledge(
+pub(super) fn card_knowledge(
     config: &ReplayConfig,
     vram: &VramConfig,
     sizes: &[u64],
@@ -1315,11 +1324,11 @@ fn card_knowledge(
 
 /// What reaches the RAM tier of a run under a VRAM tier, as the serving
 /// loop's tier decides it: each token less the experts on the card.
-struct CardShares {
+pub(super) struct CardShares {
     seed: Vec<TokenRoutes>,
     tokens: Vec<TokenRoutes>,
     /// Experts of the tokens (not the seed) the card computes.
-    on_card: u64,
+    pub(super) on_card: u64,
 }
 
 /// What reaches the RAM tier of `seed` and then `tokens` under `vram`'s
@@ -1330,7 +1339,7 @@ struct CardShares {
 /// expert on the CPU for a token more than this says. The run also skips
 /// the upload of an expert that has left RAM; the card here decides
 /// apart from the RAM tier and does not see those.
-fn simulated_card(
+pub(super) fn simulated_card(
     vram: &VramConfig,
     sizes: &[u64],
     layers: Vec<LayerShape>,

@@ -1,0 +1,144 @@
+//! The card's `lfru` heat window chosen by the simulator: Colibri's rule
+//! is the arm to beat on the card, and its one free parameter (how often
+//! its heat is halved) decides most of its lead. This module replays the
+//! training tokens through the card's simulated tier at each window, every
+//! training category held out in turn after a seed of the others, and
+//! picks the window that computes the most experts on the card. The
+//! served categories are never simulated, so the choice is as held out as
+//! the run.
+
+use super::gpu_tier::VramConfig;
+use super::replay::{card_knowledge, expert_sizes, layer_shapes, simulated_card};
+use super::replay::{ReplayConfig, ReplayError};
+use crate::checkpoint::Checkpoint;
+use residency_formats::heat::TokenRoutes;
+
+/// Windows tried, in tokens of the training data; each becomes requests
+/// at the training tokens' mean routes a token. From a window shorter
+/// than a pass of `replan` on the card (4 tokens) to the RAM tier's
+/// (1,024), doubling, so the best is within a factor of two of any.
+const WINDOWS_TOKENS: [u64; 9] = [4, 8, 16, 32, 64, 128, 256, 512, 1024];
+
+/// The window chosen, and what each window computed on the card.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct CardWindowChoice {
+    /// `lfru`'s heat halved every this many requests.
+    pub halve_every_ticks: u64,
+    /// Each window tried, shortest first.
+    pub judged: Vec<CardWindowTrial>,
+    /// The training categories held out in turn; empty when the training
+    /// tokens have fewer than two and the window was judged in-sample.
+    pub held_out: Vec<String>,
+}
+
+/// One window tried, and what it computed on the card.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct CardWindowTrial {
+    pub halve_every_ticks: u64,
+    /// Experts of the held-out tokens computed on the card, summed over
+    /// the categories.
+    pub experts_on_card: u64,
+}
+
+/// The window of the card `vram` (its `lfru`), beside `config`'s RAM tier, that computes the most
+/// experts on the card over `train`, each category held out after the
+/// last `seed_tokens` tokens of the others (cold when 0); the rule's
+/// default window is tried too, and a tie goes to the longer window (the
+/// rule's own side). With fewer than two training categories every
+/// window is judged on all the training tokens, cold.
+pub fn choose_card_window(
+    checkpoint: &Checkpoint,
+    train: &[TokenRoutes],
+    train_counts: &[u64],
+    config: &ReplayConfig,
+    vram: &VramConfig,
+    seed_tokens: usize,
+) -> Result<CardWindowChoice, ReplayError> {
+    let sizes = expert_sizes(checkpoint);
+    let experts = checkpoint.config.experts;
+    let cases = held_out_cases(train, seed_tokens);
+    let routes: usize = train
+        .iter()
+        .map(|t| t.routes.iter().map(Vec::len).sum::<usize>())
+        .sum();
+    let routes_per_token = routes as f64 / train.len().max(1) as f64;
+    let mut windows: Vec<u64> = WINDOWS_TOKENS
+        .iter()
+        .map(|&w| ((w as f64 * routes_per_token).round() as u64).max(1))
+        .chain([vram.halve_every_ticks])
+        .collect();
+    windows.sort_unstable();
+    windows.dedup();
+    let mut judged = Vec::with_capacity(windows.len());
+    for &window in &windows {
+        let trial = VramConfig {
+            halve_every_ticks: window,
+            ..vram.clone()
+        };
+        let mut on_card = 0;
+        for (_, seed, tokens) in &cases {
+            let served = (&seed[..], &tokens[..]);
+            let layers = layer_shapes(config, &sizes, experts, tokens);
+            let knowledge = card_knowledge(config, &trial, &sizes, train_counts, served, experts);
+            on_card += simulated_card(&trial, &sizes, layers, &knowledge, served, experts)?.on_card;
+        }
+        judged.push(CardWindowTrial {
+            halve_every_ticks: window,
+            experts_on_card: on_card,
+        });
+    }
+    // A tie goes to the longer window: `max_by_key` keeps the last of
+    // equal keys, and the key breaks ties on the window itself.
+    let halve_every_ticks = judged
+        .iter()
+        .max_by_key(|t| (t.experts_on_card, t.halve_every_ticks))
+        .expect("at least the rule's default window is tried")
+        .halve_every_ticks;
+    Ok(CardWindowChoice {
+        halve_every_ticks,
+        judged,
+        held_out: cases.into_iter().filter_map(|(c, _, _)| c).collect(),
+    })
+}
+
+/// `(held-out category, seed, tokens)` for each training category in
+/// trace order: the seed is the last `seed_tokens` of every other
+/// category. One in-sample case, cold, when there are fewer than two.
+fn held_out_cases(
+    train: &[TokenRoutes],
+    seed_tokens: usize,
+) -> Vec<(Option<String>, Vec<TokenRoutes>, Vec<TokenRoutes>)> {
+    let mut categories: Vec<&str> = Vec::new();
+    for t in train {
+        if let Some(c) = t.category.as_deref() {
+            if !categories.contains(&c) {
+                categories.push(c);
+            }
+        }
+    }
+    if categories.len() < 2 {
+        return vec![(None, Vec::new(), train.to_vec())];
+    }
+    let of = |c: &str| -> Vec<TokenRoutes> {
+        train
+            .iter()
+            .filter(|t| t.category.as_deref() == Some(c))
+            .cloned()
+            .collect()
+    };
+    categories
+        .iter()
+        .map(|&held| {
+            let seed = categories
+                .iter()
+                .filter(|&&c| c != held)
+                .flat_map(|&c| {
+                    let tokens = of(c);
+                    let from = tokens.len().saturating_sub(seed_tokens);
+                    tokens[from..].to_vec()
+                })
+                .collect();
+            (Some(held.to_string()), seed, of(held))
+        })
+        .collect()
+}
