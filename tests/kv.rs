@@ -1,5 +1,5 @@
 //! KV-prefix residency end to end: the `lru` replay against an
-//! independent reference of the semantics (hand-made, random and
+//! independent reference of its semantics (docs/kv.md) (hand-made, random and
 //! the real Mooncake conversation trace, through the library and the
 //! command), `utility` against `lru` on that trace, `residency kv-replay`'s
 //! files and bad inputs, isolation of identities in the block store, and a
@@ -24,7 +24,7 @@ use std::time::Duration;
 /// A request as the reference sees it: input tokens and block ids.
 type Request = (u64, Vec<u64>);
 
-/// The issue's `lru` semantics written out literally, sharing no code with
+/// The `lru` semantics of docs/kv.md written out literally, sharing no code with
 /// the crate: recency is a tick per use kept in two maps (tick -> id and
 /// id -> tick), victims are found by scanning from the oldest tick.
 ///

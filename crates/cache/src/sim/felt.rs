@@ -42,7 +42,7 @@ pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
 }
 
 /// The sums over a log's `[PROF] expert I/O:` lines (format in
-/// colibri-formats.md section 5).
+/// docs/formats.md section 5).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProfTotals {
     /// The lines' numbers, from 1.
