@@ -1,5 +1,5 @@
 #!/bin/bash
-# The script behind docs/prediction.md's H200 calls (section 8 on): run on
+# The script behind docs/prediction.md's H200 calls: run on
 # the device machine from the repository root, with this machine's release
 # build carried in `.devbin/` (`cp target/release/residency .devbin/`; for an
 # A/B, the other binary as .devbin/residency-before).
@@ -50,7 +50,7 @@ setup() {
   run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --dtype int4 --out /tmp/ds
   run $B profile detect --out /tmp/p.yaml
   # The checkpoints' 26 GB of dirty pages written back now, not while
-  # calibration times the CPU's memory (prediction.md section 16).
+  # calibration times the CPU's memory (docs/prediction.md).
   run sync
 }
 cal() { # binary, out profile, checkpoint
