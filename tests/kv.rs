@@ -145,7 +145,7 @@ fn lru_matches_the_reference_on_hand_made_traces() {
             "capacity {capacity}"
         );
     }
-    // Seeded random sessions: multi-turn chats whose turns extend the
+    // Seeded random chats: multi-turn conversations whose turns extend the
     // previous prompt, interleaved, with partial last blocks.
     let mut state = 11u64;
     let mut next = move || {
@@ -155,16 +155,16 @@ fn lru_matches_the_reference_on_hand_made_traces() {
         state
     };
     let mut requests = Vec::new();
-    let mut sessions: Vec<Vec<u64>> = Vec::new();
+    let mut chats: Vec<Vec<u64>> = Vec::new();
     let mut fresh = 1000u64;
     for _ in 0..400 {
         let s = (next() % 12) as usize;
-        if s >= sessions.len() || next() % 5 == 0 {
-            // A new session under the shared first block 0.
-            sessions.push(vec![0]);
+        if s >= chats.len() || next() % 5 == 0 {
+            // A new chat under the shared first block 0.
+            chats.push(vec![0]);
         }
-        let s = s.min(sessions.len() - 1);
-        let chain = &mut sessions[s];
+        let s = s.min(chats.len() - 1);
+        let chain = &mut chats[s];
         for _ in 0..1 + next() % 3 {
             fresh += 1;
             chain.push(fresh);
