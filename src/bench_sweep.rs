@@ -1,4 +1,4 @@
-//! `residency bench --sweep` (issue 16, item 2): the strategies a user
+//! `residency bench --sweep`: the strategies a user
 //! compares the planner with, each a placement of the same instance, at
 //! several VRAM budgets, applied and benched in interleaved rounds; one
 //! table of predicted beside measured tok/s, and the fastest per budget.

@@ -1,5 +1,5 @@
 //! The `residency` command line: argument parsing and printing only; every
-//! decision is made in the planner crate.
+//! decision is made in the library crates (core, solver, formats, runtime).
 
 mod apply_cmd;
 mod bench_cmd;

@@ -393,7 +393,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     // layer's output is the next one's input, quantised again, so a
     // rounding difference can flip a quantised value and grows along the
     // tokens: on the H200, 192 tokens of 4 layers summed to within
-    // 1.2e-4..2.2e-4 of the CPU-only run (docs/serving.md, session 15).
+    // 1.2e-4..2.2e-4 of the CPU-only run (docs/serving.md).
     let on_card = runs.iter().any(|r| r.gpu_experts > 0);
     let differs = runs.iter().any(|a| {
         runs.iter().any(|b| {
@@ -751,7 +751,7 @@ fn replay_per_category(
 }
 
 /// Per arm (and category), the simulator's prediction beside the median
-/// of the measured rounds, and their ratios (issue 15 item 5).
+/// of the measured rounds, and their ratios.
 fn print_simulated(runs: &[ReplayRun], config: &ReplayConfig) {
     let mut arms: Vec<(&str, Option<&str>)> = Vec::new();
     for r in runs.iter().filter(|r| r.simulated.is_some()) {

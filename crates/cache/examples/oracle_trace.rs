@@ -1,5 +1,5 @@
 //! Writes a synthetic MoE trace as a libCacheSim oracleGeneral file, for
-//! timing `residency simulate` as a whole process (docs/simulator.md §4):
+//! timing `residency simulate` as a whole process (docs/simulator.md section 4):
 //! 60 layers x 256 experts, top-8, 4 categories, Zipf 0.9 (the benchmark's
 //! shape, `sim::synthetic`), object id `layer * 256 + expert`, every expert
 //! 4 MiB, cut to exactly the number of requests asked.

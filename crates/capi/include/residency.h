@@ -53,7 +53,7 @@
 
 /**
  * Live heat's default decay: every counter halved every 1024 tokens, as
- * Colibri's VRAM tier does (colibri-formats.md section 4).
+ * Colibri's VRAM tier does (docs/formats.md section 4).
  */
 #define RESIDENCY_DEFAULT_HEAT_HALVE_EVERY_TOKENS 1024
 

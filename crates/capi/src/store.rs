@@ -30,7 +30,7 @@ use std::ptr;
 use std::sync::{Mutex, PoisonError};
 
 /// Live heat's default decay: every counter halved every 1024 tokens, as
-/// Colibri's VRAM tier does (colibri-formats.md section 4).
+/// Colibri's VRAM tier does (docs/formats.md section 4).
 pub const RESIDENCY_DEFAULT_HEAT_HALVE_EVERY_TOKENS: u64 = 1024;
 
 /// Options of `residency_open`. A zero field takes its default, so

@@ -25,10 +25,9 @@ const HEADER: &str = "include/residency.h";
 
 /// What the static library needs linked after it, as rustc's `--print
 /// native-static-libs` lists it: dl for CUDA and Vulkan loaded at run time,
-/// the C++ runtime for HiGHS (through the planner), the rest for Rust's std.
+/// the rest for Rust's std. Nothing in the library is C++.
 const LINK_FLAGS: &[&str] = &[
     "-ldl",
-    "-lstdc++",
     "-lgcc_s",
     "-lutil",
     "-lrt",

@@ -24,7 +24,8 @@ pub enum PlannerError {
     /// The inputs are valid but no placement satisfies the capacities.
     #[error("infeasible: {0}")]
     Infeasible(String),
-    /// The LP solver failed on a model we built (a bug, not bad input).
+    /// An instance we built broke one of its own invariants (a bug, not
+    /// bad input), e.g. an experts stage not named `L<layer>.experts`.
     #[error("solver: {0}")]
     Solver(String),
 }

@@ -217,7 +217,7 @@ fn glm_5_2_sizes() {
 #[test]
 fn kimi_scale_sizes() {
     let m = model("kimi-scale.yaml");
-    // The scale target: 64 MoE layers x 1280 experts = 81,920.
+    // The scale target: 64 MoE layers x 1280 experts = 81,920.
     assert_eq!(m.expert_count(), 81_920);
     assert_eq!(m.moe_layer_numbers(), (1..=64).collect::<Vec<_>>());
     // Same expert shape as DeepSeek-V3: int4 23,396,352; 81,920 of them = 1,916,629,155,840 bytes.

@@ -1,5 +1,5 @@
 //! `residency profile calibrate --from-log`: profile values from a Colibri
-//! log (formats in colibri-formats.md sections 5 and 6). Each value's
+//! log (formats in docs/formats.md sections 5 and 6). Each value's
 //! comment names the lines it came from; several runs in one log give the
 //! median, with the range.
 //!
@@ -194,7 +194,7 @@ pub fn calibrate_from_log(
         return Err(ProfileError::input(
             log,
             problem,
-            "see colibri-formats.md sections 5 and 6 for what each line gives",
+            "see docs/formats.md sections 5 and 6 for what each line gives",
         ));
     }
     let line = format!(

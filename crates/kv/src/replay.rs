@@ -1,7 +1,7 @@
 //! A prefix-block trace through the prefix index (`residency kv-replay`):
 //! hit tokens, prefill seconds saved and bytes per policy and capacity.
 //!
-//! Each request, in file order (the issue's `lru` semantics, which every
+//! Each request, in file order (the `lru` semantics of docs/kv.md, which every
 //! policy follows; only the choice of victim differs):
 //! 1. hit blocks = the longest leading run of its ids that is cached; hit
 //!    tokens = `min(hit blocks x block tokens, input tokens)`;

@@ -11,7 +11,7 @@
 //! - A lease ([`BlockLease`], RAII) pins its block in RAM: never evicted
 //!   while leased. Releasing it is its latest use. A [`Prefix`] releases
 //!   its leases from last to first, so a request's first block ends most
-//!   recent (the `lru` semantics of the issue).
+//!   recent (the `lru` semantics of docs/kv.md).
 //! - RAM evicts with the configured policy; a victim goes to the disk tier
 //!   if it is not there yet (the disk tier keeps what it has: promotion
 //!   does not remove the file). The disk tier evicts with the same policy

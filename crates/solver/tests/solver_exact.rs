@@ -1,6 +1,6 @@
 //! The solver against exhaustive enumeration: on instances small enough to
 //! try every placement, the reported lower bound must not exceed the true
-//! optimum and the plan must reach it (within the 0.5 % the issue allows).
+//! optimum and the plan must reach it (within the 0.5 % the planner promises).
 //! The optimum here is computed independently of the solver: every
 //! placement is evaluated with the cost model and the best feasible one kept.
 

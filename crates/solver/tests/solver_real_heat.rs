@@ -1,4 +1,4 @@
-//! Solver quality on real routing heat (design §4; issue: within 0.5 % of a
+//! Solver quality on real routing heat (design §4; the target: within 0.5 % of a
 //! valid lower bound with 1-2 GPUs, 1-2 NUMA nodes, 1-2 drives, with and
 //! without I/O overlap). Each case reads a real data set from
 //! `../shared/data` and is skipped, with the reason printed, where it is absent.

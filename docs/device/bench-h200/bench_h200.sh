@@ -1,5 +1,5 @@
 #!/bin/bash
-# The script behind docs/prediction.md's H200 calls (section 8 on): run on
+# The script behind docs/prediction.md's H200 calls: run on
 # the device machine from the repository root, with this machine's release
 # build carried in `.devbin/` (`cp target/release/residency .devbin/`; for an
 # A/B, the other binary as .devbin/residency-before).
@@ -18,11 +18,11 @@
 #                                 bench --sweep with the sweep's profile.yaml
 #                                 (PROFILE=P.yaml: with that one)
 #     replay TRACE BUDGETS ROUNDS replay's arms on a 4-layer DeepSeek-V2-Lite
-#                                 checkpoint, calibrated on it first (issue 15
-#                                 item 5: the simulator beside the store)
+#                                 checkpoint, calibrated on it first (the
+#                                 simulator beside the store)
 #     vram TRACE VRAM ROUNDS      lru and uniform on that checkpoint without a
 #                                 VRAM tier, then with each --vram-budget of
-#                                 VRAM (e.g. 10%,25%,50%; issue 15 item 3)
+#                                 VRAM (e.g. 10%,25%,50%)
 #     vramcmp TRACE VRAM ROUNDS   the card's arms at each --vram-budget, RAM by
 #                                 lru at 25 %: lfru (Colibri's rule), lru, and
 #                                 lru in per-layer budgets that move (dynamic),
@@ -52,7 +52,7 @@ setup() {
   run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --dtype int4 --out /tmp/ds
   run $B profile detect --out /tmp/p.yaml
   # The checkpoints' 26 GB of dirty pages written back now, not while
-  # calibration times the CPU's memory (prediction.md section 16).
+  # calibration times the CPU's memory (docs/prediction.md).
   run sync
 }
 cal() { # binary, out profile, checkpoint
@@ -108,7 +108,7 @@ replay_arms() { # trace budgets rounds
   done
 }
 vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoint, without
-  # a VRAM tier and then with each budget (issue 15 item 3), RAM at 25 %
+  # a VRAM tier and then with each budget, RAM at 25 %
   mkdir -p $O/vram
   [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
   [ -d /tmp/ds4 ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers 4 --dtype int4 --out /tmp/ds4

@@ -9,7 +9,7 @@ budget, category and arm: the median and range over the rounds of tok/s
 and felt wait, the simulator's felt wait beside the measured median (at
 the profile's rates and at the run's own reads), and the experts the card
 computed against the simulator's count (its ratios are each run's, their
-median: each run's simulator has the compute rate its own process timed). Then issue 15's first goal for
+median: each run's simulator has the compute rate its own process timed). Then the serving loop's first goal for
 CANDIDATE (default lfru) against the better of BASELINES (a comma list,
 default lru,dynamic: the card's global and per-layer LRU, those present):
 felt wait and tok/s per category and over all of them (each round's

@@ -102,7 +102,7 @@ pub trait Policy {
     /// policy's `remove` says what it keeps. O(1) or O(log n).
     fn remove(&mut self, object: ObjectIndex);
     /// Changes the capacity while serving (per-layer budgets that move,
-    /// `sim::online`): residents are evicted in the policy's own victim
+    /// `crate::online`): residents are evicted in the policy's own victim
     /// order, pushed to `evicted`, until they fit the new capacity; a
     /// larger capacity evicts nothing. Returns false, changing nothing, for
     /// a policy that cannot; [`PolicyKind::resizes`] names those that can.

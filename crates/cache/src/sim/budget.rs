@@ -2,7 +2,7 @@
 //! cache, the same bytes for every layer, or a dynamic split by
 //! water-filling on each layer's exact LRU benefit curve.
 //!
-//! Benefit curves are not concave (Colibri #925: a cyclic layer gains
+//! Benefit curves are not concave (a cyclic layer, as in Colibri's traces, gains
 //! nothing from 1 or 2 slots and a lot from 3), so a one-slot-at-a-time
 //! greedy would give such a layer nothing. Water-filling first follows the
 //! upper concave hull of every layer (jumps between hull vertices in order

@@ -1,7 +1,7 @@
 //! Miss costs (design §6 "felt wait"): the seconds one physical miss of a
 //! layer's expert adds to the critical path. Calibrated from engine logs as
 //! felt-wait seconds divided by physical misses (never by loads per token,
-//! the mistake of Colibri #924); without calibration every read is taken as
+//! a mistake of Colibri's offline simulator); without calibration every read is taken as
 //! felt: latency + bytes / bandwidth of the profile's fastest drive.
 
 use residency_core::error::{read_text, PlannerError};
@@ -42,7 +42,7 @@ pub fn miss_seconds_from_prof_log(path: &Path) -> Result<f64, PlannerError> {
 }
 
 /// The sums over a log's `[PROF] expert I/O:` lines (format in
-/// colibri-formats.md section 5).
+/// docs/formats.md section 5).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ProfTotals {
     /// The lines' numbers, from 1.
@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn prof_lines_give_felt_wait_over_physical_misses() {
-        // The #924 case as Colibri prints it: 300 loads, 525 loads/token,
+        // Colibri's worked case as it prints it: 300 loads, 525 loads/token,
         // 1.4 s felt -> 1.4 / 300 s; a second turn adds 100 misses and
         // 0.6 s: (1.4 + 0.6) / 400 = 5 ms.
         let dir = tempfile::tempdir().unwrap();

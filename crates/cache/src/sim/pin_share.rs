@@ -1,4 +1,4 @@
-//! Pins only where they pay (issue 15, item 2): the share of a budget that
+//! Pins only where they pay: the share of a budget that
 //! `pinned-lru` should pin, decided on held-out replays. Each category in
 //! turn is replayed with pins learned on the others (the hottest by their
 //! counts, as the gate trains), at every share of `PIN_SHARES`, where 0 is

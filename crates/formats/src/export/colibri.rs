@@ -1,5 +1,5 @@
 //! The `coli-place` export: Colibri's qwen36 CUDA tier
-//! (`shared/colibri-formats.md` sections 1, 4, 7, 8). `coli_place.env` sets
+//! (docs/formats.md sections 1, 4, 7, 8). `coli_place.env` sets
 //! `COLI_CUDA`, `COLI_GPUS`, `COLI_PLACE`, `CUDA_EXPERT_GB` and `HEAT_FILE`;
 //! `coli_heat.bin` is a HEAT_FILE whose order makes the warm-start fill
 //! (hottest first until each card's allowance is full, expert `e` homed on

@@ -1,4 +1,4 @@
-//! `residency bench` (issue 16): decode tokens at batch 1 doing the work
+//! `residency bench`: decode tokens at batch 1 doing the work
 //! the cost model prices (design §4), each piece where the plan put it,
 //! timed beside `Instance::evaluate` of the plan.
 //!

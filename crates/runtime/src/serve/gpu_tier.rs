@@ -1,5 +1,5 @@
-//! The VRAM tier inside the serving loop (issue 15 item 3, Colibri's
-//! qwen36 design as the baseline): experts with a copy on the card are
+//! The VRAM tier inside the serving loop (Colibri's qwen36 design as the
+//! baseline): experts with a copy on the card are
 //! computed there by the PTX GEMV kernel, every other one takes the CPU
 //! path, and both run at once, as an engine overlaps them.
 //!

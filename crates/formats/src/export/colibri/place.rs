@@ -8,7 +8,7 @@ use residency_core::cost::Place;
 use std::collections::BTreeSet;
 use std::fmt;
 
-/// Components Colibri's qwen36 tier knows (colibri-formats.md 7).
+/// Components Colibri's qwen36 tier knows (docs/formats.md section 7).
 pub const COLI_COMPONENTS: [&str; 6] = [
     "experts", "lmhead", "dnproj", "dnout", "attnout", "attnproj",
 ];

@@ -1,5 +1,5 @@
 //! Tests of the `coli-place` export, with a small COLI_PLACE parser written
-//! from colibri-formats.md 7.
+//! from docs/formats.md section 7.
 
 use super::warm_start::{coli_fill, coli_heat_values, gib_text, ALLOWANCE_SLACK};
 use super::*;
@@ -24,7 +24,7 @@ fn env_vars(path: &Path) -> BTreeMap<String, String> {
 
 type Parsed = Vec<(String, Vec<(ColiTarget, Option<usize>)>)>;
 
-/// A small COLI_PLACE parser, written from colibri-formats.md 7:
+/// A small COLI_PLACE parser, written from docs/formats.md section 7:
 /// `item ("," item)*`, `item := component "=" (target | split)`,
 /// `split := dev ":" n ("+" dev ":" n)*`.
 fn parse_coli_place(value: &str) -> Parsed {

@@ -1,4 +1,4 @@
-//! Colibri's heat formats (`shared/colibri-formats.md` 1-3):
+//! Colibri's heat formats (docs/formats.md sections 1-3):
 //! - `coli-heat`: HEAT_FILE of the qwen36 VRAM tier, binary: u32 magic
 //!   `0x51544831`, u32 nl, u32 ne, u32[nl*ne] layer-major, little-endian.
 //!   Rows are MoE ordinals. Read and written (we write atomically, which

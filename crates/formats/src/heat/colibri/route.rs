@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 const ROUTE_SYNTAX: &str =
-    "each line is `<call> <row> <model layer> <id>:<gate> ..` (colibri-formats.md 3)";
+    "each line is `<call> <row> <model layer> <id>:<gate> ..` (docs/formats.md section 3)";
 
 pub(crate) fn read_route_trace(
     path: &Path,

@@ -19,11 +19,11 @@ use std::path::Path;
 pub const USAGE_MAGIC: u32 = 0x3155_4B49;
 /// The engine whose id a `.coli_usage` header carries unless told otherwise.
 pub const DEFAULT_ENGINE: &str = "glm_moe_dsa";
-/// Engine names Colibri writes usage for (colibri-formats.md 2).
+/// Engine names Colibri writes usage for (docs/formats.md section 2).
 const KNOWN_ENGINES: [&str; 4] = ["glm_moe_dsa", "inkling", "olmoe", "kimi_k3"];
 
 const USAGE_SYNTAX: &str =
-    "each line is `<model layer> <expert> <count>`, after optional `-1 <n_layers> <n_experts>` and `-2 1 <engine_id>` (colibri-formats.md 2)";
+    "each line is `<model layer> <expert> <count>`, after optional `-1 <n_layers> <n_experts>` and `-2 1 <engine_id>` (docs/formats.md section 2)";
 
 /// The `.coli_usage` engine id: FNV-1a-32 of the engine name.
 pub fn engine_id(name: &str) -> u32 {
