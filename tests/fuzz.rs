@@ -20,6 +20,7 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{write_heat, Heat, HeatContext, HeatFormat, HeatTable};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_solver::SolveOptions;
+use residency_testkit::{TINY_KV, TINY_PROFILE};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -394,29 +395,6 @@ fn fnv(name: &str) -> u64 {
 /// A tiny DeepSeek-shaped model whose experts do not all fit the tiny
 /// card, so the solver has a choice to make.
 const TINY_MODEL: &str = residency_testkit::SMALL_DEEPSEEK;
-
-/// One node, one card and one drive, small enough that the tiny model's
-/// experts compete for the card.
-const TINY_PROFILE: &str = "\
-name: tiny
-numa:
-  - { id: 0, ram: 4 MiB, reserved: 1 MiB, staging: 256 KiB, cores: 4, gemv_bandwidth: 20 GB/s, stage_overhead: 5 us }
-gpus:
-  - { id: 0, name: card, vram: 1 MiB, reserved: 800 KiB, numa: 0, gemv_bandwidth: 200 GB/s, upload_bandwidth: 12 GB/s, sync_overhead: 30 us }
-drives:
-  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us, read_concurrency: 4 }
-io_overlaps_compute: true
-felt_fraction: 0.5
-fixed_token_seconds: 100 us
-";
-
-const TINY_KV: &str = "\
-format: residency-kv-groups
-source: hand-made
-groups:
-  - { name: system-prompt, bytes: 64 KiB, reuses_per_token: 0.01, prefill_seconds: 2 ms }
-  - { name: few-shot, bytes: 200 KiB, reuses_per_token: 0.002, prefill_seconds: 9 ms }
-";
 
 /// The tiny model's files, written once per campaign beside the input.
 struct Fixture {

@@ -28,6 +28,8 @@
 use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc, Quantity};
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
+use residency_core::error::PlannerError;
+use residency_core::profile::HardwareProfile;
 use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
 use residency_core::model::Model;
 use std::path::Path;
@@ -195,6 +197,21 @@ pub fn calibrate_from_log(
             log,
             problem,
             "see colibri-formats.md sections 5 and 6 for what each line gives",
+        ));
+    }
+    // A figure out of the planner's range (a time of -1e308 ms) is the
+    // log's fault, said before the profile is written.
+    if let Err(e) = HardwareProfile::from_yaml_str(&done.doc.to_yaml(), log) {
+        let problem = match e {
+            PlannerError::Input { place, problem, .. } => {
+                format!("its figures make the profile's {place} a value that {problem}")
+            }
+            e => e.to_string(),
+        };
+        return Err(ProfileError::input(
+            log,
+            problem,
+            "check the log: it is cut or corrupt where that figure is",
         ));
     }
     let line = format!(

@@ -15,6 +15,7 @@ pub const MXFP4: (u32, u64, u64) = (39, 32, 17);
 
 pub enum Kv {
     U32(u32),
+    I64(i64),
 
     Str(&'static str),
     StrArray(Vec<&'static str>),
@@ -93,6 +94,10 @@ impl Gguf {
             match value {
                 Kv::U32(v) => {
                     b.extend(4u32.to_le_bytes());
+                    b.extend(v.to_le_bytes());
+                }
+                Kv::I64(v) => {
+                    b.extend(11u32.to_le_bytes());
                     b.extend(v.to_le_bytes());
                 }
                 Kv::Str(s) => {
