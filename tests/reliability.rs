@@ -556,3 +556,23 @@ fn vllm_eplb_negative_loads_and_bad_map_entries_are_refused() {
     let map = "[[0, 1, 2, 1000000000], [0, 1, 2, 3], [0, 1, 2, 3]]";
     vllm_refused(&load("[1, 2, 3, 4]"), map, "physical_to_logical_map[0][3]: is 1000000000");
 }
+
+#[test]
+fn a_log_figure_of_minus_1e308_blames_the_log() {
+    // The profile calibrated from it was refused naming the profile being
+    // written, which did not exist yet.
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().join("base.yaml");
+    std::fs::write(&base, TINY_PROFILE).unwrap();
+    let log = dir.path().join("run.log");
+    std::fs::write(
+        &log,
+        "[timers] decode: 63 tokens\n[timers] step() total: 5 ms (outside the phases: -1e308 ms)\n",
+    )
+    .unwrap();
+    let out = dir.path().join("calibrated.yaml");
+    let args = ["profile", "calibrate", s(&base), "--from-log", s(&log), "--out", s(&out)];
+    let line = one_error_line(&args, &out);
+    assert!(line.starts_with(&format!("error: {}:", log.display())), "{line}");
+    assert!(line.contains("line 2: `outside the phases` is -1e308 ms"), "{line}");
+}

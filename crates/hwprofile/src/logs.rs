@@ -29,6 +29,7 @@ use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
 use residency_core::error::PlannerError;
+use residency_core::limits;
 use residency_core::profile::HardwareProfile;
 use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
 use residency_core::model::Model;
@@ -124,6 +125,10 @@ fn profile_lines(text: &str) -> Vec<Figure> {
     found
 }
 
+/// Figures of one kind, what they are called, their unit and whether a
+/// value is one the profile can take.
+type Check<'a> = (&'a Vec<Figure>, &'a str, &'a str, &'a dyn Fn(f64) -> bool);
+
 /// `lines 26, 61 and 96 of run.log`.
 fn lines_of(figures: &[Figure], log: &Path) -> String {
     let numbers: Vec<String> = figures.iter().map(|(_, l)| l.to_string()).collect();
@@ -175,6 +180,23 @@ pub fn calibrate_from_log(
     let takes: Vec<Figure> = blocks.iter().filter_map(|b| b.take_ms).collect();
     let computes: Vec<Figure> = blocks.iter().filter_map(|b| b.compute_ms).collect();
     let outsides: Vec<Figure> = blocks.iter().filter_map(|b| b.outside_ms).collect();
+    let ms = |v: f64| limits::time_in_range(v / 1e3);
+    let ratio = |v: f64| v.is_finite() && v >= 0.0;
+    let checks: [Check; 4] = [
+        (&profile, "wait / service", "", &ratio),
+        (&takes, "take", " ms", &ms),
+        (&computes, "compute", " ms", &ms),
+        (&outsides, "outside the phases", " ms", &ms),
+    ];
+    for (figures, what, unit, ok) in checks {
+        if let Some((v, line)) = figures.iter().find(|(v, _)| !ok(*v)) {
+            return Err(ProfileError::input(
+                log,
+                format!("line {line}: `{what}` is {v:?}{unit}, out of range"),
+                "check the log: it is cut or corrupt on that line",
+            ));
+        }
+    }
     match model {
         _ if takes.is_empty() && computes.is_empty() => {}
         None => c.done.notes.push(

@@ -192,7 +192,7 @@ fn logical_rows(load: Vec<Vec<f64>>, map: &[Vec<i64>], path: &Path) -> Result<Ve
             if !(0.0..=limits::MAX_HEAT_COUNT).contains(&c) {
                 return bad(
                     s,
-                    format!("has load {c} in the window, not a count from 0 to 1e15"),
+                    format!("has load {c:?} in the window, not a count from 0 to 1e15"),
                 );
             }
         }

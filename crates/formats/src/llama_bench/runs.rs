@@ -176,7 +176,7 @@ pub fn read_runs(path: &Path) -> Result<Vec<BenchRun>, PlannerError> {
             return Err(run.bad(
                 &format!("samples_ns[{i}]"),
                 format!(
-                    "is {} ns, not a time above 0 and at most 1e6 s",
+                    "is {:?} ns, not a time above 0 and at most 1e6 s",
                     t.samples_ns[i]
                 ),
             ));
