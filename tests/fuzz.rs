@@ -85,6 +85,60 @@ unsafe impl GlobalAlloc for Guard {
 #[global_allocator]
 static GUARD: Guard = Guard;
 
+/// The hang guard: an input still running after `HANG_SECONDS` ends the
+/// whole run, saying which campaign and input it is (a hang cannot be
+/// caught and reported like a slow input).
+mod watchdog {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, Once};
+    use std::time::{Duration, Instant};
+
+    const HANG_SECONDS: u64 = 60;
+    static RUNNING: Mutex<Option<HashMap<u64, (&'static str, usize, Instant)>>> =
+        Mutex::new(None);
+    static START: Once = Once::new();
+
+    /// Watches input `input` of `campaign` until the value is dropped.
+    pub struct Watched(u64);
+
+    pub fn watch(campaign: &'static str, input: usize) -> Watched {
+        START.call_once(|| {
+            std::thread::spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let running = RUNNING.lock().unwrap();
+                for (campaign, input, since) in running.iter().flat_map(|m| m.values()) {
+                    if since.elapsed() > Duration::from_secs(HANG_SECONDS) {
+                        eprintln!(
+                            "fuzz finding: campaign `{campaign}` input {input} hangs (over {HANG_SECONDS} s)"
+                        );
+                        std::process::abort();
+                    }
+                }
+            });
+        });
+        let id = next_id();
+        let mut running = RUNNING.lock().unwrap();
+        running
+            .get_or_insert_with(HashMap::new)
+            .insert(id, (campaign, input, Instant::now()));
+        Watched(id)
+    }
+
+    fn next_id() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            if let Some(m) = RUNNING.lock().unwrap().as_mut() {
+                m.remove(&self.0);
+            }
+        }
+    }
+}
+
 fn iterations() -> usize {
     std::env::var("FUZZ_ITERATIONS")
         .ok()
@@ -292,7 +346,8 @@ fn mutate_binary(rng: &mut fastrand::Rng, input: &[u8], _seeds: &[Vec<u8>]) -> V
 type Mutator = fn(&mut fastrand::Rng, &[u8], &[Vec<u8>]) -> Vec<u8>;
 
 /// Runs `iterations()` mutated inputs of `seeds` through `run`, each
-/// written to `dir/file_name`, and fails listing every finding.
+/// written to `file_name` in a directory of its own, and fails listing
+/// every finding.
 fn campaign(
     name: &'static str,
     file_name: &str,
@@ -301,7 +356,21 @@ fn campaign(
     run: &dyn Fn(&Path) -> Verdict,
 ) {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join(file_name);
+    campaign_at(name, &dir.path().join(file_name), seeds, mutate, run);
+}
+
+/// `campaign` with each input written to `path` (a file among others that
+/// `run` reads with it: a checkpoint's `config.json` or shard).
+fn campaign_at(
+    name: &'static str,
+    path: &Path,
+    seeds: Vec<Vec<u8>>,
+    mutate: Mutator,
+    run: &dyn Fn(&Path) -> Verdict,
+) {
+    let path = path.to_path_buf();
+    let file_name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let file_name = file_name.as_str();
     let shown = path.display().to_string();
     // The seeds themselves are accepted: a campaign that refuses its seeds
     // tests nothing but the first check.
@@ -322,7 +391,9 @@ fn campaign(
         std::fs::write(&path, &input).unwrap();
         CURRENT.with(|c| c.set((name, i)));
         let t = Instant::now();
+        let watched = watchdog::watch(name, i);
         let verdict = catch_unwind(AssertUnwindSafe(|| run(&path)));
+        drop(watched);
         let seconds = t.elapsed().as_secs_f64();
         slowest = slowest.max(seconds);
         let finding = match verdict {
@@ -542,12 +613,19 @@ fn model_descriptions() {
     });
 }
 
-fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat) {
+/// `seeds` (heat of the tiny model in `format`, written by our writer
+/// when `None`) mutated and planned with the tiny profile and model.
+fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat, seeds: Option<&str>) {
     let f = fixture();
     let out = f._dir.path().join("plan.json");
-    let seed_path = f._dir.path().join(file_name);
-    write_tiny_heat(&seed_path, format);
-    let seeds = vec![std::fs::read(&seed_path).unwrap()];
+    let seeds = match seeds {
+        Some(text) => vec![text.as_bytes().to_vec()],
+        None => {
+            let seed_path = f._dir.path().join(file_name);
+            write_tiny_heat(&seed_path, format);
+            vec![std::fs::read(&seed_path).unwrap()]
+        }
+    };
     campaign(name, file_name, seeds, mutate_text, &|p| {
         let paths = InputPaths {
             profile: Some(f.profile.clone()),
@@ -562,12 +640,193 @@ fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat) {
 
 #[test]
 fn heat_json() {
-    heat_campaign("heat-json", "heat.json", HeatFormat::Json);
+    heat_campaign("heat-json", "heat.json", HeatFormat::Json, None);
 }
 
 #[test]
 fn heat_csv() {
-    heat_campaign("heat-csv", "heat.csv", HeatFormat::Csv);
+    heat_campaign("heat-csv", "heat.csv", HeatFormat::Csv, None);
+}
+
+#[test]
+fn heat_sglang() {
+    // One row of 4 experts per MoE layer of the tiny model.
+    let seed = r#"{"logical_count": [[40, 30, 20, 10], [5, 50, 25, 20], [70, 10, 10, 10]]}"#;
+    heat_campaign("heat-sglang", "expert_distribution.json", HeatFormat::SglangJson, Some(seed));
+}
+
+#[test]
+fn heat_vllm() {
+    // Six physical slots a layer: the 4 experts, then a copy of expert 0
+    // and an empty slot (-1).
+    let seed = r#"{"expert_load_window": [[20, 30, 20, 10, 20, 0], [5, 50, 25, 20, 0, 0], [35, 10, 10, 10, 35, 0]],
+"physical_to_logical_map": [[0, 1, 2, 3, 0, -1], [0, 1, 2, 3, 0, -1], [0, 1, 2, 3, 0, -1]]}"#;
+    heat_campaign("heat-vllm", "eplb.json", HeatFormat::VllmEplb, Some(seed));
+}
+
+#[test]
+fn heat_qwen3() {
+    let seed = "Layer,Language,Expert_0,Expert_1,Expert_2,Expert_3
+0,en,0.8,0.6,0.4,0.2
+1,en,0.1,1.0,0.5,0.4
+2,en,1.4,0.2,0.2,0.2
+";
+    heat_campaign(
+        "heat-qwen3",
+        "moe_all_layers_analysis_arc_avg_activation.csv",
+        HeatFormat::Qwen3Csv,
+        Some(seed),
+    );
+}
+
+/// llama-bench's `-o json` of two decode tests and a prompt test.
+const LLAMA_BENCH: &str = r#"[
+{"build_commit": "abc", "gpu_info": "card", "model_filename": "m.gguf", "model_size": 1000000,
+ "n_threads": 8, "n_gpu_layers": 99, "n_cpu_moe": 2, "tensor_buft_overrides": "blk\.1\.ffn_.*_exps=CPU",
+ "tensor_split": "0.00", "n_prompt": 0, "n_gen": 64, "n_depth": 0, "samples_ns": [640000000, 650000000]},
+{"model_filename": "m.gguf", "model_size": 1000000, "n_threads": 8, "n_gpu_layers": 0,
+ "n_prompt": 0, "n_gen": 32, "samples_ns": [900000000]},
+{"model_filename": "m.gguf", "model_size": 1000000, "n_threads": 8, "n_gpu_layers": 0,
+ "n_prompt": 512, "n_gen": 0, "samples_ns": [100000000]}
+]"#;
+
+#[test]
+fn llama_bench_outputs() {
+    let jsonl: String = serde_json::from_str::<Vec<serde_json::Value>>(LLAMA_BENCH)
+        .unwrap()
+        .iter()
+        .map(|t| format!("{t}\n"))
+        .collect();
+    let seeds = vec![LLAMA_BENCH.as_bytes().to_vec(), jsonl.into_bytes()];
+    campaign("llama-bench", "bench.json", seeds, mutate_text, &|p| {
+        use residency_formats::llama_bench::runs::read_runs;
+        let runs = match read_runs(p) {
+            Ok(r) => r,
+            Err(e) => return Verdict::Refused(e.to_string()),
+        };
+        for run in &runs {
+            let seconds = run.token_seconds();
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Verdict::Invalid(format!("a test measures {seconds} s a token"));
+            }
+            if let Err(e) = run.overrides() {
+                return Verdict::Refused(e.to_string());
+            }
+        }
+        Verdict::Accepted
+    });
+}
+
+/// A Colibri log with every line `profile calibrate --from-log` reads.
+const COLIBRI_LOG: &str = "loaded in 1.23s
+[PROF] expert I/O: 120 reads, 480.0 MB in 0.20 s (2400 MB/s), felt 0.05 s
+PROFILE: expert-disk 0.40s service, 0.10s wait
+[timers] decode: 63 tokens
+[timers] qtier: take 1.37 ms/token
+[timers] expert kernel: compute 38.04 ms/token
+[timers] step() total: 50 ms (outside the phases: 1.5 ms)
+[timers] decode: 63 tokens
+[timers] qtier: take 1.63 ms/token
+[timers] step() total: 52 ms (outside the phases: 1.3 ms)
+";
+
+#[test]
+fn colibri_logs() {
+    use residency_hwprofile::{calibrate_from_log, ProfileDoc};
+    let mut seeds = vec![COLIBRI_LOG.as_bytes().to_vec()];
+    if let Some(raw) = residency_testkit::shared_data("colibri/qwen36_raw") {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(raw)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() < 1 << 20))
+            .collect();
+        logs.sort();
+        seeds.extend(logs.iter().take(3).map(|p| std::fs::read(p).unwrap()));
+    }
+    let model = Model::from_yaml_str(TINY_MODEL, Path::new("tiny")).unwrap();
+    campaign("colibri-log", "run.log", seeds, mutate_text, &|p| {
+        let doc = ProfileDoc::parse(TINY_PROFILE, Path::new("tiny.yaml")).unwrap();
+        match calibrate_from_log(doc, p, Some(&model)) {
+            // What `--out` writes must read back as the profile.
+            Ok(c) => match c.doc.to_yaml_checked(Path::new("out.yaml")) {
+                Ok(_) => Verdict::Accepted,
+                Err(e) => Verdict::Invalid(format!("the calibrated profile: {e}")),
+            },
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn oracle_general_traces() {
+    // 24-byte records (u32 time, u64 id, u32 size, i64 next access):
+    // objects 0, 1, 0, 2, 1 of 4 KiB.
+    let ids = [0u64, 1, 0, 2, 1];
+    let next = [2i64, 4, -1, -1, -1];
+    let mut seed = Vec::new();
+    for (t, (&id, &n)) in ids.iter().zip(&next).enumerate() {
+        seed.extend((t as u32).to_le_bytes());
+        seed.extend(id.to_le_bytes());
+        seed.extend(4096u32.to_le_bytes());
+        seed.extend(n.to_le_bytes());
+    }
+    campaign("oracle-general", "trace.oracleGeneral", vec![seed], mutate_binary, &|p| {
+        match residency_cache::sim::oracle::read_oracle_general(p) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn mooncake_traces() {
+    let seed = r#"{"timestamp": 0, "input_length": 40, "output_length": 8, "hash_ids": [0, 1, 2]}
+{"timestamp": 5, "input_length": 60, "output_length": 4, "hash_ids": [0, 1, 3, 4]}
+{"timestamp": 9, "input_length": 20, "output_length": 16, "hash_ids": [5, 6]}
+"#;
+    campaign("mooncake", "trace.jsonl", vec![seed.as_bytes().to_vec()], mutate_text, &|p| {
+        match residency_kv::trace::read_mooncake(p, 16) {
+            Ok(t) if t.total_tokens() < u64::MAX => Verdict::Accepted,
+            Ok(_) => Verdict::Invalid("the trace's token total overflows".into()),
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+/// A generated checkpoint of the tiny model; `file` of it mutated and the
+/// checkpoint opened (config.json and every shard's header read).
+fn checkpoint_campaign(name: &'static str, file: &str, mutate: Mutator) {
+    let dir = tempfile::tempdir().unwrap();
+    residency_testkit::tiny_checkpoint(dir.path());
+    let ckpt = dir.path().join("ckpt");
+    let path = if file == "shard" {
+        let mut shards: Vec<PathBuf> = std::fs::read_dir(&ckpt)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .collect();
+        shards.sort();
+        shards[0].clone()
+    } else {
+        ckpt.join(file)
+    };
+    let seeds = vec![std::fs::read(&path).unwrap()];
+    campaign_at(name, &path, seeds, mutate, &|_| {
+        match residency_runtime::checkpoint::Checkpoint::open(&ckpt) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn checkpoint_configs() {
+    checkpoint_campaign("config-json", "config.json", mutate_text);
+}
+
+#[test]
+fn safetensors_headers() {
+    checkpoint_campaign("safetensors", "shard", mutate_binary);
 }
 
 #[test]
