@@ -22,6 +22,9 @@ pub const MAX_REUSES_PER_TOKEN: f64 = 1e6;
 pub const MAX_LAYERS: usize = 1 << 12;
 /// Most experts in one MoE layer.
 pub const MAX_EXPERTS: usize = 1 << 16;
+/// Most routed experts over all MoE layers (DeepSeek-V3 has 58 x 256 =
+/// 14,848): each is an object of the planner and a tensor of a checkpoint.
+pub const MAX_ROUTED_EXPERTS: usize = 1 << 20;
 /// Largest hidden size or expert intermediate size.
 pub const MAX_WIDTH: u64 = 1 << 24;
 

@@ -460,6 +460,17 @@ fn expand_moe_layers(
                 }
             }
         }
+        let before: usize = moe.iter().map(|m: &MoeLayer| m.experts).sum();
+        if before + experts > limits::MAX_ROUTED_EXPERTS {
+            return Err(err(
+                "experts",
+                format!(
+                    "makes more than {} routed experts by layer {layer}, over the most the planner takes",
+                    limits::MAX_ROUTED_EXPERTS
+                ),
+                "give the model's real size",
+            ));
+        }
         let params = 3 * d.hidden * intermediate;
         let size = |tier: &str| exact_bytes.unwrap_or_else(|| size(tier, params));
         moe.push(MoeLayer {
