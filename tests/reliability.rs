@@ -576,3 +576,97 @@ fn a_log_figure_of_minus_1e308_blames_the_log() {
     assert!(line.starts_with(&format!("error: {}:", log.display())), "{line}");
     assert!(line.contains("line 2: `outside the phases` is -1e308 ms"), "{line}");
 }
+
+#[test]
+fn a_gguf_string_length_near_four_gib_is_refused_without_allocating_it() {
+    // "GGUF", version 3, no tensors, one key of length 2^32 - 1 in a
+    // 36-byte file: the length is past the file's end, so nothing is
+    // allocated from it.
+    let mut bytes = b"GGUF".to_vec();
+    bytes.extend(3u32.to_le_bytes());
+    bytes.extend(0u64.to_le_bytes());
+    bytes.extend(1u64.to_le_bytes());
+    bytes.extend(u64::from(u32::MAX).to_le_bytes());
+    bytes.extend(b"abcd");
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("model.gguf");
+    std::fs::write(&path, bytes).unwrap();
+    let e = residency_formats::gguf::read_model(&path).unwrap_err().to_string();
+    // 4 + 4 + 8 + 8 + 8 = byte 32, where the key's bytes would start.
+    assert!(e.contains("byte 32: ends inside the header (metadata key)"), "{e}");
+}
+
+#[test]
+fn a_config_json_of_sixteen_million_experts_is_refused_before_tensors_are_listed() {
+    // Found by the config.json campaign: 1.4 GB asked for at once.
+    let dir = tempfile::tempdir().unwrap();
+    residency_testkit::tiny_checkpoint(dir.path());
+    let config = dir.path().join("ckpt/config.json");
+    let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&config).unwrap()).unwrap();
+    // 2^24 experts pass the bound on one count; times the MoE layers they
+    // are over the 2^20 routed experts the planner takes.
+    v["num_local_experts"] = json!(1u64 << 24);
+    std::fs::write(&config, v.to_string()).unwrap();
+    let e = residency_runtime::checkpoint::Checkpoint::open(&dir.path().join("ckpt"))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&config.display().to_string()), "{e}");
+    assert!(e.contains("`num_local_experts`: makes"), "{e}");
+    assert!(e.contains("routed experts over the MoE layers"), "{e}");
+}
+
+#[test]
+fn colibri_prof_figures_out_of_range_are_refused() {
+    let line = |misses: &str, felt: &str| {
+        format!("[PROF] expert I/O: 0.480 GB fetched (12.0 MB/token) | hit 81.2% (900 pin + 400 lru / {misses} load) | 3.1s read service / {felt}s felt wait\n")
+    };
+    let read = |p: &Path| {
+        let text = std::fs::read_to_string(p).unwrap();
+        residency_cache::sim::felt::prof_totals(&text, p).map_err(|e| e.to_string())
+    };
+    refused("run.log", &line("120", "-1e308"), "line 1: `felt wait` is -1e308", read);
+    // Two lines of 2^64 - 1 misses wrapped to a small count.
+    let max = u64::MAX.to_string();
+    let text = line(&max, "0.5") + &line(&max, "0.5");
+    refused("run.log", &text, "line 2", read);
+}
+
+/// `calibrate_from_log` of the tiny profile with the tiny model on `log`
+/// (the `[timers]` lines of one decode run), refused naming the log and
+/// holding `expected`. Found by the colibri-log campaign as panics in the
+/// profile writer's rounding.
+fn log_refused(log: &str, expected: &str) {
+    use residency_hwprofile::{calibrate_from_log, ProfileDoc};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("run.log");
+    std::fs::write(&path, log).unwrap();
+    let model = Model::from_yaml_str(MODEL, Path::new("tiny")).unwrap();
+    let doc = ProfileDoc::parse(TINY_PROFILE, Path::new("tiny.yaml")).unwrap();
+    let e = match calibrate_from_log(doc, &path, Some(&model)) {
+        Ok(_) => panic!("accepted:\n{log}"),
+        Err(e) => e.to_string(),
+    };
+    assert!(!e.contains('\n'), "{e}");
+    assert!(e.starts_with(&format!("{}: ", path.display())), "{e}");
+    assert!(e.contains(expected), "{e}");
+}
+
+#[test]
+fn a_log_compute_time_of_zero_or_almost_is_refused() {
+    let log = |compute: &str| {
+        format!("[timers] decode: 63 tokens\n[timers] expert kernel: compute {compute} ms/token\n")
+    };
+    // Bytes over 0 ms was an infinite rate.
+    log_refused(&log("0"), "line 2: `compute` is 0.0 ms");
+    // Over 1e-300 ms it is as infinite: the profile it makes is refused.
+    log_refused(&log("1e-300"), "numa[0].gemv_bandwidth");
+}
+
+#[test]
+fn a_log_wait_of_nan_is_refused() {
+    // wait / service of NaN left no figure to take a median of.
+    log_refused(
+        "PROFILE: expert-disk 0.40s service, nans wait\n",
+        "line 1: `wait / service` is NaN",
+    );
+}

@@ -167,25 +167,17 @@ pub fn calibrate_from_log(
             "give a Colibri log of a decode run with PROF=1 (GLM engine) or COLI_TIMERS=1 (qwen36 engine)",
         ));
     }
-    let mut c = Calibrating {
-        log,
-        done: LogCalibration {
-            doc,
-            measured: Vec::new(),
-            notes: Vec::new(),
-        },
-    };
-    c.felt_fraction(&prof, &profile);
-    c.drive_bandwidth(&prof);
     let takes: Vec<Figure> = blocks.iter().filter_map(|b| b.take_ms).collect();
     let computes: Vec<Figure> = blocks.iter().filter_map(|b| b.compute_ms).collect();
     let outsides: Vec<Figure> = blocks.iter().filter_map(|b| b.outside_ms).collect();
     let ms = |v: f64| limits::time_in_range(v / 1e3);
+    // A rate is bytes over the compute time: that must not be 0.
+    let positive_ms = |v: f64| v > 0.0 && ms(v);
     let ratio = |v: f64| v.is_finite() && v >= 0.0;
     let checks: [Check; 4] = [
         (&profile, "wait / service", "", &ratio),
         (&takes, "take", " ms", &ms),
-        (&computes, "compute", " ms", &ms),
+        (&computes, "compute", " ms", &positive_ms),
         (&outsides, "outside the phases", " ms", &ms),
     ];
     for (figures, what, unit, ok) in checks {
@@ -197,6 +189,16 @@ pub fn calibrate_from_log(
             ));
         }
     }
+    let mut c = Calibrating {
+        log,
+        done: LogCalibration {
+            doc,
+            measured: Vec::new(),
+            notes: Vec::new(),
+        },
+    };
+    c.felt_fraction(&prof, &profile);
+    c.drive_bandwidth(&prof);
     match model {
         _ if takes.is_empty() && computes.is_empty() => {}
         None => c.done.notes.push(
