@@ -94,8 +94,9 @@ mod watchdog {
     use std::time::{Duration, Instant};
 
     const HANG_SECONDS: u64 = 60;
-    static RUNNING: Mutex<Option<HashMap<u64, (&'static str, usize, Instant)>>> =
-        Mutex::new(None);
+    /// Each input running now, by id: its campaign, its number, its start.
+    type Running = HashMap<u64, (&'static str, usize, Instant)>;
+    static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
     static START: Once = Once::new();
 
     /// Watches input `input` of `campaign` until the value is dropped.
@@ -667,7 +668,12 @@ fn heat_csv() {
 fn heat_sglang() {
     // One row of 4 experts per MoE layer of the tiny model.
     let seed = r#"{"logical_count": [[40, 30, 20, 10], [5, 50, 25, 20], [70, 10, 10, 10]]}"#;
-    heat_campaign("heat-sglang", "expert_distribution.json", HeatFormat::SglangJson, Some(seed));
+    heat_campaign(
+        "heat-sglang",
+        "expert_distribution.json",
+        HeatFormat::SglangJson,
+        Some(seed),
+    );
 }
 
 #[test]
@@ -785,12 +791,16 @@ fn oracle_general_traces() {
         seed.extend(4096u32.to_le_bytes());
         seed.extend(n.to_le_bytes());
     }
-    campaign("oracle-general", "trace.oracleGeneral", vec![seed], mutate_binary, &|p| {
-        match residency_cache::sim::oracle::read_oracle_general(p) {
+    campaign(
+        "oracle-general",
+        "trace.oracleGeneral",
+        vec![seed],
+        mutate_binary,
+        &|p| match residency_cache::sim::oracle::read_oracle_general(p) {
             Ok(_) => Verdict::Accepted,
             Err(e) => Verdict::Refused(e.to_string()),
-        }
-    });
+        },
+    );
 }
 
 #[test]
@@ -799,13 +809,17 @@ fn mooncake_traces() {
 {"timestamp": 5, "input_length": 60, "output_length": 4, "hash_ids": [0, 1, 3, 4]}
 {"timestamp": 9, "input_length": 20, "output_length": 16, "hash_ids": [5, 6]}
 "#;
-    campaign("mooncake", "trace.jsonl", vec![seed.as_bytes().to_vec()], mutate_text, &|p| {
-        match residency_kv::trace::read_mooncake(p, 16) {
+    campaign(
+        "mooncake",
+        "trace.jsonl",
+        vec![seed.as_bytes().to_vec()],
+        mutate_text,
+        &|p| match residency_kv::trace::read_mooncake(p, 16) {
             Ok(t) if t.total_tokens() < u64::MAX => Verdict::Accepted,
             Ok(_) => Verdict::Invalid("the trace's token total overflows".into()),
             Err(e) => Verdict::Refused(e.to_string()),
-        }
-    });
+        },
+    );
 }
 
 /// A generated checkpoint of the tiny model; `file` of it mutated and the

@@ -245,7 +245,12 @@ fn a_trunk_component_listed_twice_is_refused() {
     // lm_head x1 = 9 components; the copy is trunk[9].
     plan_refused(&p, &twice, "trunk[9]");
     for command in ["validate", "explain"] {
-        assert_bad_input(&p.args(command, &[&twice]), &twice, "trunk[9]", &p.no_output());
+        assert_bad_input(
+            &p.args(command, &[&twice]),
+            &twice,
+            "trunk[9]",
+            &p.no_output(),
+        );
     }
 }
 
@@ -304,12 +309,28 @@ fn apply_refuses_expert_rows_that_do_not_fit_the_checkpoint() {
     let generate = ["gen-checkpoint", "--model", s(&yaml), "--out", s(&ckpt)];
     run_ok(&[&generate[..], &["--layers", "2", "--dtype", "int4"]].concat());
     let plan = dir.path().join("plan.json");
-    run_ok(&["plan", "--model", s(&ckpt), "--time-limit", "1", "--out", s(&plan)]);
+    run_ok(&[
+        "plan",
+        "--model",
+        s(&ckpt),
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+    ]);
     let mut v: Value = serde_json::from_str(&std::fs::read_to_string(&plan).unwrap()).unwrap();
     v["experts"][0].as_array_mut().unwrap().pop();
     std::fs::write(&plan, v.to_string()).unwrap();
     let out = dir.path().join("apply.json");
-    let args = ["apply", "--plan", s(&plan), "--checkpoint", s(&ckpt), "--json", s(&out)];
+    let args = [
+        "apply",
+        "--plan",
+        s(&plan),
+        "--checkpoint",
+        s(&ckpt),
+        "--json",
+        s(&out),
+    ];
     let line = one_error_line(&args, &out);
     assert!(line.contains(&plan.display().to_string()), "{line}");
     assert!(line.contains("experts[0]: places 3 experts"), "{line}");
@@ -336,7 +357,9 @@ fn binary_bytes_in_a_profiles_first_kib_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("profile.yaml");
     std::fs::write(&path, b"name: \xff\xff\n").unwrap();
-    let e = HardwareProfile::from_yaml_file(&path).unwrap_err().to_string();
+    let e = HardwareProfile::from_yaml_file(&path)
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("not UTF-8 text (at byte 6)"), "{e}");
 }
 
@@ -348,7 +371,10 @@ fn a_document_over_64_mib_is_refused_without_reading_it() {
     // Sparse: 64 MiB + 1 byte of holes.
     file.set_len((64 << 20) + 1).unwrap();
     let e = Plan::read(&path).unwrap_err().to_string();
-    assert!(e.contains("size: is 67108865 bytes, more than the 67108864"), "{e}");
+    assert!(
+        e.contains("size: is 67108865 bytes, more than the 67108864"),
+        "{e}"
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -361,7 +387,10 @@ fn eighty_thousand_nested_brackets_are_refused_at_once() {
     let text = format!("name: {}\n", "[".repeat(80_000));
     // The 129th bracket passes the limit of 128, on line 1.
     profile(&text, "line 1: nests deeper than 128 levels");
-    model(&format!("name: x\ntrunk: {}", "{a: ".repeat(80_000)), "line 2");
+    model(
+        &format!("name: x\ntrunk: {}", "{a: ".repeat(80_000)),
+        "line 2",
+    );
     refused("kv.yaml", &text, "line 1", |p| {
         KvGroupsFile::read(p).map_err(|e| e.to_string())
     });
@@ -468,7 +497,9 @@ fn a_long_echoed_value_is_cut_at_80_characters() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("profile.yaml");
     std::fs::write(&path, text).unwrap();
-    let e = HardwareProfile::from_yaml_file(&path).unwrap_err().to_string();
+    let e = HardwareProfile::from_yaml_file(&path)
+        .unwrap_err()
+        .to_string();
     // The echoed run is the opening backtick and 79 x: 80 characters.
     assert!(e.contains(&format!("`{}…", "x".repeat(79))), "{e}");
     assert!(!e.contains(&"x".repeat(80)));
@@ -480,7 +511,10 @@ fn a_long_echoed_value_is_cut_at_80_characters() {
 fn an_unknown_field_in_a_packed_format_names_the_nearest() {
     // `bitz` was taken for nothing (an untagged enum ignored it).
     model(
-        &MODEL.replace("int4: { bits: 4, group: 16 }", "int4: { bits: 4, group: 16, bitz: 3 }"),
+        &MODEL.replace(
+            "int4: { bits: 4, group: 16 }",
+            "int4: { bits: 4, group: 16, bitz: 3 }",
+        ),
         "unknown field `bitz`, did you mean `bits`?",
     );
 }
@@ -502,9 +536,20 @@ fn an_infeasible_plan_names_the_profile() {
         .replace("reserved: 800 KiB", "reserved: 1000 KiB");
     std::fs::write(&profile, text).unwrap();
     let out = dir.path().join("plan.json");
-    let args = ["plan", "--profile", s(&profile), "--model", s(&model), "--out", s(&out)];
+    let args = [
+        "plan",
+        "--profile",
+        s(&profile),
+        "--model",
+        s(&model),
+        "--out",
+        s(&out),
+    ];
     let line = one_error_line(&args, &out);
-    assert!(line.starts_with(&format!("error: infeasible: {}", profile.display())), "{line}");
+    assert!(
+        line.starts_with(&format!("error: infeasible: {}", profile.display())),
+        "{line}"
+    );
 }
 
 // ---------------------------------------------------------------------
@@ -539,8 +584,13 @@ fn vllm_refused(load: &str, map: &str, place: &str) {
     std::fs::write(&model_path, MODEL).unwrap();
     let model = Model::from_yaml_file(&model_path).unwrap();
     refused("eplb.json", &text, place, |p| {
-        read_heat(p, Some(HeatFormat::VllmEplb), &HeatContext::for_model(&model), &mut Vec::new())
-            .map_err(|e| e.to_string())
+        read_heat(
+            p,
+            Some(HeatFormat::VllmEplb),
+            &HeatContext::for_model(&model),
+            &mut Vec::new(),
+        )
+        .map_err(|e| e.to_string())
     });
 }
 
@@ -548,13 +598,25 @@ fn vllm_refused(load: &str, map: &str, place: &str) {
 fn vllm_eplb_negative_loads_and_bad_map_entries_are_refused() {
     let ok_map = "[[0, 1, 2, 3], [0, 1, 2, 3], [0, 1, 2, 3]]";
     let load = |row: &str| format!("[{row}, [1, 2, 3, 4], [1, 2, 3, 4]]");
-    vllm_refused(&load("[1, -2, 3, 4]"), ok_map, "physical_to_logical_map[0][1]");
+    vllm_refused(
+        &load("[1, -2, 3, 4]"),
+        ok_map,
+        "physical_to_logical_map[0][1]",
+    );
     // -1 is an empty slot; -2 is nothing.
     let map = "[[0, 1, 2, -2], [0, 1, 2, 3], [0, 1, 2, 3]]";
-    vllm_refused(&load("[1, 2, 3, 4]"), map, "physical_to_logical_map[0][3]: is -2");
+    vllm_refused(
+        &load("[1, 2, 3, 4]"),
+        map,
+        "physical_to_logical_map[0][3]: is -2",
+    );
     // 1e9 sized an 8 GB row of expert ids.
     let map = "[[0, 1, 2, 1000000000], [0, 1, 2, 3], [0, 1, 2, 3]]";
-    vllm_refused(&load("[1, 2, 3, 4]"), map, "physical_to_logical_map[0][3]: is 1000000000");
+    vllm_refused(
+        &load("[1, 2, 3, 4]"),
+        map,
+        "physical_to_logical_map[0][3]: is 1000000000",
+    );
 }
 
 #[test]
@@ -571,10 +633,24 @@ fn a_log_figure_of_minus_1e308_blames_the_log() {
     )
     .unwrap();
     let out = dir.path().join("calibrated.yaml");
-    let args = ["profile", "calibrate", s(&base), "--from-log", s(&log), "--out", s(&out)];
+    let args = [
+        "profile",
+        "calibrate",
+        s(&base),
+        "--from-log",
+        s(&log),
+        "--out",
+        s(&out),
+    ];
     let line = one_error_line(&args, &out);
-    assert!(line.starts_with(&format!("error: {}:", log.display())), "{line}");
-    assert!(line.contains("line 2: `outside the phases` is -1e308 ms"), "{line}");
+    assert!(
+        line.starts_with(&format!("error: {}:", log.display())),
+        "{line}"
+    );
+    assert!(
+        line.contains("line 2: `outside the phases` is -1e308 ms"),
+        "{line}"
+    );
 }
 
 #[test]
@@ -591,9 +667,14 @@ fn a_gguf_string_length_near_four_gib_is_refused_without_allocating_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("model.gguf");
     std::fs::write(&path, bytes).unwrap();
-    let e = residency_formats::gguf::read_model(&path).unwrap_err().to_string();
+    let e = residency_formats::gguf::read_model(&path)
+        .unwrap_err()
+        .to_string();
     // 4 + 4 + 8 + 8 + 8 = byte 32, where the key's bytes would start.
-    assert!(e.contains("byte 32: ends inside the header (metadata key)"), "{e}");
+    assert!(
+        e.contains("byte 32: ends inside the header (metadata key)"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -624,7 +705,12 @@ fn colibri_prof_figures_out_of_range_are_refused() {
         let text = std::fs::read_to_string(p).unwrap();
         residency_cache::sim::felt::prof_totals(&text, p).map_err(|e| e.to_string())
     };
-    refused("run.log", &line("120", "-1e308"), "line 1: `felt wait` is -1e308", read);
+    refused(
+        "run.log",
+        &line("120", "-1e308"),
+        "line 1: `felt wait` is -1e308",
+        read,
+    );
     // Two lines of 2^64 - 1 misses wrapped to a small count.
     let max = u64::MAX.to_string();
     let text = line(&max, "0.5") + &line(&max, "0.5");

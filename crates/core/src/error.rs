@@ -145,7 +145,10 @@ fn binary_start(start: &[u8]) -> Option<String> {
         (b"\x7fELF", "an executable, not text"),
         (b"PK\x03\x04", "a zip archive, not text"),
         (b"\x1f\x8b", "a gzip archive, not text"),
-        (b"\xff\xfe", "UTF-16 text (as PowerShell's `>` writes), not UTF-8"),
+        (
+            b"\xff\xfe",
+            "UTF-16 text (as PowerShell's `>` writes), not UTF-8",
+        ),
         (b"\xfe\xff", "UTF-16 text, not UTF-8"),
     ] {
         if start.starts_with(magic) {
@@ -170,7 +173,12 @@ fn binary_start(start: &[u8]) -> Option<String> {
 /// `fix`.
 pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str, path: &Path, fix: &str) -> Result<T> {
     if let Some((line, problem)) = yaml_too_deep(text) {
-        return Err(PlannerError::input(path, format!("line {line}"), problem, fix));
+        return Err(PlannerError::input(
+            path,
+            format!("line {line}"),
+            problem,
+            fix,
+        ));
     }
     serde_norway::from_str(text).map_err(|e| {
         let (place, problem) = split_serde_location(&e.to_string());

@@ -85,7 +85,11 @@ pub fn check_groups(groups: &[KvGroup]) -> Option<(usize, &'static str, String)>
             return Some((i, "name", "is empty".into()));
         }
         if let Some(j) = groups[..i].iter().position(|h| h.name == g.name) {
-            return Some((i, "name", format!("`{}` is also the name of group {j}", g.name)));
+            return Some((
+                i,
+                "name",
+                format!("`{}` is also the name of group {j}", g.name),
+            ));
         }
         if g.bytes.0 == 0 {
             return Some((i, "bytes", "is 0; a group holds at least one block".into()));

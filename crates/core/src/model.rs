@@ -80,9 +80,9 @@ impl<'de> Deserialize<'de> for FormatSize {
             Packed(BTreeMap<String, u64>),
             Bytes(Bytes),
         }
-        let fields = match Raw::deserialize(d).map_err(|_| {
-            D::Error::custom("expected a size (`4 MiB`) or `{bits: B, group: G}`")
-        })? {
+        let fields = match Raw::deserialize(d)
+            .map_err(|_| D::Error::custom("expected a size (`4 MiB`) or `{bits: B, group: G}`"))?
+        {
             Raw::Bytes(b) => return Ok(FormatSize::Bytes(b)),
             Raw::Packed(fields) => fields,
         };

@@ -361,7 +361,10 @@ impl Plan {
                 Err(problem) => return err(format!("places[{i}]"), problem),
             }
             if let Some(j) = self.places[..i].iter().position(|p| p == name) {
-                return err(format!("places[{i}]"), format!("`{name}` is also places[{j}]"));
+                return err(
+                    format!("places[{i}]"),
+                    format!("`{name}` is also places[{j}]"),
+                );
             }
         }
         let used: Vec<&str> = self.usage.iter().map(|u| u.place.as_str()).collect();

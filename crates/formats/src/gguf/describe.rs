@@ -402,10 +402,7 @@ impl<'a> Metadata<'a> {
             .ok_or_else(|| {
                 self.bad(
                     key,
-                    format!(
-                        "is {v}, not a whole number from 0 to {}",
-                        limits::MAX_WIDTH
-                    ),
+                    format!("is {v}, not a whole number from 0 to {}", limits::MAX_WIDTH),
                     "convert the model again with llama.cpp",
                 )
             })

@@ -190,7 +190,11 @@ pub fn read_runs(path: &Path) -> Result<Vec<BenchRun>, PlannerError> {
         if t.n_cpu_moe > limits::MAX_LAYERS as i64 {
             return Err(run.bad(
                 "n_cpu_moe",
-                format!("is {}, more than {} layers", t.n_cpu_moe, limits::MAX_LAYERS),
+                format!(
+                    "is {}, more than {} layers",
+                    t.n_cpu_moe,
+                    limits::MAX_LAYERS
+                ),
             ));
         }
     }
