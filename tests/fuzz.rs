@@ -934,6 +934,31 @@ fn gguf_headers() {
     });
 }
 
+#[test]
+fn gguf_split_shards() {
+    // The second shard of a split model mutated; the model read from the
+    // first, as `--model m-00001-of-00002.gguf` does. A refusal may name
+    // either shard.
+    let dir = tempfile::tempdir().unwrap();
+    let [first, rest] = residency_testkit::gguf::qwen3moe_split();
+    let head = dir.path().join("m-00001-of-00002.gguf");
+    let tail = dir.path().join("m-00002-of-00002.gguf");
+    first.write(&head);
+    rest.write(&tail);
+    let seeds = vec![std::fs::read(&tail).unwrap()];
+    campaign_at(
+        "gguf-split",
+        &tail,
+        dir.path(),
+        seeds,
+        mutate_binary,
+        &|_| match residency_formats::gguf::read_model(&head) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        },
+    );
+}
+
 /// `plan` on a GGUF model: the CLI reads the model from the file's header.
 fn plan_gguf(paths: &InputPaths) -> Verdict {
     let (model, sha256, _) =
