@@ -1,9 +1,10 @@
 /* The C ABI under abuse, built and run by tests/c_abi.rs: from 16 threads
  * at once, every entry point is called with NULL handles, NULL or missing
- * arguments, files that are not there and sizes that do not fit, on a
- * live KV store shared by the threads. Each call must return the error
- * code it documents and leave one line (no newline) in
- * `residency_last_error`, which is the calling thread's own.
+ * arguments, files that are not there, sizes that do not fit, handles
+ * closed or released already, of another kind or made up, on a live KV
+ * store shared by the threads. Each call must return the error code it
+ * documents and leave one line (no newline) in `residency_last_error`,
+ * which is the calling thread's own.
  *
  * usage: abuse (no arguments). Prints `ok <calls>` and exits 0, or a line
  * on stderr naming the call that misbehaved and exits 1. */
@@ -11,6 +12,7 @@
 #include "residency.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -126,6 +128,30 @@ static void *abuse(void *arg) {
         CHECK(residency_kv_counters(NULL, &counters), RESIDENCY_ERR_ARGUMENT);
         CHECK(residency_kv_counters(shared_kv, NULL), RESIDENCY_ERR_ARGUMENT);
         CHECK(residency_kv_close(NULL), RESIDENCY_OK);
+
+        /* Handles closed or released already, of another kind, made up. */
+        ResidencyKvOptions own = {0};
+        own.kv_bytes_per_token = BYTES_PER_TOKEN;
+        own.ram_blocks = 4;
+        ResidencyKv *closed = NULL;
+        CHECK(residency_kv_open(&own, &closed), RESIDENCY_OK);
+        CHECK(residency_kv_close(closed), RESIDENCY_OK);
+        CHECK(residency_kv_counters(closed, &counters), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_lookup(closed, keys, key_count, &prefix, &blocks), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_close(closed), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_lookup(shared_kv, keys, key_count, &prefix, &blocks), RESIDENCY_OK);
+        CHECK(residency_kv_counters((ResidencyKv *)prefix, &counters), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_close((ResidencyHandle *)prefix), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_release(prefix), RESIDENCY_OK);
+        CHECK(residency_kv_release(prefix), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_prefix_block(prefix, 0, &block, &block_len), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_insert(shared_kv, prefix, &keys[0], BLOCK_TOKENS, bytes, sizeof bytes),
+              RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_acquire_expert((ResidencyHandle *)shared_kv, 0, 0, &lease, &ptr, &len),
+              RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_release((ResidencyLease *)(uintptr_t)0x1230), RESIDENCY_ERR_ARGUMENT);
+        CHECK(residency_kv_counters((ResidencyKv *)(uintptr_t)0xdeadbee0, &counters),
+              RESIDENCY_ERR_ARGUMENT);
     }
     *count = calls;
     return NULL;
