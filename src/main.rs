@@ -282,7 +282,10 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
-            eprintln!("error: {}", chain.join(": "));
+            eprintln!(
+                "error: {}",
+                residency_core::error::without_controls(&chain.join(": "))
+            );
             ExitCode::FAILURE
         }
     }
@@ -485,7 +488,8 @@ fn plan(
                 time_limit_seconds: (time_limit - started.elapsed().as_secs_f64()).max(0.01),
                 ..options
             };
-            let solution = solve::solve(&inst, options)?;
+            let solution =
+                solve::solve(&inst, options).map_err(|e| e.in_file(&inputs.profile_file))?;
             (inst, solution, inputs.refs, None, inputs.model)
         }
         Some(from) => {
@@ -611,9 +615,27 @@ fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
     Ok(())
 }
 
-fn diff(before: &Path, after: &Path, args: &InputArgs) -> Result<()> {
-    let before = load_plan(before, &args.paths())?;
-    let after = load_plan(after, &args.paths())?;
+fn diff(before_path: &Path, after_path: &Path, args: &InputArgs) -> Result<()> {
+    let before = load_plan(before_path, &args.paths())?;
+    let after = load_plan(after_path, &args.paths())?;
+    // Both placements are priced on the first plan's instance: the second
+    // must place the same objects, KV groups included.
+    if after.inst.objects.len() != before.inst.objects.len()
+        || after.plan.kv_groups() != before.plan.kv_groups()
+    {
+        return Err(residency_core::PlannerError::input(
+            after_path,
+            "kv",
+            format!(
+                "has {} KV groups, {} has {}, not the same",
+                after.plan.kv.len(),
+                before_path.display(),
+                before.plan.kv.len(),
+            ),
+            "diff plans made with the same KV groups file (plan --kv)",
+        )
+        .into());
+    }
     print::plan_diff(&residency_core::diff::diff(
         &before.inst,
         &before.placement,

@@ -20,6 +20,7 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{write_heat, Heat, HeatContext, HeatFormat, HeatTable};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_solver::SolveOptions;
+use residency_testkit::{TINY_KV, TINY_PROFILE};
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 use std::collections::BTreeMap;
@@ -84,11 +85,77 @@ unsafe impl GlobalAlloc for Guard {
 #[global_allocator]
 static GUARD: Guard = Guard;
 
+/// The hang guard: an input still running after `HANG_SECONDS` ends the
+/// whole run, saying which campaign and input it is (a hang cannot be
+/// caught and reported like a slow input).
+mod watchdog {
+    use std::collections::HashMap;
+    use std::sync::{Mutex, Once};
+    use std::time::{Duration, Instant};
+
+    const HANG_SECONDS: u64 = 60;
+    /// Each input running now, by id: its campaign, its number, its start.
+    type Running = HashMap<u64, (&'static str, usize, Instant)>;
+    static RUNNING: Mutex<Option<Running>> = Mutex::new(None);
+    static START: Once = Once::new();
+
+    /// Watches input `input` of `campaign` until the value is dropped.
+    pub struct Watched(u64);
+
+    pub fn watch(campaign: &'static str, input: usize) -> Watched {
+        START.call_once(|| {
+            std::thread::spawn(|| loop {
+                std::thread::sleep(Duration::from_secs(1));
+                let running = RUNNING.lock().unwrap();
+                for (campaign, input, since) in running.iter().flat_map(|m| m.values()) {
+                    if since.elapsed() > Duration::from_secs(HANG_SECONDS) {
+                        eprintln!(
+                            "fuzz finding: campaign `{campaign}` input {input} hangs (over {HANG_SECONDS} s)"
+                        );
+                        std::process::abort();
+                    }
+                }
+            });
+        });
+        let id = next_id();
+        let mut running = RUNNING.lock().unwrap();
+        running
+            .get_or_insert_with(HashMap::new)
+            .insert(id, (campaign, input, Instant::now()));
+        Watched(id)
+    }
+
+    fn next_id() -> u64 {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    }
+
+    impl Drop for Watched {
+        fn drop(&mut self) {
+            if let Some(m) = RUNNING.lock().unwrap().as_mut() {
+                m.remove(&self.0);
+            }
+        }
+    }
+}
+
 fn iterations() -> usize {
     std::env::var("FUZZ_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1000)
+}
+
+/// Inputs of campaign `name`: `iterations()`, but half for `model`, whose
+/// inputs plan the repository's largest models on its largest box (ten
+/// times the time of any other campaign's), so that CI's run stays near
+/// 30 s on two cores.
+fn iterations_of(name: &str) -> usize {
+    match name {
+        "model" => iterations().div_ceil(2),
+        _ => iterations(),
+    }
 }
 
 fn seed() -> u64 {
@@ -291,7 +358,8 @@ fn mutate_binary(rng: &mut fastrand::Rng, input: &[u8], _seeds: &[Vec<u8>]) -> V
 type Mutator = fn(&mut fastrand::Rng, &[u8], &[Vec<u8>]) -> Vec<u8>;
 
 /// Runs `iterations()` mutated inputs of `seeds` through `run`, each
-/// written to `dir/file_name`, and fails listing every finding.
+/// written to `file_name` in a directory of its own, and fails listing
+/// every finding.
 fn campaign(
     name: &'static str,
     file_name: &str,
@@ -301,7 +369,25 @@ fn campaign(
 ) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join(file_name);
-    let shown = path.display().to_string();
+    campaign_at(name, &path, &path, seeds, mutate, run);
+}
+
+/// `campaign` with each input written to `path`, a file among others that
+/// `run` reads with it (a checkpoint's `config.json` or shard), whose
+/// refusals must name `named` (the file, or the directory of all of them:
+/// a config.json at odds with a shard is refused naming the shard).
+fn campaign_at(
+    name: &'static str,
+    path: &Path,
+    named: &Path,
+    seeds: Vec<Vec<u8>>,
+    mutate: Mutator,
+    run: &dyn Fn(&Path) -> Verdict,
+) {
+    let path = path.to_path_buf();
+    let file_name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let file_name = file_name.as_str();
+    let shown = named.display().to_string();
     // The seeds themselves are accepted: a campaign that refuses its seeds
     // tests nothing but the first check.
     for (i, s) in seeds.iter().enumerate() {
@@ -314,14 +400,16 @@ fn campaign(
     let mut findings: Vec<String> = Vec::new();
     let (mut accepted, mut slowest) = (0usize, 0f64);
     let started = Instant::now();
-    let n = iterations();
+    let n = iterations_of(name);
     for i in 0..n {
         let base = &seeds[rng.usize(0..seeds.len())];
         let input = mutate(&mut rng, base, &seeds);
         std::fs::write(&path, &input).unwrap();
         CURRENT.with(|c| c.set((name, i)));
         let t = Instant::now();
+        let watched = watchdog::watch(name, i);
         let verdict = catch_unwind(AssertUnwindSafe(|| run(&path)));
+        drop(watched);
         let seconds = t.elapsed().as_secs_f64();
         slowest = slowest.max(seconds);
         let finding = match verdict {
@@ -394,29 +482,6 @@ fn fnv(name: &str) -> u64 {
 /// A tiny DeepSeek-shaped model whose experts do not all fit the tiny
 /// card, so the solver has a choice to make.
 const TINY_MODEL: &str = residency_testkit::SMALL_DEEPSEEK;
-
-/// One node, one card and one drive, small enough that the tiny model's
-/// experts compete for the card.
-const TINY_PROFILE: &str = "\
-name: tiny
-numa:
-  - { id: 0, ram: 4 MiB, reserved: 1 MiB, staging: 256 KiB, cores: 4, gemv_bandwidth: 20 GB/s, stage_overhead: 5 us }
-gpus:
-  - { id: 0, name: card, vram: 1 MiB, reserved: 800 KiB, numa: 0, gemv_bandwidth: 200 GB/s, upload_bandwidth: 12 GB/s, sync_overhead: 30 us }
-drives:
-  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us, read_concurrency: 4 }
-io_overlaps_compute: true
-felt_fraction: 0.5
-fixed_token_seconds: 100 us
-";
-
-const TINY_KV: &str = "\
-format: residency-kv-groups
-source: hand-made
-groups:
-  - { name: system-prompt, bytes: 64 KiB, reuses_per_token: 0.01, prefill_seconds: 2 ms }
-  - { name: few-shot, bytes: 200 KiB, reuses_per_token: 0.002, prefill_seconds: 9 ms }
-";
 
 /// The tiny model's files, written once per campaign beside the input.
 struct Fixture {
@@ -564,12 +629,19 @@ fn model_descriptions() {
     });
 }
 
-fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat) {
+/// `seeds` (heat of the tiny model in `format`, written by our writer
+/// when `None`) mutated and planned with the tiny profile and model.
+fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat, seeds: Option<&str>) {
     let f = fixture();
     let out = f._dir.path().join("plan.json");
-    let seed_path = f._dir.path().join(file_name);
-    write_tiny_heat(&seed_path, format);
-    let seeds = vec![std::fs::read(&seed_path).unwrap()];
+    let seeds = match seeds {
+        Some(text) => vec![text.as_bytes().to_vec()],
+        None => {
+            let seed_path = f._dir.path().join(file_name);
+            write_tiny_heat(&seed_path, format);
+            vec![std::fs::read(&seed_path).unwrap()]
+        }
+    };
     campaign(name, file_name, seeds, mutate_text, &|p| {
         let paths = InputPaths {
             profile: Some(f.profile.clone()),
@@ -584,12 +656,206 @@ fn heat_campaign(name: &'static str, file_name: &str, format: HeatFormat) {
 
 #[test]
 fn heat_json() {
-    heat_campaign("heat-json", "heat.json", HeatFormat::Json);
+    heat_campaign("heat-json", "heat.json", HeatFormat::Json, None);
 }
 
 #[test]
 fn heat_csv() {
-    heat_campaign("heat-csv", "heat.csv", HeatFormat::Csv);
+    heat_campaign("heat-csv", "heat.csv", HeatFormat::Csv, None);
+}
+
+#[test]
+fn heat_sglang() {
+    // One row of 4 experts per MoE layer of the tiny model.
+    let seed = r#"{"logical_count": [[40, 30, 20, 10], [5, 50, 25, 20], [70, 10, 10, 10]]}"#;
+    heat_campaign(
+        "heat-sglang",
+        "expert_distribution.json",
+        HeatFormat::SglangJson,
+        Some(seed),
+    );
+}
+
+#[test]
+fn heat_vllm() {
+    // Six physical slots a layer: the 4 experts, then a copy of expert 0
+    // and an empty slot (-1).
+    let seed = r#"{"expert_load_window": [[20, 30, 20, 10, 20, 0], [5, 50, 25, 20, 0, 0], [35, 10, 10, 10, 35, 0]],
+"physical_to_logical_map": [[0, 1, 2, 3, 0, -1], [0, 1, 2, 3, 0, -1], [0, 1, 2, 3, 0, -1]]}"#;
+    heat_campaign("heat-vllm", "eplb.json", HeatFormat::VllmEplb, Some(seed));
+}
+
+#[test]
+fn heat_qwen3() {
+    let seed = "Layer,Language,Expert_0,Expert_1,Expert_2,Expert_3
+0,en,0.8,0.6,0.4,0.2
+1,en,0.1,1.0,0.5,0.4
+2,en,1.4,0.2,0.2,0.2
+";
+    heat_campaign(
+        "heat-qwen3",
+        "moe_all_layers_analysis_arc_avg_activation.csv",
+        HeatFormat::Qwen3Csv,
+        Some(seed),
+    );
+}
+
+/// llama-bench's `-o json` of two decode tests and a prompt test.
+const LLAMA_BENCH: &str = r#"[
+{"build_commit": "abc", "gpu_info": "card", "model_filename": "m.gguf", "model_size": 1000000,
+ "n_threads": 8, "n_gpu_layers": 99, "n_cpu_moe": 2, "tensor_buft_overrides": "blk\\.1\\.ffn_.*_exps=CPU",
+ "tensor_split": "0.00", "n_prompt": 0, "n_gen": 64, "n_depth": 0, "samples_ns": [640000000, 650000000]},
+{"model_filename": "m.gguf", "model_size": 1000000, "n_threads": 8, "n_gpu_layers": 0,
+ "n_prompt": 0, "n_gen": 32, "samples_ns": [900000000]},
+{"model_filename": "m.gguf", "model_size": 1000000, "n_threads": 8, "n_gpu_layers": 0,
+ "n_prompt": 512, "n_gen": 0, "samples_ns": [100000000]}
+]"#;
+
+#[test]
+fn llama_bench_outputs() {
+    let jsonl: String = serde_json::from_str::<Vec<serde_json::Value>>(LLAMA_BENCH)
+        .unwrap()
+        .iter()
+        .map(|t| format!("{t}\n"))
+        .collect();
+    let seeds = vec![LLAMA_BENCH.as_bytes().to_vec(), jsonl.into_bytes()];
+    campaign("llama-bench", "bench.json", seeds, mutate_text, &|p| {
+        use residency_formats::llama_bench::runs::read_runs;
+        let runs = match read_runs(p) {
+            Ok(r) => r,
+            Err(e) => return Verdict::Refused(e.to_string()),
+        };
+        for run in &runs {
+            let seconds = run.token_seconds();
+            if !(seconds.is_finite() && seconds > 0.0) {
+                return Verdict::Invalid(format!("a test measures {seconds} s a token"));
+            }
+            if let Err(e) = run.overrides() {
+                return Verdict::Refused(e.to_string());
+            }
+        }
+        Verdict::Accepted
+    });
+}
+
+/// A Colibri log with every line `profile calibrate --from-log` reads.
+const COLIBRI_LOG: &str = "loaded in 1.23s
+[PROF] expert I/O: 0.480 GB fetched (12.0 MB/token, 1.10 GB/s over the run) | hit 81.2% (900 pin + 400 lru / 120 load) | 525.0 loads/token | 3.1s read service / 0.5s felt wait
+PROFILE: expert-disk 0.40s service, 0.10s wait
+[timers] decode: 63 tokens
+[timers] qtier: take 1.37 ms/token
+[timers] expert kernel: compute 38.04 ms/token
+[timers] step() total: 50 ms (outside the phases: 1.5 ms)
+[timers] decode: 63 tokens
+[timers] qtier: take 1.63 ms/token
+[timers] step() total: 52 ms (outside the phases: 1.3 ms)
+";
+
+#[test]
+fn colibri_logs() {
+    use residency_hwprofile::{calibrate_from_log, ProfileDoc};
+    let mut seeds = vec![COLIBRI_LOG.as_bytes().to_vec()];
+    if let Some(raw) = residency_testkit::shared_data("colibri/qwen36_raw") {
+        let mut logs: Vec<PathBuf> = std::fs::read_dir(raw)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.len() < 1 << 20))
+            .collect();
+        logs.sort();
+        seeds.extend(logs.iter().take(3).map(|p| std::fs::read(p).unwrap()));
+    }
+    let model = Model::from_yaml_str(TINY_MODEL, Path::new("tiny")).unwrap();
+    campaign("colibri-log", "run.log", seeds, mutate_text, &|p| {
+        let doc = ProfileDoc::parse(TINY_PROFILE, Path::new("tiny.yaml")).unwrap();
+        match calibrate_from_log(doc, p, Some(&model)) {
+            // What `--out` writes must read back as the profile.
+            Ok(c) => match c.doc.to_yaml_checked(Path::new("out.yaml")) {
+                Ok(_) => Verdict::Accepted,
+                Err(e) => Verdict::Invalid(format!("the calibrated profile: {e}")),
+            },
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn oracle_general_traces() {
+    // 24-byte records (u32 time, u64 id, u32 size, i64 next access):
+    // objects 0, 1, 0, 2, 1 of 4 KiB.
+    let ids = [0u64, 1, 0, 2, 1];
+    let next = [2i64, 4, -1, -1, -1];
+    let mut seed = Vec::new();
+    for (t, (&id, &n)) in ids.iter().zip(&next).enumerate() {
+        seed.extend((t as u32).to_le_bytes());
+        seed.extend(id.to_le_bytes());
+        seed.extend(4096u32.to_le_bytes());
+        seed.extend(n.to_le_bytes());
+    }
+    campaign(
+        "oracle-general",
+        "trace.oracleGeneral",
+        vec![seed],
+        mutate_binary,
+        &|p| match residency_cache::sim::oracle::read_oracle_general(p) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        },
+    );
+}
+
+#[test]
+fn mooncake_traces() {
+    let seed = r#"{"timestamp": 0, "input_length": 40, "output_length": 8, "hash_ids": [0, 1, 2]}
+{"timestamp": 5, "input_length": 60, "output_length": 4, "hash_ids": [0, 1, 3, 4]}
+{"timestamp": 9, "input_length": 20, "output_length": 16, "hash_ids": [5, 6]}
+"#;
+    campaign(
+        "mooncake",
+        "trace.jsonl",
+        vec![seed.as_bytes().to_vec()],
+        mutate_text,
+        &|p| match residency_kv::trace::read_mooncake(p, 16) {
+            Ok(t) if t.total_tokens() < u64::MAX => Verdict::Accepted,
+            Ok(_) => Verdict::Invalid("the trace's token total overflows".into()),
+            Err(e) => Verdict::Refused(e.to_string()),
+        },
+    );
+}
+
+/// A generated checkpoint of the tiny model; `file` of it mutated and the
+/// checkpoint opened (config.json and every shard's header read).
+fn checkpoint_campaign(name: &'static str, file: &str, mutate: Mutator) {
+    let dir = tempfile::tempdir().unwrap();
+    residency_testkit::tiny_checkpoint(dir.path());
+    let ckpt = dir.path().join("ckpt");
+    let path = if file == "shard" {
+        let mut shards: Vec<PathBuf> = std::fs::read_dir(&ckpt)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
+            .collect();
+        shards.sort();
+        shards[0].clone()
+    } else {
+        ckpt.join(file)
+    };
+    let seeds = vec![std::fs::read(&path).unwrap()];
+    campaign_at(name, &path, &ckpt, seeds, mutate, &|_| {
+        match residency_runtime::checkpoint::Checkpoint::open(&ckpt) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        }
+    });
+}
+
+#[test]
+fn checkpoint_configs() {
+    checkpoint_campaign("config-json", "config.json", mutate_text);
+}
+
+#[test]
+fn safetensors_headers() {
+    checkpoint_campaign("safetensors", "shard", mutate_binary);
 }
 
 #[test]
@@ -666,6 +932,31 @@ fn gguf_headers() {
         };
         plan_gguf(&paths)
     });
+}
+
+#[test]
+fn gguf_split_shards() {
+    // The second shard of a split model mutated; the model read from the
+    // first, as `--model m-00001-of-00002.gguf` does. A refusal may name
+    // either shard.
+    let dir = tempfile::tempdir().unwrap();
+    let [first, rest] = residency_testkit::gguf::qwen3moe_split();
+    let head = dir.path().join("m-00001-of-00002.gguf");
+    let tail = dir.path().join("m-00002-of-00002.gguf");
+    first.write(&head);
+    rest.write(&tail);
+    let seeds = vec![std::fs::read(&tail).unwrap()];
+    campaign_at(
+        "gguf-split",
+        &tail,
+        dir.path(),
+        seeds,
+        mutate_binary,
+        &|_| match residency_formats::gguf::read_model(&head) {
+            Ok(_) => Verdict::Accepted,
+            Err(e) => Verdict::Refused(e.to_string()),
+        },
+    );
 }
 
 /// `plan` on a GGUF model: the CLI reads the model from the file's header.

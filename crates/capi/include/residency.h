@@ -230,7 +230,8 @@ int residency_open(const char *plan_path,
  * first when it is not resident. Thread-safe.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed; each `out_*` is
+ * `handle` is any value (NULL, one closed already or not from
+ * `residency_open` is refused); each `out_*` is
  * NULL or points to writable storage of its type.
  */
 int residency_acquire_expert(const struct ResidencyHandle *handle,
@@ -261,7 +262,8 @@ int residency_acquire_trunk(const struct ResidencyHandle *handle,
  * (use the pointer the acquire gave).
  *
  * # Safety
- * `lease` is NULL or from an acquire and not released; `out_device` and
+ * `lease` is any value (NULL or one released already is refused);
+ * `out_device` and
  * `out_address` are NULL or point to writable storage of their type.
  */
 int residency_lease_device(const struct ResidencyLease *lease,
@@ -273,7 +275,8 @@ int residency_lease_device(const struct ResidencyLease *lease,
  * nothing. A lease may outlive its handle's `residency_close`.
  *
  * # Safety
- * `lease` is NULL or from an acquire and not released before.
+ * `lease` is any value: NULL does nothing, and one released already, or
+ * not from an acquire, is refused.
  */
 int residency_release(struct ResidencyLease *lease);
 
@@ -284,7 +287,7 @@ int residency_release(struct ResidencyLease *lease);
  * out of range. `experts` may be NULL when `count` is 0. Thread-safe.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed; `experts` is
+ * `handle` is any value (NULL or one closed already is refused); `experts` is
  * NULL or points to `count` readable `uint32_t`.
  */
 int residency_report_route(const struct ResidencyHandle *handle,
@@ -301,7 +304,7 @@ int residency_report_route(const struct ResidencyHandle *handle,
  * failure.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed.
+ * `handle` is any value (NULL or one closed already gives NULL).
  */
 const char *residency_heat_json(const struct ResidencyHandle *handle);
 
@@ -310,7 +313,7 @@ const char *residency_heat_json(const struct ResidencyHandle *handle);
  * to the handle, as `residency_heat_json`'s does. NULL on failure.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed.
+ * `handle` is any value (NULL or one closed already gives NULL).
  */
 const char *residency_telemetry_json(const struct ResidencyHandle *handle);
 
@@ -320,7 +323,7 @@ const char *residency_telemetry_json(const struct ResidencyHandle *handle);
  * `residency_heat_json`'s does. NULL on failure.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed.
+ * `handle` is any value (NULL or one closed already gives NULL).
  */
 const char *residency_telemetry_prometheus(const struct ResidencyHandle *handle);
 
@@ -329,8 +332,9 @@ const char *residency_telemetry_prometheus(const struct ResidencyHandle *handle)
  * (leases still out stay valid until released). NULL does nothing.
  *
  * # Safety
- * `handle` is NULL or from `residency_open` and not closed before; no
- * other call on it runs or follows.
+ * `handle` is any value: NULL does nothing, and a second close, or a
+ * handle not from `residency_open`, is refused. A call on it still
+ * running keeps it until that call returns; later calls are refused.
  */
 int residency_close(struct ResidencyHandle *handle);
 
@@ -379,7 +383,7 @@ int residency_kv_block_keys(const struct ResidencyKvIdentity *identity,
  * valid, empty prefix). Thread-safe.
  *
  * # Safety
- * `kv` is NULL or from `residency_kv_open` and not closed; `keys` is NULL
+ * `kv` is any value (NULL or one closed already is refused); `keys` is NULL
  * or points to `key_count` keys; the outputs are NULL or writable.
  */
 int residency_kv_lookup(const struct ResidencyKv *kv,
@@ -394,7 +398,7 @@ int residency_kv_lookup(const struct ResidencyKv *kv,
  * released.
  *
  * # Safety
- * `prefix` is NULL or from `residency_kv_lookup` and not released; the
+ * `prefix` is any value (NULL or one released already is refused); the
  * outputs are NULL or writable.
  */
 int residency_kv_prefix_block(const struct ResidencyKvPrefix *prefix,
@@ -410,10 +414,10 @@ int residency_kv_prefix_block(const struct ResidencyKvPrefix *prefix,
  * `RESIDENCY_ERR_BUDGET` when every RAM block is leased.
  *
  * # Safety
- * `kv` is NULL or from `residency_kv_open` and not closed; `prefix` is
- * NULL or from `residency_kv_lookup` on the same store and not released
- * (and not used by another thread meanwhile); `key` is NULL or points to
- * a key; `bytes` is NULL or points to `len` readable bytes.
+ * `kv` and `prefix` are any values (NULL, or one closed or released
+ * already, is refused), `prefix` from a lookup on the same store; `key`
+ * is NULL or points to a key; `bytes` is NULL or points to `len` readable
+ * bytes.
  */
 int residency_kv_insert(const struct ResidencyKv *kv,
                         struct ResidencyKvPrefix *prefix,
@@ -427,7 +431,8 @@ int residency_kv_insert(const struct ResidencyKv *kv,
  * ends most recent). NULL does nothing.
  *
  * # Safety
- * `prefix` is NULL or from `residency_kv_lookup` and not released before.
+ * `prefix` is any value: NULL does nothing, and one released already, or
+ * not from a lookup, is refused.
  */
 int residency_kv_release(struct ResidencyKvPrefix *prefix);
 
@@ -435,7 +440,7 @@ int residency_kv_release(struct ResidencyKvPrefix *prefix);
  * The store's counters and current block counts.
  *
  * # Safety
- * `kv` is NULL or from `residency_kv_open` and not closed; `out_counters`
+ * `kv` is any value (NULL or one closed already is refused); `out_counters`
  * is NULL or writable.
  */
 int residency_kv_counters(const struct ResidencyKv *kv, struct ResidencyKvCounters *out_counters);
@@ -445,8 +450,9 @@ int residency_kv_counters(const struct ResidencyKv *kv, struct ResidencyKvCounte
  * does nothing.
  *
  * # Safety
- * `kv` is NULL or from `residency_kv_open` and not closed before; no other
- * call on it runs or follows.
+ * `kv` is any value: NULL does nothing, and a second close, or a store not
+ * from `residency_kv_open`, is refused. A call on it still running keeps
+ * it until that call returns; later calls are refused.
  */
 int residency_kv_close(struct ResidencyKv *kv);
 

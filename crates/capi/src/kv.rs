@@ -8,13 +8,14 @@
 mod tests;
 
 use super::{
-    arg, c_str, guard, out, slice, status, text, Failure, RESIDENCY_ERR_ARGUMENT,
+    arg, c_str, guard, handles, out, slice, status, text, Failure, RESIDENCY_ERR_ARGUMENT,
     RESIDENCY_ERR_BUDGET, RESIDENCY_ERR_INPUT,
 };
 use std::ffi::{c_char, c_int, OsStr};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr;
+use std::sync::{Mutex, PoisonError};
 
 /// `ResidencyKvOptions.policy`: least recently used block.
 pub const RESIDENCY_KV_POLICY_LRU: u32 = 0;
@@ -103,7 +104,7 @@ pub struct ResidencyKv(residency_kv::BlockStore);
 
 /// Leases on a chain of blocks from a request's first: found by
 /// `residency_kv_lookup`, grown by `residency_kv_insert`. Opaque.
-pub struct ResidencyKvPrefix(residency_kv::Prefix);
+pub struct ResidencyKvPrefix(Mutex<residency_kv::Prefix>);
 
 impl From<residency_kv::KvError> for Failure {
     fn from(e: residency_kv::KvError) -> Failure {
@@ -183,7 +184,7 @@ pub unsafe extern "C" fn residency_kv_open(
         for discarded in report.iter().flat_map(|r| &r.discarded) {
             eprintln!("residency: note: discarded a corrupt KV block: {discarded}");
         }
-        *out_kv = Box::into_raw(Box::new(ResidencyKv(store)));
+        *out_kv = handles::give(ResidencyKv(store));
         Ok(())
     }))
 }
@@ -258,7 +259,7 @@ pub unsafe extern "C" fn residency_kv_block_keys(
 /// valid, empty prefix). Thread-safe.
 ///
 /// # Safety
-/// `kv` is NULL or from `residency_kv_open` and not closed; `keys` is NULL
+/// `kv` is any value (NULL or one closed already is refused); `keys` is NULL
 /// or points to `key_count` keys; the outputs are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_lookup(
@@ -273,7 +274,7 @@ pub unsafe extern "C" fn residency_kv_lookup(
         let out_prefix = unsafe { out(out_prefix, "out_prefix") }?;
         let out_blocks = unsafe { out(out_blocks, "out_blocks") }?;
         (*out_prefix, *out_blocks) = (ptr::null_mut(), 0);
-        let kv = unsafe { arg(kv, "kv") }?;
+        let kv = handles::live(kv, "kv")?;
         let keys = unsafe { slice(keys, key_count, "keys") }?;
         let keys: Vec<residency_kv::BlockKey> = keys
             .iter()
@@ -281,7 +282,7 @@ pub unsafe extern "C" fn residency_kv_lookup(
             .collect();
         let prefix = kv.0.lookup(&keys);
         *out_blocks = prefix.len();
-        *out_prefix = Box::into_raw(Box::new(ResidencyKvPrefix(prefix)));
+        *out_prefix = handles::give(ResidencyKvPrefix(Mutex::new(prefix)));
         Ok(())
     }))
 }
@@ -291,7 +292,7 @@ pub unsafe extern "C" fn residency_kv_lookup(
 /// released.
 ///
 /// # Safety
-/// `prefix` is NULL or from `residency_kv_lookup` and not released; the
+/// `prefix` is any value (NULL or one released already is refused); the
 /// outputs are NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_prefix_block(
@@ -305,11 +306,12 @@ pub unsafe extern "C" fn residency_kv_prefix_block(
         let out_ptr = unsafe { out(out_ptr, "out_ptr") }?;
         let out_len = unsafe { out(out_len, "out_len") }?;
         (*out_ptr, *out_len) = (ptr::null(), 0);
-        let prefix = unsafe { arg(prefix, "prefix") }?;
-        let block = prefix.0.blocks().get(index).ok_or_else(|| {
+        let prefix = handles::live(prefix, "prefix")?;
+        let prefix = prefix.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let block = prefix.blocks().get(index).ok_or_else(|| {
             Failure::new(
                 RESIDENCY_ERR_ARGUMENT,
-                format!("index {index}: the prefix has {} blocks", prefix.0.len()),
+                format!("index {index}: the prefix has {} blocks", prefix.len()),
             )
         })?;
         (*out_ptr, *out_len) = (block.bytes().as_ptr(), block.bytes().len());
@@ -324,10 +326,10 @@ pub unsafe extern "C" fn residency_kv_prefix_block(
 /// `RESIDENCY_ERR_BUDGET` when every RAM block is leased.
 ///
 /// # Safety
-/// `kv` is NULL or from `residency_kv_open` and not closed; `prefix` is
-/// NULL or from `residency_kv_lookup` on the same store and not released
-/// (and not used by another thread meanwhile); `key` is NULL or points to
-/// a key; `bytes` is NULL or points to `len` readable bytes.
+/// `kv` and `prefix` are any values (NULL, or one closed or released
+/// already, is refused), `prefix` from a lookup on the same store; `key`
+/// is NULL or points to a key; `bytes` is NULL or points to `len` readable
+/// bytes.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_insert(
     kv: *const ResidencyKv,
@@ -339,12 +341,13 @@ pub unsafe extern "C" fn residency_kv_insert(
 ) -> c_int {
     status(guard(|| {
         // SAFETY (all): the function's contract.
-        let kv = unsafe { arg(kv, "kv") }?;
-        let prefix = unsafe { out(prefix, "prefix") }?;
+        let kv = handles::live(kv, "kv")?;
+        let prefix = handles::live(prefix.cast_const(), "prefix")?;
         let key = residency_kv::BlockKey(unsafe { arg(key, "key") }?.bytes);
         let bytes = unsafe { slice(bytes, len, "bytes") }?;
-        let lease = kv.0.insert(prefix.0.last(), key, tokens, bytes)?;
-        prefix.0.push(lease);
+        let mut prefix = prefix.0.lock().unwrap_or_else(PoisonError::into_inner);
+        let lease = kv.0.insert(prefix.last(), key, tokens, bytes)?;
+        prefix.push(lease);
         Ok(())
     }))
 }
@@ -353,22 +356,17 @@ pub unsafe extern "C" fn residency_kv_insert(
 /// ends most recent). NULL does nothing.
 ///
 /// # Safety
-/// `prefix` is NULL or from `residency_kv_lookup` and not released before.
+/// `prefix` is any value: NULL does nothing, and one released already, or
+/// not from a lookup, is refused.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_release(prefix: *mut ResidencyKvPrefix) -> c_int {
-    status(guard(|| {
-        if !prefix.is_null() {
-            // SAFETY: from `Box::into_raw` in `residency_kv_lookup`, once.
-            drop(unsafe { Box::from_raw(prefix) });
-        }
-        Ok(())
-    }))
+    status(guard(|| handles::take(prefix, "prefix")))
 }
 
 /// The store's counters and current block counts.
 ///
 /// # Safety
-/// `kv` is NULL or from `residency_kv_open` and not closed; `out_counters`
+/// `kv` is any value (NULL or one closed already is refused); `out_counters`
 /// is NULL or writable.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_counters(
@@ -378,7 +376,7 @@ pub unsafe extern "C" fn residency_kv_counters(
     status(guard(|| {
         // SAFETY (both): the function's contract.
         let out_counters = unsafe { out(out_counters, "out_counters") }?;
-        let kv = unsafe { arg(kv, "kv") }?;
+        let kv = handles::live(kv, "kv")?;
         let c = kv.0.counters();
         let (ram, disk) = kv.0.blocks();
         *out_counters = ResidencyKvCounters {
@@ -403,15 +401,10 @@ pub unsafe extern "C" fn residency_kv_counters(
 /// does nothing.
 ///
 /// # Safety
-/// `kv` is NULL or from `residency_kv_open` and not closed before; no other
-/// call on it runs or follows.
+/// `kv` is any value: NULL does nothing, and a second close, or a store not
+/// from `residency_kv_open`, is refused. A call on it still running keeps
+/// it until that call returns; later calls are refused.
 #[no_mangle]
 pub unsafe extern "C" fn residency_kv_close(kv: *mut ResidencyKv) -> c_int {
-    status(guard(|| {
-        if !kv.is_null() {
-            // SAFETY: from `Box::into_raw` in `residency_kv_open`, once.
-            drop(unsafe { Box::from_raw(kv) });
-        }
-        Ok(())
-    }))
+    status(guard(|| handles::take(kv, "kv")))
 }

@@ -16,7 +16,8 @@
 //! - no panic crosses the boundary: the body runs under `catch_unwind`, and a
 //!   panic (a bug) becomes `RESIDENCY_ERR_PANIC` with its message;
 //! - a NULL pointer is refused with `RESIDENCY_ERR_ARGUMENT`, except that
-//!   releasing or closing NULL does nothing, as `free(NULL)` does;
+//!   releasing or closing NULL does nothing, as `free(NULL)` does; so is a
+//!   handle closed or released already, or not from residency (`handles`);
 //! - objects are named as in the checkpoint (transformer layer numbers);
 //!   routes use MoE ordinals (0 = the first MoE layer), as heat tables do
 //!   (docs/design.md §3.3), so reported heat feeds the planner as it is.
@@ -31,6 +32,8 @@ mod store;
 mod last_error;
 
 mod kv;
+
+mod handles;
 
 pub use kv::*;
 pub use last_error::residency_last_error;

@@ -13,7 +13,7 @@
 mod tests;
 
 use super::{
-    arg, c_str, guard, out, status, Failure, RESIDENCY_ERR_ARGUMENT, RESIDENCY_ERR_BUDGET,
+    c_str, guard, handles, out, status, Failure, RESIDENCY_ERR_ARGUMENT, RESIDENCY_ERR_BUDGET,
     RESIDENCY_ERR_INPUT, RESIDENCY_ERR_LOAD, RESIDENCY_ERR_NOT_FOUND,
 };
 use residency_core::plan::Plan;
@@ -185,7 +185,7 @@ pub unsafe extern "C" fn residency_open(
             Path::new(OsStr::from_bytes(checkpoint_dir.to_bytes())),
             &options,
         )?;
-        *out_handle = Box::into_raw(Box::new(handle));
+        *out_handle = handles::give(handle);
         Ok(())
     }))
 }
@@ -195,7 +195,8 @@ pub unsafe extern "C" fn residency_open(
 /// failure the outputs are NULL and 0.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed; each `out_*` is
+/// `handle` is any value (NULL, one closed already or not from
+/// `residency_open` is refused); each `out_*` is
 /// NULL or points to writable storage of its type.
 unsafe fn acquire(
     handle: *const ResidencyHandle,
@@ -211,11 +212,11 @@ unsafe fn acquire(
         let out_len = unsafe { out(out_len, "out_len") }?;
         (*out_lease, *out_ptr, *out_len) = (ptr::null_mut(), ptr::null(), 0);
         let key = key()?;
-        let handle = unsafe { arg(handle, "handle") }?;
+        let handle = handles::live(handle, "handle")?;
         let lease = handle.acquire(&key)?;
         *out_ptr = lease.host().map_or(ptr::null(), <[u8]>::as_ptr);
         *out_len = lease.len();
-        *out_lease = Box::into_raw(Box::new(ResidencyLease(lease)));
+        *out_lease = handles::give(ResidencyLease(lease));
         Ok(())
     }))
 }
@@ -227,7 +228,8 @@ unsafe fn acquire(
 /// first when it is not resident. Thread-safe.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed; each `out_*` is
+/// `handle` is any value (NULL, one closed already or not from
+/// `residency_open` is refused); each `out_*` is
 /// NULL or points to writable storage of its type.
 #[no_mangle]
 pub unsafe extern "C" fn residency_acquire_expert(
@@ -291,7 +293,8 @@ pub unsafe extern "C" fn residency_acquire_trunk(
 /// (use the pointer the acquire gave).
 ///
 /// # Safety
-/// `lease` is NULL or from an acquire and not released; `out_device` and
+/// `lease` is any value (NULL or one released already is refused);
+/// `out_device` and
 /// `out_address` are NULL or point to writable storage of their type.
 #[no_mangle]
 pub unsafe extern "C" fn residency_lease_device(
@@ -303,7 +306,7 @@ pub unsafe extern "C" fn residency_lease_device(
         // SAFETY (all three): the function's contract.
         let out_device = unsafe { out(out_device, "out_device") }?;
         let out_address = unsafe { out(out_address, "out_address") }?;
-        let lease = unsafe { arg(lease, "lease") }?;
+        let lease = handles::live(lease, "lease")?;
         let (device, address) = lease.0.device().ok_or_else(|| {
             Failure::new(
                 RESIDENCY_ERR_NOT_FOUND,
@@ -319,16 +322,11 @@ pub unsafe extern "C" fn residency_lease_device(
 /// nothing. A lease may outlive its handle's `residency_close`.
 ///
 /// # Safety
-/// `lease` is NULL or from an acquire and not released before.
+/// `lease` is any value: NULL does nothing, and one released already, or
+/// not from an acquire, is refused.
 #[no_mangle]
 pub unsafe extern "C" fn residency_release(lease: *mut ResidencyLease) -> c_int {
-    status(guard(|| {
-        if !lease.is_null() {
-            // SAFETY: from `Box::into_raw` in `acquire`, released once.
-            drop(unsafe { Box::from_raw(lease) });
-        }
-        Ok(())
-    }))
+    status(guard(|| handles::take(lease, "lease")))
 }
 
 /// Reports the experts `experts[0..count]` one token was routed to in MoE
@@ -337,7 +335,7 @@ pub unsafe extern "C" fn residency_release(lease: *mut ResidencyLease) -> c_int 
 /// out of range. `experts` may be NULL when `count` is 0. Thread-safe.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed; `experts` is
+/// `handle` is any value (NULL or one closed already is refused); `experts` is
 /// NULL or points to `count` readable `uint32_t`.
 #[no_mangle]
 pub unsafe extern "C" fn residency_report_route(
@@ -347,8 +345,7 @@ pub unsafe extern "C" fn residency_report_route(
     count: usize,
 ) -> c_int {
     status(guard(|| {
-        // SAFETY: the function's contract.
-        let handle = unsafe { arg(handle, "handle") }?;
+        let handle = handles::live(handle, "handle")?;
         let experts: &[u32] = match count {
             0 => &[],
             // SAFETY: non-NULL here; `count` readable values by the contract.
@@ -364,15 +361,14 @@ pub unsafe extern "C" fn residency_report_route(
 /// Calls `text` on the handle and hands out the string it makes.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed.
+/// `handle` is any value (NULL or one closed already gives NULL).
 unsafe fn text_of(
     handle: *const ResidencyHandle,
     text: impl FnOnce(&ResidencyHandle) -> String,
 ) -> *const c_char {
     guard(|| {
-        // SAFETY: the function's contract.
-        let handle = unsafe { arg(handle, "handle") }?;
-        Ok(handle.hand_out(text(handle)))
+        let handle = handles::live(handle, "handle")?;
+        Ok(handle.hand_out(text(&handle)))
     })
     .unwrap_or(ptr::null())
 }
@@ -385,7 +381,7 @@ unsafe fn text_of(
 /// failure.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed.
+/// `handle` is any value (NULL or one closed already gives NULL).
 #[no_mangle]
 pub unsafe extern "C" fn residency_heat_json(handle: *const ResidencyHandle) -> *const c_char {
     // SAFETY: the same contract.
@@ -401,7 +397,7 @@ pub unsafe extern "C" fn residency_heat_json(handle: *const ResidencyHandle) -> 
 /// to the handle, as `residency_heat_json`'s does. NULL on failure.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed.
+/// `handle` is any value (NULL or one closed already gives NULL).
 #[no_mangle]
 pub unsafe extern "C" fn residency_telemetry_json(handle: *const ResidencyHandle) -> *const c_char {
     // SAFETY: the same contract.
@@ -417,7 +413,7 @@ pub unsafe extern "C" fn residency_telemetry_json(handle: *const ResidencyHandle
 /// `residency_heat_json`'s does. NULL on failure.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed.
+/// `handle` is any value (NULL or one closed already gives NULL).
 #[no_mangle]
 pub unsafe extern "C" fn residency_telemetry_prometheus(
     handle: *const ResidencyHandle,
@@ -430,15 +426,10 @@ pub unsafe extern "C" fn residency_telemetry_prometheus(
 /// (leases still out stay valid until released). NULL does nothing.
 ///
 /// # Safety
-/// `handle` is NULL or from `residency_open` and not closed before; no
-/// other call on it runs or follows.
+/// `handle` is any value: NULL does nothing, and a second close, or a
+/// handle not from `residency_open`, is refused. A call on it still
+/// running keeps it until that call returns; later calls are refused.
 #[no_mangle]
 pub unsafe extern "C" fn residency_close(handle: *mut ResidencyHandle) -> c_int {
-    status(guard(|| {
-        if !handle.is_null() {
-            // SAFETY: from `Box::into_raw` in `residency_open`, closed once.
-            drop(unsafe { Box::from_raw(handle) });
-        }
-        Ok(())
-    }))
+    status(guard(|| handles::take(handle, "handle")))
 }

@@ -5,7 +5,10 @@
 //! leaves on the disk) and a trunk component whose bytes equal plain reads
 //! of their tensors, reports a route, reads heat and telemetry, gets
 //! one-line errors, closes. A second C program uses the KV prefix cache:
-//! keys, lookup, insert, release.
+//! keys, lookup, insert, release. A third abuses every entry point from
+//! 16 threads at once: NULL handles and arguments, missing files, sizes
+//! that do not fit, handles closed or released already, of another kind or
+//! made up.
 
 use residency_testkit as common;
 
@@ -357,4 +360,27 @@ fn a_c_program_uses_the_kv_prefix_cache() {
     );
     assert_eq!(line(&stdout, "counters", 0), "lookups 2 hits 2 inserted 2");
     assert!(stdout.ends_with("closed\n"), "{stdout}");
+}
+
+#[test]
+fn every_entry_point_refuses_abuse_from_many_threads() {
+    if Command::new("cc").arg("--version").output().is_err() {
+        eprintln!("skipped: no C compiler (`cc`) on this machine");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let program = dir.path().join("abuse");
+    compile_c("abuse.c", &program);
+    let ran = Command::new(&program).output().unwrap();
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    assert!(
+        ran.status.success(),
+        "the C program failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    // 16 threads x 50 rounds x the `CHECK`ed calls of a round.
+    let source = std::fs::read_to_string(crate_dir().join("tests/c/abuse.c")).unwrap();
+    let checks = source.matches("CHECK(residency_").count();
+    assert_eq!(checks, 44);
+    assert_eq!(stdout, format!("ok {}\n", 16 * 50 * checks));
 }

@@ -1,6 +1,7 @@
 //! Errors of the planner library. Every input error names the file, the
 //! place in it and what to do, on one line (the project's rule for bad input).
 
+use crate::limits;
 use std::path::{Path, PathBuf};
 use thiserror::Error;
 
@@ -41,9 +42,21 @@ impl PlannerError {
     ) -> Self {
         PlannerError::Input {
             file: file.to_path_buf(),
-            place: place.into(),
-            problem: problem.into(),
+            place: shown(&place.into()),
+            problem: shown(&problem.into()),
             fix: fix.into(),
+        }
+    }
+
+    /// An infeasible instance's error naming `file` (the profile whose
+    /// capacities do not hold the model), when it does not already.
+    pub fn in_file(self, file: &Path) -> Self {
+        let name = file.display().to_string();
+        match self {
+            PlannerError::Infeasible(m) if !m.starts_with(&name) => {
+                PlannerError::Infeasible(format!("{name}: {m}"))
+            }
+            e => e,
         }
     }
 
@@ -60,9 +73,60 @@ pub fn read_file(path: &Path) -> Result<Vec<u8>> {
     std::fs::read(path).map_err(|e| PlannerError::io(path, e))
 }
 
-/// Reads a whole UTF-8 text file.
+/// Reads a whole UTF-8 text file of at most `limits::MAX_TEXT_BYTES`.
 pub fn read_text(path: &Path) -> Result<String> {
-    let bytes = read_file(path)?;
+    read_text_at_most(path, limits::MAX_TEXT_BYTES)
+}
+
+/// Reads a whole YAML or JSON document (a profile, a model description, a
+/// KV groups file, a plan) of at most `limits::MAX_DOCUMENT_BYTES`.
+pub fn read_document(path: &Path) -> Result<String> {
+    read_text_at_most(path, limits::MAX_DOCUMENT_BYTES)
+}
+
+/// Reads a text file of at most `max` bytes. Its size and its first KiB
+/// are looked at before the rest is read: a binary file (a GGUF, a NUL
+/// byte, bytes that are not UTF-8) or one too large is refused without
+/// reading it whole.
+fn read_text_at_most(path: &Path, max: u64) -> Result<String> {
+    use std::io::Read;
+    let refuse = |place: String, problem: String, fix: &str| {
+        Err(PlannerError::input(path, place, problem, fix))
+    };
+    let mut file = std::fs::File::open(path).map_err(|e| PlannerError::io(path, e))?;
+    let size = file
+        .metadata()
+        .map_err(|e| PlannerError::io(path, e))?
+        .len();
+    if size > max {
+        return refuse(
+            "size".into(),
+            format!("is {size} bytes, more than the {max} a text input may have"),
+            "give the text file this option expects, not a model or a dump",
+        );
+    }
+    let mut bytes = Vec::with_capacity(size.min(1024) as usize);
+    file.by_ref()
+        .take(1024)
+        .read_to_end(&mut bytes)
+        .map_err(|e| PlannerError::io(path, e))?;
+    if let Some(problem) = binary_start(&bytes) {
+        return refuse(
+            "start".into(),
+            problem,
+            "give the text file this option expects, saved as UTF-8",
+        );
+    }
+    file.take(max + 1 - bytes.len() as u64)
+        .read_to_end(&mut bytes)
+        .map_err(|e| PlannerError::io(path, e))?;
+    if bytes.len() as u64 > max {
+        return refuse(
+            "size".into(),
+            format!("is more than the {max} bytes a text input may have"),
+            "give the text file this option expects, not a model or a dump",
+        );
+    }
     String::from_utf8(bytes).map_err(|e| {
         PlannerError::input(
             path,
@@ -71,6 +135,157 @@ pub fn read_text(path: &Path) -> Result<String> {
             "save the file as UTF-8",
         )
     })
+}
+
+/// What makes `start` (a file's first KiB) binary rather than text: a
+/// known binary magic, a NUL byte or bytes that are not UTF-8 (a
+/// character cut by the end of `start` is not counted).
+fn binary_start(start: &[u8]) -> Option<String> {
+    for (magic, what) in [
+        (&b"GGUF"[..], "a GGUF model file, not text"),
+        (b"\x7fELF", "an executable, not text"),
+        (b"PK\x03\x04", "a zip archive, not text"),
+        (b"\x1f\x8b", "a gzip archive, not text"),
+        (
+            b"\xff\xfe",
+            "UTF-16 text (as PowerShell's `>` writes), not UTF-8",
+        ),
+        (b"\xfe\xff", "UTF-16 text, not UTF-8"),
+    ] {
+        if start.starts_with(magic) {
+            return Some(format!("is {what}"));
+        }
+    }
+    if let Some(at) = start.iter().position(|&b| b == 0) {
+        return Some(format!("is binary, not text (a NUL byte at byte {at})"));
+    }
+    match std::str::from_utf8(start) {
+        Err(e) if e.error_len().is_some() => Some(format!(
+            "is binary, not UTF-8 text (at byte {})",
+            e.valid_up_to()
+        )),
+        _ => None,
+    }
+}
+
+/// Parses a YAML document read from `path`, refusing one nested deeper
+/// than `limits::MAX_YAML_DEPTH` before the parser sees it (its time grows
+/// with the square of the depth). Errors name the place serde gives and
+/// `fix`.
+pub fn from_yaml<T: serde::de::DeserializeOwned>(text: &str, path: &Path, fix: &str) -> Result<T> {
+    if let Some((line, problem)) = yaml_too_deep(text) {
+        return Err(PlannerError::input(
+            path,
+            format!("line {line}"),
+            problem,
+            fix,
+        ));
+    }
+    serde_norway::from_str(text).map_err(|e| {
+        let (place, problem) = split_serde_location(&e.to_string());
+        PlannerError::input(path, place, problem, fix)
+    })
+}
+
+/// The first line (1-based) of `text` that nests flow collections deeper
+/// than `MAX_YAML_DEPTH` or indents wider than `MAX_YAML_INDENT`, with the
+/// problem; one pass. Brackets in quoted strings and comments do not count.
+fn yaml_too_deep(text: &str) -> Option<(usize, String)> {
+    let mut depth = 0usize;
+    let mut quote: Option<u8> = None;
+    for (i, line) in text.lines().enumerate() {
+        let indent = line
+            .bytes()
+            .scan(b' ', |before, b| {
+                let indicator = matches!(b, b'-' | b'?') && *before == b' ';
+                *before = b;
+                (b == b' ' || indicator).then_some(())
+            })
+            .count();
+        if indent > limits::MAX_YAML_INDENT {
+            return Some((
+                i + 1,
+                format!(
+                    "is indented {indent} columns, more than {}",
+                    limits::MAX_YAML_INDENT
+                ),
+            ));
+        }
+        let mut before = b' ';
+        for b in line.bytes() {
+            match quote {
+                // A backslash escapes the next byte in a double-quoted string.
+                Some(b'"') if before == b'\\' => {
+                    before = 0;
+                    continue;
+                }
+                Some(q) if b == q => quote = None,
+                Some(_) => {}
+                None => match b {
+                    b'#' if before == b' ' || before == b'\t' => break,
+                    b'"' | b'\'' if matches!(before, b' ' | b'\t' | b'[' | b'{' | b',' | b':') => {
+                        quote = Some(b)
+                    }
+                    b'[' | b'{' => {
+                        depth += 1;
+                        if depth > limits::MAX_YAML_DEPTH {
+                            return Some((
+                                i + 1,
+                                format!("nests deeper than {} levels", limits::MAX_YAML_DEPTH),
+                            ));
+                        }
+                    }
+                    b']' | b'}' => depth = depth.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            before = b;
+        }
+    }
+    None
+}
+
+/// `text` as an error line may echo it: control characters (ESC, NUL, a
+/// newline) escaped, every run of more than `limits::MAX_ECHOED_CHARS`
+/// characters without a space cut there with `…`, and the whole to eight
+/// times that.
+pub fn shown(text: &str) -> String {
+    let max = limits::MAX_ECHOED_CHARS;
+    let mut out = String::with_capacity(text.len().min(8 * max + 8));
+    let (mut run, mut total) = (0usize, 0usize);
+    for c in text.chars() {
+        if total >= 8 * max {
+            out.push('…');
+            break;
+        }
+        run = if c.is_whitespace() { 0 } else { run + 1 };
+        if run > max {
+            if run == max + 1 {
+                out.push('…');
+            }
+            continue;
+        }
+        total += 1;
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// `text` with its control characters (ESC, NUL, newlines) escaped: what
+/// an error line prints of any message, so that it stays one line and
+/// sends nothing to the terminal.
+pub fn without_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    text.chars().for_each(|c| push_escaped(&mut out, c));
+    out
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    if c.is_control() {
+        out.extend(c.escape_default());
+    } else {
+        out.push(c);
+    }
 }
 
 /// Writes a file atomically: a temporary file beside it, then a rename, so a

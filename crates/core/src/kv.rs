@@ -5,7 +5,7 @@
 //! uploaded first), and a group that is not kept is recomputed. Read from a
 //! YAML or JSON file; `residency kv-groups` writes one from a prefix trace.
 
-use crate::error::{read_text, split_serde_location, write_atomic, PlannerError, Result};
+use crate::error::{from_yaml, read_document, write_atomic, PlannerError, Result};
 use crate::limits;
 use crate::units::{Bytes, Seconds};
 use serde::{Deserialize, Serialize};
@@ -49,10 +49,7 @@ impl KvGroupsFile {
     /// Reads and checks a groups file (YAML, of which JSON is a subset).
     pub fn read(path: &Path) -> Result<KvGroupsFile> {
         let fix = "see docs/design.md §4.6; `residency kv-groups` writes this file from a trace";
-        let file: KvGroupsFile = serde_norway::from_str(&read_text(path)?).map_err(|e| {
-            let (place, problem) = split_serde_location(&e.to_string());
-            PlannerError::input(path, place, problem, fix)
-        })?;
+        let file: KvGroupsFile = from_yaml(&read_document(path)?, path, fix)?;
         let err =
             |place: String, problem: String| Err(PlannerError::input(path, place, problem, fix));
         if file.format != FORMAT {
@@ -61,41 +58,8 @@ impl KvGroupsFile {
                 format!("is `{}`, expected `{FORMAT}`", file.format),
             );
         }
-        for (i, g) in file.groups.iter().enumerate() {
-            let place = |field: &str| format!("groups[{i}].{field}");
-            if g.name.is_empty() {
-                return err(place("name"), "is empty".into());
-            }
-            if let Some(j) = file.groups[..i].iter().position(|h| h.name == g.name) {
-                return err(
-                    place("name"),
-                    format!("`{}` is also the name of groups[{j}]", g.name),
-                );
-            }
-            if g.bytes.0 == 0 {
-                return err(
-                    place("bytes"),
-                    "is 0; a group holds at least one block".into(),
-                );
-            }
-            if g.bytes.0 > limits::MAX_BYTES {
-                return err(place("bytes"), format!("is {}, over 1 EiB", g.bytes));
-            }
-            if !(0.0..=limits::MAX_REUSES_PER_TOKEN).contains(&g.reuses_per_token) {
-                return err(
-                    place("reuses_per_token"),
-                    format!("is {}, expected a number from 0 to 1e6", g.reuses_per_token),
-                );
-            }
-            if !limits::time_in_range(g.prefill_seconds.0) {
-                return err(
-                    place("prefill_seconds"),
-                    format!(
-                        "is {} s, expected a time from 0 to 1e6 s",
-                        g.prefill_seconds.0
-                    ),
-                );
-            }
+        if let Some((i, field, problem)) = check_groups(&file.groups) {
+            return err(format!("groups[{i}].{field}"), problem);
         }
         Ok(file)
     }
@@ -109,4 +73,47 @@ impl KvGroupsFile {
         };
         write_atomic(path, text.as_bytes())
     }
+}
+
+/// The first group of `groups` that the planner cannot price, as (index,
+/// field, problem): an empty or repeated name, no bytes or over 1 EiB, a
+/// reuse or a prefill time out of `limits`' range. What a KV groups file
+/// and a plan's `kv` are both checked with.
+pub fn check_groups(groups: &[KvGroup]) -> Option<(usize, &'static str, String)> {
+    for (i, g) in groups.iter().enumerate() {
+        if g.name.is_empty() {
+            return Some((i, "name", "is empty".into()));
+        }
+        if let Some(j) = groups[..i].iter().position(|h| h.name == g.name) {
+            return Some((
+                i,
+                "name",
+                format!("`{}` is also the name of group {j}", g.name),
+            ));
+        }
+        if g.bytes.0 == 0 {
+            return Some((i, "bytes", "is 0; a group holds at least one block".into()));
+        }
+        if g.bytes.0 > limits::MAX_BYTES {
+            return Some((i, "bytes", format!("is {}, over 1 EiB", g.bytes)));
+        }
+        if !(0.0..=limits::MAX_REUSES_PER_TOKEN).contains(&g.reuses_per_token) {
+            return Some((
+                i,
+                "reuses_per_token",
+                format!("is {}, expected a number from 0 to 1e6", g.reuses_per_token),
+            ));
+        }
+        if !limits::time_in_range(g.prefill_seconds.0) {
+            return Some((
+                i,
+                "prefill_seconds",
+                format!(
+                    "is {} s, expected a time from 0 to 1e6 s",
+                    g.prefill_seconds.0
+                ),
+            ));
+        }
+    }
+    None
 }

@@ -22,6 +22,9 @@ pub const MAX_REUSES_PER_TOKEN: f64 = 1e6;
 pub const MAX_LAYERS: usize = 1 << 12;
 /// Most experts in one MoE layer.
 pub const MAX_EXPERTS: usize = 1 << 16;
+/// Most routed experts over all MoE layers (DeepSeek-V3 has 58 x 256 =
+/// 14,848): each is an object of the planner and a tensor of a checkpoint.
+pub const MAX_ROUTED_EXPERTS: usize = 1 << 20;
 /// Largest hidden size or expert intermediate size.
 pub const MAX_WIDTH: u64 = 1 << 24;
 
@@ -34,3 +37,17 @@ pub fn rate_in_range(rate: f64) -> bool {
 pub fn time_in_range(seconds: f64) -> bool {
     (0.0..=MAX_SECONDS).contains(&seconds)
 }
+
+/// Largest text file read whole (heat logs, CSV, llama-bench output): 1 GiB.
+pub const MAX_TEXT_BYTES: u64 = 1 << 30;
+/// Largest YAML or JSON document (a profile, a model description, a KV
+/// groups file, a plan): 64 MiB, a thousand times the largest real one.
+pub const MAX_DOCUMENT_BYTES: u64 = 64 << 20;
+/// Deepest nesting of `[`/`{` a YAML document may have (the YAML parser
+/// takes quadratic time in it; the deserializer stops at 128 anyway).
+pub const MAX_YAML_DEPTH: usize = 128;
+/// Widest indentation (spaces and `- `/`? ` indicators before a line's
+/// content) a YAML document may have.
+pub const MAX_YAML_INDENT: usize = 512;
+/// Longest value echoed into an error line; longer ones are cut with `…`.
+pub const MAX_ECHOED_CHARS: usize = 80;

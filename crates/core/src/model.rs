@@ -2,7 +2,7 @@
 //! the format each tier holds, and the dense trunk. Read from YAML, strictly
 //! validated, and expanded into per-layer facts the cost model uses.
 
-use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::error::{from_yaml, read_document, PlannerError, Result};
 use crate::limits;
 use crate::units::Bytes;
 use serde::{Deserialize, Serialize};
@@ -61,11 +61,50 @@ impl LayerSet {
 
 /// Size of one routed expert in a format: bytes, or bits per parameter with
 /// one f16 scale per `group` parameters.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum FormatSize {
     Packed { bits: u32, group: u64 },
     Bytes(Bytes),
+}
+
+/// Read as a size, or as a map whose keys must be `bits` and `group`: an
+/// unknown key is named with the known one nearest to it (an untagged
+/// enum would only say that nothing matched).
+impl<'de> Deserialize<'de> for FormatSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        use serde::de::Error;
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Packed(BTreeMap<String, u64>),
+            Bytes(Bytes),
+        }
+        let fields = match Raw::deserialize(d)
+            .map_err(|_| D::Error::custom("expected a size (`4 MiB`) or `{bits: B, group: G}`"))?
+        {
+            Raw::Bytes(b) => return Ok(FormatSize::Bytes(b)),
+            Raw::Packed(fields) => fields,
+        };
+        const KNOWN: [&str; 2] = ["bits", "group"];
+        if let Some(unknown) = fields.keys().find(|k| !KNOWN.contains(&k.as_str())) {
+            return Err(D::Error::custom(format!(
+                "unknown field `{unknown}`, did you mean `{}`?",
+                crate::names::nearest(unknown, &KNOWN)
+            )));
+        }
+        let field = |name: &str| {
+            fields
+                .get(name)
+                .copied()
+                .ok_or_else(|| D::Error::custom(format!("missing field `{name}`")))
+        };
+        Ok(FormatSize::Packed {
+            bits: u32::try_from(field("bits")?)
+                .map_err(|_| D::Error::custom("`bits` is over 2^32"))?,
+            group: field("group")?,
+        })
+    }
 }
 
 impl FormatSize {
@@ -212,19 +251,15 @@ impl Model {
     }
 
     pub fn from_yaml_file(path: &Path) -> Result<Model> {
-        Self::from_yaml_str(&read_text(path)?, path)
+        Self::from_yaml_str(&read_document(path)?, path)
     }
 
     pub fn from_yaml_str(text: &str, path: &Path) -> Result<Model> {
-        let description: ModelDescription = serde_norway::from_str(text).map_err(|e| {
-            let (place, problem) = split_serde_location(&e.to_string());
-            PlannerError::input(
-                path,
-                place,
-                problem,
-                "see docs/design.md §3.2 for the model description fields",
-            )
-        })?;
+        let description: ModelDescription = from_yaml(
+            text,
+            path,
+            "see docs/design.md §3.2 for the model description fields",
+        )?;
         Self::validate(description, path)
     }
 
@@ -424,6 +459,17 @@ fn expand_moe_layers(
                     ));
                 }
             }
+        }
+        let before: usize = moe.iter().map(|m: &MoeLayer| m.experts).sum();
+        if before + experts > limits::MAX_ROUTED_EXPERTS {
+            return Err(err(
+                "experts",
+                format!(
+                    "makes more than {} routed experts by layer {layer}, over the most the planner takes",
+                    limits::MAX_ROUTED_EXPERTS
+                ),
+                "give the model's real size",
+            ));
         }
         let params = 3 * d.hidden * intermediate;
         let size = |tier: &str| exact_bytes.unwrap_or_else(|| size(tier, params));

@@ -77,6 +77,32 @@ macro_rules! named {
     };
 }
 
+/// The name of `known` nearest to `word` (fewest single-character edits;
+/// the first of equals): what a message suggests for a misspelt name.
+pub fn nearest<'a>(word: &str, known: &[&'a str]) -> &'a str {
+    let distance = |a: &str, b: &str| {
+        let b: Vec<char> = b.chars().collect();
+        let mut row: Vec<usize> = (0..=b.len()).collect();
+        for (i, ca) in a.chars().enumerate() {
+            let mut diagonal = row[0];
+            row[0] = i + 1;
+            for (j, &cb) in b.iter().enumerate() {
+                let next = (diagonal + usize::from(ca != cb))
+                    .min(row[j] + 1)
+                    .min(row[j + 1] + 1);
+                diagonal = row[j + 1];
+                row[j + 1] = next;
+            }
+        }
+        row[b.len()]
+    };
+    known
+        .iter()
+        .copied()
+        .min_by_key(|k| distance(word, k))
+        .unwrap_or_default()
+}
+
 #[cfg(test)]
 mod tests {
     use super::Named;
@@ -88,6 +114,14 @@ mod tests {
             Red = "red",
             DeepBlue = "deep-blue",
         }
+    }
+
+    #[test]
+    fn the_nearest_name_is_the_fewest_edits_away() {
+        // `bitz` is one substitution from `bits`, five edits from `group`.
+        assert_eq!(super::nearest("bitz", &["bits", "group"]), "bits");
+        // `grop` is one insertion from `group`, four edits from `bits`.
+        assert_eq!(super::nearest("grop", &["bits", "group"]), "group");
     }
 
     #[test]

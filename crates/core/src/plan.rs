@@ -3,7 +3,7 @@
 //! chosen by the file's extension; written atomically.
 
 use crate::cost::{Instance, ObjectKind, Place};
-use crate::error::{read_text, split_serde_location, write_atomic, PlannerError, Result};
+use crate::error::{from_yaml, read_document, write_atomic, PlannerError, Result};
 use crate::kv::KvGroup;
 use crate::solution::Solution;
 use crate::units::{Bytes, Seconds};
@@ -310,13 +310,10 @@ impl Plan {
     }
 
     pub fn read(path: &Path) -> Result<Plan> {
-        let text = read_text(path)?;
+        let text = read_document(path)?;
         let fix = "give a plan written by `residency plan`";
         let plan: Plan = if is_yaml(path) {
-            serde_norway::from_str(&text).map_err(|e| {
-                let (place, problem) = split_serde_location(&e.to_string());
-                PlannerError::input(path, place, problem, fix)
-            })?
+            from_yaml(&text, path, fix)?
         } else {
             serde_json::from_str(&text).map_err(|e| {
                 PlannerError::input(
@@ -338,7 +335,92 @@ impl Plan {
                 fix,
             ));
         }
+        plan.check(path)?;
         Ok(plan)
+    }
+
+    /// Checks what a plan says of itself, before any command uses it: its
+    /// places are distinct places of a profile (`gpu:0`, `ram:0`,
+    /// `disk:0`) with one usage row per GPU and RAM place, every MoE layer places at least
+    /// one expert and every place index is in `places`, each trunk
+    /// component is listed once, on a GPU or in RAM, and each KV group is
+    /// one the planner could price, kept in a place of the plan.
+    fn check(&self, path: &Path) -> Result<()> {
+        let err = |place: String, problem: String| {
+            Err(PlannerError::input(
+                path,
+                place,
+                problem,
+                "give a plan written by `residency plan`, unedited",
+            ))
+        };
+        for (i, name) in self.places.iter().enumerate() {
+            match name.parse::<Place>() {
+                Ok(q) if q.to_string() == *name => {}
+                Ok(q) => return err(format!("places[{i}]"), format!("`{name}` is spelled `{q}`")),
+                Err(problem) => return err(format!("places[{i}]"), problem),
+            }
+            if let Some(j) = self.places[..i].iter().position(|p| p == name) {
+                return err(
+                    format!("places[{i}]"),
+                    format!("`{name}` is also places[{j}]"),
+                );
+            }
+        }
+        let used: Vec<&str> = self.usage.iter().map(|u| u.place.as_str()).collect();
+        let memory: Vec<&str> = (self.places.iter().map(String::as_str))
+            .filter(|p| !p.starts_with("disk"))
+            .collect();
+        if used != memory {
+            return err(
+                "usage".into(),
+                format!("lists places {used:?}, `places` the GPU and RAM places {memory:?}"),
+            );
+        }
+        for (l, row) in self.experts.iter().enumerate() {
+            if row.is_empty() {
+                return err(format!("experts[{l}]"), "places no expert".into());
+            }
+            if let Some(e) = row.iter().position(|&q| q >= self.places.len()) {
+                return err(
+                    format!("experts[{l}][{e}]"),
+                    format!(
+                        "is place index {}, but `places` has {}",
+                        row[e],
+                        self.places.len()
+                    ),
+                );
+            }
+        }
+        for (i, t) in self.trunk.iter().enumerate() {
+            if let Some(j) = self.trunk[..i]
+                .iter()
+                .position(|u| u.name == t.name && u.layer == t.layer)
+            {
+                return err(
+                    format!("trunk[{i}]"),
+                    format!("`{}` layer {:?} is also trunk[{j}]", t.name, t.layer),
+                );
+            }
+            if !self.places.contains(&t.place) || t.place.starts_with("disk") {
+                return err(
+                    format!("trunk[{i}].place"),
+                    format!("`{}` is not a GPU or RAM place of `places`", t.place),
+                );
+            }
+        }
+        if let Some((i, field, problem)) = crate::kv::check_groups(&self.kv_groups()) {
+            return err(format!("kv[{i}].{field}"), problem);
+        }
+        for (i, k) in self.kv.iter().enumerate() {
+            if let Some(place) = k.place.as_ref().filter(|p| !self.places.contains(p)) {
+                return err(
+                    format!("kv[{i}].place"),
+                    format!("`{place}` is not a place of `places`"),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// The KV groups this plan placed, to add to an instance built from the
@@ -407,6 +489,15 @@ impl Plan {
                     ),
                 );
             };
+            if t.bytes != inst.objects[o].gpu_bytes {
+                return err(
+                    format!("trunk[{i}].bytes"),
+                    format!(
+                        "is {}, the model's `{}` has {}",
+                        t.bytes, t.name, inst.objects[o].gpu_bytes
+                    ),
+                );
+            }
             let Some(q) = places.iter().position(|p| *p == t.place) else {
                 return err(
                     format!("trunk[{i}].place"),

@@ -2,7 +2,7 @@
 //! overlap of I/O with compute. Read from YAML and validated strictly, so the
 //! cost model can trust every rate to be positive and every reference to exist.
 
-use crate::error::{read_text, split_serde_location, PlannerError, Result};
+use crate::error::{from_yaml, read_document, PlannerError, Result};
 use crate::limits;
 use crate::units::{Bytes, BytesPerSecond, Seconds};
 use serde::{Deserialize, Serialize};
@@ -163,19 +163,15 @@ impl HardwareProfile {
     }
 
     pub fn from_yaml_file(path: &Path) -> Result<HardwareProfile> {
-        Self::from_yaml_str(&read_text(path)?, path)
+        Self::from_yaml_str(&read_document(path)?, path)
     }
 
     pub fn from_yaml_str(text: &str, path: &Path) -> Result<HardwareProfile> {
-        let profile: HardwareProfile = serde_norway::from_str(text).map_err(|e| {
-            let (place, problem) = split_serde_location(&e.to_string());
-            PlannerError::input(
-                path,
-                place,
-                problem,
-                "see docs/design.md §3.1 for the profile fields and units",
-            )
-        })?;
+        let profile: HardwareProfile = from_yaml(
+            text,
+            path,
+            "see docs/design.md §3.1 for the profile fields and units",
+        )?;
         profile.validate(path)?;
         Ok(profile)
     }

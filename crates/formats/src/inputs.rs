@@ -50,6 +50,8 @@ pub struct Inputs {
     pub heat_file: PathBuf,
     /// The model's file, likewise.
     pub model_file: PathBuf,
+    /// The profile's file, likewise: what an infeasible instance names.
+    pub profile_file: PathBuf,
     pub refs: PlanInputs,
     /// Things the user should be told once (uniform heat, dropped rows, ...).
     pub notes: Vec<String>,
@@ -155,6 +157,10 @@ impl Inputs {
             .model
             .clone()
             .unwrap_or_else(|| PathBuf::from(defaults::MODEL_NAME));
+        let profile_file = paths
+            .profile
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(defaults::PROFILE_NAME));
         Ok(Inputs {
             profile,
             model,
@@ -162,6 +168,7 @@ impl Inputs {
             kv_groups,
             heat_file,
             model_file,
+            profile_file,
             refs,
             notes,
         })
@@ -181,7 +188,7 @@ impl Inputs {
         )?;
         match self.refs.context_tokens {
             Some(tokens) => self.reserve_context(&mut inst, tokens)?,
-            None => inst.check_holdable(&self.heat_file)?,
+            None => inst.check_holdable(&self.profile_file)?,
         }
         inst.add_kv_groups(&self.kv_groups);
         Ok(inst)
@@ -216,9 +223,10 @@ impl Inputs {
     /// fits.
     pub fn reserve_context(&mut self, inst: &mut Instance, tokens: u64) -> Result<()> {
         inst.resources
-            .reserve_context(tokens, &self.model.description, &self.model_file)?;
+            .reserve_context(tokens, &self.model.description, &self.model_file)
+            .map_err(|e| e.in_file(&self.profile_file))?;
         self.refs.context_tokens = Some(tokens);
-        inst.check_holdable(&self.heat_file)
+        inst.check_holdable(&self.profile_file)
     }
 }
 

@@ -564,15 +564,24 @@ fn fraction_text(f: f64) -> String {
     }
 }
 
-/// A measured rate rounded to four significant digits in its unit.
+/// A measured rate rounded to four significant digits in its unit; one
+/// that is not finite (a division by a log's zero) is kept as it is, for
+/// the profile's own check to refuse.
 pub fn round_rate(bytes_per_s: f64) -> BytesPerSecond {
+    if !bytes_per_s.is_finite() {
+        return BytesPerSecond(bytes_per_s);
+    }
     let (unit, factor) = unit_for(bytes_per_s, &RATE_UNITS);
     parse_rate(&format!("{} {unit}", significant(bytes_per_s / factor, 4)))
         .expect("a rate written in a known unit")
 }
 
-/// A measured time rounded to four significant digits in its unit.
+/// A measured time rounded to four significant digits in its unit; one
+/// that is not finite is kept as it is, as `round_rate` keeps a rate.
 pub fn round_time(seconds: f64) -> Seconds {
+    if !seconds.is_finite() {
+        return Seconds(seconds);
+    }
     let (unit, factor) = unit_for(seconds, &TIME_UNITS);
     parse_time(&format!("{} {unit}", significant(seconds / factor, 4)))
         .expect("a time written in a known unit")

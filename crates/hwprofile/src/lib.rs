@@ -93,16 +93,10 @@ impl ProfileError {
 /// when it is missing or unreadable (the planner's readers say no fix for
 /// plain I/O errors).
 pub(crate) fn read_input(path: &Path, fix: &str) -> Result<String, ProfileError> {
-    let bytes = std::fs::read(path)
-        .map_err(|e| ProfileError::input(path, format!("cannot read it ({e})"), fix))?;
-    String::from_utf8(bytes).map_err(|e| {
-        ProfileError::input(
-            path,
-            format!(
-                "is not UTF-8 text (byte {} is not); it is binary, or UTF-16 as PowerShell's `>` writes",
-                e.utf8_error().valid_up_to()
-            ),
-            "give the text file itself, saved as UTF-8",
-        )
+    residency_core::error::read_text(path).map_err(|e| match e {
+        PlannerError::Io { error, .. } => {
+            ProfileError::input(path, format!("cannot read it ({error})"), fix)
+        }
+        e => e.into(),
     })
 }

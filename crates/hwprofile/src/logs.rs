@@ -29,7 +29,10 @@ use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
 use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
+use residency_core::error::PlannerError;
+use residency_core::limits;
 use residency_core::model::Model;
+use residency_core::profile::HardwareProfile;
 use std::path::Path;
 
 /// The profile with what the log gave, a line per value set, and what it
@@ -122,6 +125,10 @@ fn profile_lines(text: &str) -> Vec<Figure> {
     found
 }
 
+/// Figures of one kind, what they are called, their unit and whether a
+/// value is one the profile can take.
+type Check<'a> = (&'a Vec<Figure>, &'a str, &'a str, &'a dyn Fn(f64) -> bool);
+
 /// `lines 26, 61 and 96 of run.log`.
 fn lines_of(figures: &[Figure], log: &Path) -> String {
     let numbers: Vec<String> = figures.iter().map(|(_, l)| l.to_string()).collect();
@@ -160,6 +167,28 @@ pub fn calibrate_from_log(
             "give a Colibri log of a decode run with PROF=1 (GLM engine) or COLI_TIMERS=1 (qwen36 engine)",
         ));
     }
+    let takes: Vec<Figure> = blocks.iter().filter_map(|b| b.take_ms).collect();
+    let computes: Vec<Figure> = blocks.iter().filter_map(|b| b.compute_ms).collect();
+    let outsides: Vec<Figure> = blocks.iter().filter_map(|b| b.outside_ms).collect();
+    let ms = |v: f64| limits::time_in_range(v / 1e3);
+    // A rate is bytes over the compute time: that must not be 0.
+    let positive_ms = |v: f64| v > 0.0 && ms(v);
+    let ratio = |v: f64| v.is_finite() && v >= 0.0;
+    let checks: [Check; 4] = [
+        (&profile, "wait / service", "", &ratio),
+        (&takes, "take", " ms", &ms),
+        (&computes, "compute", " ms", &positive_ms),
+        (&outsides, "outside the phases", " ms", &ms),
+    ];
+    for (figures, what, unit, ok) in checks {
+        if let Some((v, line)) = figures.iter().find(|(v, _)| !ok(*v)) {
+            return Err(ProfileError::input(
+                log,
+                format!("line {line}: `{what}` is {v:?}{unit}, out of range"),
+                "check the log: it is cut or corrupt on that line",
+            ));
+        }
+    }
     let mut c = Calibrating {
         log,
         done: LogCalibration {
@@ -170,9 +199,6 @@ pub fn calibrate_from_log(
     };
     c.felt_fraction(&prof, &profile);
     c.drive_bandwidth(&prof);
-    let takes: Vec<Figure> = blocks.iter().filter_map(|b| b.take_ms).collect();
-    let computes: Vec<Figure> = blocks.iter().filter_map(|b| b.compute_ms).collect();
-    let outsides: Vec<Figure> = blocks.iter().filter_map(|b| b.outside_ms).collect();
     match model {
         _ if takes.is_empty() && computes.is_empty() => {}
         None => c.done.notes.push(
@@ -195,6 +221,21 @@ pub fn calibrate_from_log(
             log,
             problem,
             "see docs/formats.md sections 5 and 6 for what each line gives",
+        ));
+    }
+    // A figure out of the planner's range (a time of -1e308 ms) is the
+    // log's fault, said before the profile is written.
+    if let Err(e) = HardwareProfile::from_yaml_str(&done.doc.to_yaml(), log) {
+        let problem = match e {
+            PlannerError::Input { place, problem, .. } => {
+                format!("its figures make the profile's {place} a value that {problem}")
+            }
+            e => e.to_string(),
+        };
+        return Err(ProfileError::input(
+            log,
+            problem,
+            "check the log: it is cut or corrupt where that figure is",
         ));
     }
     let line = format!(

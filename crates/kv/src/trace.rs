@@ -11,6 +11,7 @@
 //! does not name a prefix).
 
 use super::KvError;
+use residency_core::error::PlannerError;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -65,12 +66,19 @@ struct Line {
 
 /// Reads a Mooncake trace whose ids stand for blocks of `block_tokens`.
 pub fn read_mooncake(path: &Path, block_tokens: u32) -> Result<KvTrace, KvError> {
-    let text = std::fs::read_to_string(path).map_err(|e| {
-        KvError::file(
+    let text = residency_core::error::read_text(path).map_err(|e| match e {
+        PlannerError::Input {
+            place,
+            problem,
+            fix,
+            ..
+        } => KvError::file(path, format!("{place}: {problem}"), fix),
+        PlannerError::Io { error, .. } => KvError::file(
             path,
-            format!("cannot read the trace ({e})"),
+            format!("cannot read the trace ({error})"),
             "give --trace a readable Mooncake JSONL file",
-        )
+        ),
+        e => KvError::Argument(e.to_string()),
     })?;
     read_mooncake_str(&text, path, block_tokens)
 }

@@ -15,6 +15,7 @@ pub const MXFP4: (u32, u64, u64) = (39, 32, 17);
 
 pub enum Kv {
     U32(u32),
+    I64(i64),
 
     Str(&'static str),
     StrArray(Vec<&'static str>),
@@ -93,6 +94,10 @@ impl Gguf {
             match value {
                 Kv::U32(v) => {
                     b.extend(4u32.to_le_bytes());
+                    b.extend(v.to_le_bytes());
+                }
+                Kv::I64(v) => {
+                    b.extend(11u32.to_le_bytes());
                     b.extend(v.to_le_bytes());
                 }
                 Kv::Str(s) => {
@@ -174,6 +179,33 @@ pub fn qwen3moe_sized(layers: u32, h: u64, ff: u64, e: u64) -> Gguf {
             .tensor(&n("ffn_down_exps.weight"), &[ff, h, e], Q4_0);
     }
     g
+}
+
+/// `qwen3moe(2)` split as llama.cpp's `gguf-split` writes it: the first
+/// shard has the metadata and every tensor but layer 1's, the second layer
+/// 1's; both carry `split.no`, `split.count` (2) and `split.tensors.count`
+/// (3 global + 7 a layer = 17). Written as `m-00001-of-00002.gguf` and
+/// `m-00002-of-00002.gguf`, the first reads as the whole model.
+pub fn qwen3moe_split() -> [Gguf; 2] {
+    let (first, second): (Vec<_>, Vec<_>) = qwen3moe(2)
+        .tensors
+        .into_iter()
+        .partition(|t| !t.name.starts_with("blk.1."));
+    let split = |tensors: Vec<Tensor>, no: u32| {
+        let mut g = Gguf {
+            version: 3,
+            kv: Vec::new(),
+            tensors,
+        }
+        .kv("split.no", Kv::U32(no))
+        .kv("split.count", Kv::U32(2))
+        .kv("split.tensors.count", Kv::U32(17));
+        if no == 0 {
+            g.kv.extend(qwen3moe(2).kv);
+        }
+        g
+    };
+    [split(first, 0), split(second, 1)]
 }
 
 /// The geometry of a `qwen3moe` file as `.devbin`-style generators write

@@ -58,6 +58,30 @@ trunk:
   - { name: lm_head, bytes: 12800, stage: head }
 "#;
 
+/// One node, one card and one drive, small enough that `SMALL_DEEPSEEK`'s
+/// experts compete for the card.
+pub const TINY_PROFILE: &str = "\
+name: tiny
+numa:
+  - { id: 0, ram: 4 MiB, reserved: 1 MiB, staging: 256 KiB, cores: 4, gemv_bandwidth: 20 GB/s, stage_overhead: 5 us }
+gpus:
+  - { id: 0, name: card, vram: 1 MiB, reserved: 800 KiB, numa: 0, gemv_bandwidth: 200 GB/s, upload_bandwidth: 12 GB/s, sync_overhead: 30 us }
+drives:
+  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us, read_concurrency: 4 }
+io_overlaps_compute: true
+felt_fraction: 0.5
+fixed_token_seconds: 100 us
+";
+
+/// Two KV groups for the tiny model, small enough to compete with its experts.
+pub const TINY_KV: &str = "\
+format: residency-kv-groups
+source: hand-made
+groups:
+  - { name: system-prompt, bytes: 64 KiB, reuses_per_token: 0.01, prefill_seconds: 2 ms }
+  - { name: few-shot, bytes: 200 KiB, reuses_per_token: 0.002, prefill_seconds: 9 ms }
+";
+
 /// Writes `yaml` to `dir/model.yaml` and generates every layer of it as
 /// bf16 in shards of at most 64 KiB into `dir/ckpt`: that directory.
 pub fn generate_bf16(dir: &Path, yaml: &str) -> PathBuf {

@@ -5,6 +5,7 @@
 //! felt: latency + bytes / bandwidth of the profile's fastest drive.
 
 use residency_core::error::{read_text, PlannerError};
+use residency_core::limits;
 use residency_core::profile::{Drive, HardwareProfile};
 use std::path::Path;
 
@@ -82,7 +83,26 @@ pub fn prof_totals(text: &str, path: &Path) -> Result<ProfTotals, PlannerError> 
             .ok_or_else(|| missing("`<seconds>s read service`"))?;
         let fetched_gb: f64 =
             number_before(line, " GB fetched").ok_or_else(|| missing("`<GB> GB fetched`"))?;
-        totals.physical_misses += misses;
+        // Times and sizes of one run: at most a million seconds, an
+        // exabyte; the misses' sum a count.
+        for (what, v, max) in [
+            ("felt wait", felt, limits::MAX_SECONDS),
+            ("read service", service, limits::MAX_SECONDS),
+            ("GB fetched", fetched_gb, limits::MAX_BYTES as f64 / 1e9),
+        ] {
+            if !(0.0..=max).contains(&v) {
+                return Err(PlannerError::input(
+                    path,
+                    format!("line {}", i + 1),
+                    format!("`{what}` is {v:?}, out of range"),
+                    "give the log as Colibri prints it (PROF=1), unedited",
+                ));
+            }
+        }
+        totals.physical_misses = totals
+            .physical_misses
+            .checked_add(misses)
+            .ok_or_else(|| missing("a miss count that sums below 2^64"))?;
         totals.felt_wait_seconds += felt;
         totals.read_service_seconds += service;
         totals.fetched_bytes += fetched_gb * 1e9;

@@ -8,6 +8,7 @@
 use super::tensors::{classify, Family};
 use super::{GgufModel, TensorInfo, Value, ARCHITECTURES};
 use residency_core::error::PlannerError;
+use residency_core::limits;
 use residency_core::model::{
     FormatSize, LayerOverride, LayerSet, ModelDescription, StageKind, TierFormats, TrunkEntry,
 };
@@ -47,7 +48,14 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
     }
     let key = |k: &str| format!("{arch}.{k}");
     let block_count = meta.whole(&key("block_count"))? as usize;
-    let nextn = meta.optional(&key("nextn_predict_layers")).unwrap_or(0) as usize;
+    if block_count > limits::MAX_LAYERS {
+        return Err(meta.bad(
+            &key("block_count"),
+            format!("is {block_count}, more than {} layers", limits::MAX_LAYERS),
+            "convert the model again with llama.cpp",
+        ));
+    }
+    let nextn = meta.optional(&key("nextn_predict_layers"))?.unwrap_or(0) as usize;
     let layers = block_count.saturating_sub(nextn);
     let Scan {
         experts,
@@ -107,8 +115,8 @@ pub fn describe(gguf: &GgufModel) -> Result<(ModelDescription, Vec<String>), Pla
             disk: first_tier,
         },
         trunk: trunk_entries(&trunk),
-        kv_bytes_per_token: kv_bytes_per_token(&meta, arch, layers).map(Bytes),
-        context_tokens: meta.optional(&key("context_length")).filter(|&t| t > 0),
+        kv_bytes_per_token: kv_bytes_per_token(&meta, arch, layers)?.map(Bytes),
+        context_tokens: meta.optional(&key("context_length"))?.filter(|&t| t > 0),
         per_layer: per_layer_overrides(&experts, first),
     };
     Ok((description, notes))
@@ -293,28 +301,40 @@ fn trunk_entries(trunk: &BTreeMap<(Family, Option<usize>), u64>) -> Vec<TrunkEnt
 
 /// KV-cache bytes per token in an F16 cache: keys and values of every
 /// key/value head of every layer, or MLA's latent and rope key.
-fn kv_bytes_per_token(meta: &Metadata, arch: &str, layers: usize) -> Option<u64> {
+/// `None` when the metadata lacks a size it needs; an error when one is
+/// there but not a whole number.
+fn kv_bytes_per_token(
+    meta: &Metadata,
+    arch: &str,
+    layers: usize,
+) -> Result<Option<u64>, PlannerError> {
     let key = |k: &str| meta.optional(&format!("{arch}.{k}"));
-    let values_per_layer = match key("attention.kv_lora_rank") {
-        Some(rank) => rank + key("rope.dimension_count")?,
+    let values_per_layer = match key("attention.kv_lora_rank")? {
+        Some(rank) => key("rope.dimension_count")?.map(|rope| rank + rope),
         None => {
-            let heads = key("attention.head_count")?;
-            let kv_heads = meta
-                .values
-                .get(&format!("{arch}.attention.head_count_kv"))
-                .map(|v| match v {
-                    // Per layer in some files: the largest bounds the cache.
-                    Value::Array(items) => items.iter().filter_map(Value::as_u64).max(),
-                    v => v.as_u64(),
-                })
-                .unwrap_or(Some(heads))?;
-            let head_dim = key("embedding_length")? / heads.max(1);
-            let k = key("attention.key_length").unwrap_or(head_dim);
-            let v = key("attention.value_length").unwrap_or(head_dim);
-            kv_heads * (k + v)
+            let Some(heads) = key("attention.head_count")? else {
+                return Ok(None);
+            };
+            let kv_key = format!("{arch}.attention.head_count_kv");
+            let kv_heads = match meta.values.get(&kv_key) {
+                None => heads,
+                // Per layer in some files: the largest bounds the cache.
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| meta.counted(&kv_key, v))
+                    .try_fold(0, |m, n| n.map(|n| n.max(m)))?,
+                Some(v) => meta.counted(&kv_key, v)?,
+            };
+            let Some(embedding) = key("embedding_length")? else {
+                return Ok(None);
+            };
+            let head_dim = embedding / heads.max(1);
+            let k = key("attention.key_length")?.unwrap_or(head_dim);
+            let v = key("attention.value_length")?.unwrap_or(head_dim);
+            Some(kv_heads * (k + v))
         }
     };
-    Some(values_per_layer * layers as u64 * 2)
+    Ok(values_per_layer.map(|v| v * layers as u64 * 2))
 }
 
 /// The layer of a `blk.N.*` name.
@@ -365,16 +385,35 @@ impl<'a> Metadata<'a> {
         })
     }
 
-    pub(crate) fn optional(&self, key: &str) -> Option<u64> {
-        self.values.get(key).and_then(Value::as_u64)
+    /// A whole number that may be missing, below `limits::MAX_WIDTH` (2^24,
+    /// beyond any layer count, width or context the planner sizes from);
+    /// a negative, fractional, other-typed or larger value is refused, not
+    /// read as missing.
+    pub(crate) fn optional(&self, key: &str) -> Result<Option<u64>, PlannerError> {
+        match self.values.get(key) {
+            None => Ok(None),
+            Some(v) => self.counted(key, v).map(Some),
+        }
+    }
+
+    fn counted(&self, key: &str, v: &Value) -> Result<u64, PlannerError> {
+        v.as_u64()
+            .filter(|&n| n <= limits::MAX_WIDTH)
+            .ok_or_else(|| {
+                self.bad(
+                    key,
+                    format!("is {v}, not a whole number from 0 to {}", limits::MAX_WIDTH),
+                    "convert the model again with llama.cpp",
+                )
+            })
     }
 
     /// A positive whole number the description needs.
     pub(crate) fn whole(&self, key: &str) -> Result<u64, PlannerError> {
-        self.optional(key).filter(|&v| v > 0).ok_or_else(|| {
+        self.optional(key)?.filter(|&v| v > 0).ok_or_else(|| {
             self.bad(
                 key,
-                "is missing or not a positive whole number".into(),
+                "is missing or 0".into(),
                 "convert the model again with llama.cpp",
             )
         })

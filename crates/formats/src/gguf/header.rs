@@ -46,6 +46,21 @@ impl Value {
     }
 }
 
+/// A value as an error line shows it: numbers and booleans as they are,
+/// strings quoted, arrays by their length.
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Uint(v) => write!(f, "{v}"),
+            Value::Int(v) => write!(f, "{v}"),
+            Value::Float(v) => write!(f, "{v}"),
+            Value::Bool(v) => write!(f, "{v}"),
+            Value::String(s) => write!(f, "{s:?}"),
+            Value::Array(items) => write!(f, "an array of {}", items.len()),
+        }
+    }
+}
+
 /// One tensor's info: its name, dimensions (innermost first), type and the
 /// byte range of its data in the file.
 #[derive(Debug, Clone, PartialEq)]
@@ -108,6 +123,17 @@ impl Reader<'_> {
         PlannerError::input(self.path, format!("byte {}", self.at), problem, fix)
     }
 
+    /// A metadata key or tensor name at byte `at` that came before: llama.cpp
+    /// refuses such a file, and which one counts would be a guess.
+    fn duplicate(&self, at: u64, what: &str, name: &str) -> PlannerError {
+        PlannerError::input(
+            self.path,
+            format!("byte {at}"),
+            format!("repeats the {what} `{name}`"),
+            "convert the model again with llama.cpp",
+        )
+    }
+
     fn truncated(&self, what: &str) -> PlannerError {
         self.bad(
             format!("ends inside the header ({what}): the file is truncated"),
@@ -158,15 +184,24 @@ impl Reader<'_> {
         let kv_count = self.u64("metadata count")?;
         let mut metadata = BTreeMap::new();
         for _ in 0..kv_count {
+            let at = self.at;
             let key = self.string("metadata key")?;
             let kind = self.u32("metadata type")?;
             let value = self.value(kind, &key)?;
-            metadata.insert(key, value);
+            if metadata.insert(key.clone(), value).is_some() {
+                return Err(self.duplicate(at, "metadata key", &key));
+            }
         }
         let alignment = self.alignment(&metadata)?;
         let mut infos = Vec::new();
+        let mut names = std::collections::HashSet::new();
         for _ in 0..tensor_count {
-            infos.push(self.tensor_info()?);
+            let at = self.at;
+            let info = self.tensor_info()?;
+            if !names.insert(info.0.clone()) {
+                return Err(self.duplicate(at, "tensor", &info.0));
+            }
+            infos.push(info);
         }
         let data_start = self.at.div_ceil(alignment) * alignment;
         let tensors = infos

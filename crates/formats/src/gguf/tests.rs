@@ -134,29 +134,10 @@ fn fused_gate_up_shared_experts_dense_layers_and_mtp_blocks() {
 
 #[test]
 fn a_split_model_is_read_from_its_first_shard() {
-    let whole = qwen3moe(2);
-    let (first, second): (Vec<_>, Vec<_>) = whole
-        .tensors
-        .into_iter()
-        .partition(|t| !t.name.starts_with("blk.1."));
-    let split = |tensors: Vec<Tensor>, no: u32| {
-        let mut g = Gguf {
-            version: 3,
-            kv: Vec::new(),
-            tensors,
-        }
-        .kv("split.no", Kv::U32(no))
-        .kv("split.count", Kv::U32(2))
-        .kv("split.tensors.count", Kv::U32(17));
-        if no == 0 {
-            g.kv.extend(qwen3moe(2).kv);
-        }
-        g
-    };
     let dir = tempfile::tempdir().unwrap();
     // 3 global + 7 a layer = 17 tensors over the two shards.
-    let path = write(dir.path(), "m-00001-of-00002.gguf", &split(first, 0));
-    let rest = split(second, 1);
+    let [first, rest] = qwen3moe_split();
+    let path = write(dir.path(), "m-00001-of-00002.gguf", &first);
     write(dir.path(), "m-00002-of-00002.gguf", &rest);
     let (model, _, _) = read_model(&path).unwrap();
     assert_eq!(model.moe_layer_numbers(), vec![0, 1]);

@@ -18,6 +18,7 @@
 use super::common::{expert_problem, json_err, resolve_shape, CountTable, LayerMap};
 use super::{Heat, HeatContext, HeatFormat};
 use residency_core::error::{read_text, PlannerError, Result};
+use residency_core::limits;
 use serde::Deserialize;
 use std::path::Path;
 
@@ -167,6 +168,33 @@ fn logical_rows(load: Vec<Vec<f64>>, map: &[Vec<i64>], path: &Path) -> Result<Ve
                 ),
                 "give the map and the window of the same physical slots",
             ));
+        }
+        // -1 marks an empty slot; an expert id is below the most experts
+        // a layer may have, and a load is a count.
+        let bad = |s: usize, problem: String| {
+            Err(PlannerError::input(
+                path,
+                format!("physical_to_logical_map[{l}][{s}]"),
+                problem,
+                VLLM_FIX,
+            ))
+        };
+        for (s, (&c, &e)) in slots.iter().zip(logical).enumerate() {
+            if !(-1..limits::MAX_EXPERTS as i64).contains(&e) {
+                return bad(
+                    s,
+                    format!(
+                        "is {e}, not an expert id below {} or -1 (an empty slot)",
+                        limits::MAX_EXPERTS
+                    ),
+                );
+            }
+            if !(0.0..=limits::MAX_HEAT_COUNT).contains(&c) {
+                return bad(
+                    s,
+                    format!("has load {c:?} in the window, not a count from 0 to 1e15"),
+                );
+            }
         }
         let width = logical.iter().copied().max().unwrap_or(-1) + 1;
         let mut row = vec![0.0; width.max(0) as usize];

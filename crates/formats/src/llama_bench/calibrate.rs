@@ -210,7 +210,7 @@ pub fn run_work(
     let arch = meta.string("general.architecture")?;
     let n_layer = meta.whole(&format!("{arch}.block_count"))? as i64;
     let nextn = meta
-        .optional(&format!("{arch}.nextn_predict_layers"))
+        .optional(&format!("{arch}.nextn_predict_layers"))?
         .unwrap_or(0) as i64;
     let top_k = meta.whole(&format!("{arch}.expert_used_count"))? as f64;
     let ngl = run.test.n_gpu_layers;
@@ -308,9 +308,16 @@ fn overrides(run: &BenchRun, gpus: usize) -> Result<Vec<(Regex, Device)>, Planne
         .into_iter()
         .map(|(pattern, buffer)| {
             let re = Regex::new(&pattern).map_err(|e| {
+                // The regex crate draws the pattern with a caret over
+                // several lines; its last line says what is wrong.
+                let text = e.to_string();
+                let why = text.lines().rev().find(|l| !l.trim().is_empty());
                 run.bad(
                     "tensor_buft_overrides",
-                    format!("pattern `{pattern}` is not a regex residency reads: {e}"),
+                    format!(
+                        "pattern `{pattern}` is not a regex residency reads: {}",
+                        why.unwrap_or_default().trim()
+                    ),
                 )
             })?;
             let device = if buffer.starts_with("CPU") || buffer == "CUDA_Host" {

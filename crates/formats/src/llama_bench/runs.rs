@@ -6,6 +6,7 @@
 
 use super::calibrate::median;
 use residency_core::error::{read_text, PlannerError};
+use residency_core::limits;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -161,8 +162,40 @@ pub fn read_runs(path: &Path) -> Result<Vec<BenchRun>, PlannerError> {
         ));
     }
     for run in &runs {
-        if run.test.samples_ns.is_empty() {
+        let t = &run.test;
+        if t.samples_ns.is_empty() {
             return Err(run.bad("samples_ns", "is empty".into()));
+        }
+        // A repetition of `n_gen` tokens takes a positive, finite time; a
+        // zero would measure infinite tokens per second.
+        if let Some(i) = t
+            .samples_ns
+            .iter()
+            .position(|&s| !(s > 0.0 && s / 1e9 <= limits::MAX_SECONDS))
+        {
+            return Err(run.bad(
+                &format!("samples_ns[{i}]"),
+                format!(
+                    "is {:?} ns, not a time above 0 and at most 1e6 s",
+                    t.samples_ns[i]
+                ),
+            ));
+        }
+        if t.n_cpu_moe < 0 {
+            return Err(run.bad(
+                "n_cpu_moe",
+                format!("is {}, not a count of layers", t.n_cpu_moe),
+            ));
+        }
+        if t.n_cpu_moe > limits::MAX_LAYERS as i64 {
+            return Err(run.bad(
+                "n_cpu_moe",
+                format!(
+                    "is {}, more than {} layers",
+                    t.n_cpu_moe,
+                    limits::MAX_LAYERS
+                ),
+            ));
         }
     }
     Ok(runs)

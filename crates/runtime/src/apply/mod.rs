@@ -249,6 +249,17 @@ fn planned_places<'p>(
             ),
         ));
     }
+    let experts = checkpoint.config.experts;
+    if let Some(l) = plan.experts.iter().position(|row| row.len() != experts) {
+        return Err(mismatch(
+            plan_path,
+            format!("experts[{l}]"),
+            format!(
+                "places {} experts, the checkpoint's MoE layers have {experts}",
+                plan.experts[l].len()
+            ),
+        ));
+    }
     let mut planned = Vec::new();
     for (l, row) in plan.experts.iter().enumerate() {
         for (e, &p) in row.iter().enumerate() {

@@ -11,6 +11,7 @@ use super::family::{Arch, ArchSpec, AttentionKind, DenseLayers, SharedExpert, AR
 use super::format::ExpertFormat;
 use super::{CheckpointError, Result, PACKING_VERSION};
 use crate::identity::Family;
+use residency_core::limits;
 use serde_json::{json, Map, Value};
 use std::fmt;
 use std::path::Path;
@@ -310,6 +311,12 @@ impl ArchConfig {
             },
         };
         let layers = keys.positive("num_hidden_layers")?;
+        if layers > limits::MAX_LAYERS {
+            return Err(keys.bad(
+                "num_hidden_layers",
+                format!("is {layers}, more than {} layers", limits::MAX_LAYERS),
+            ));
+        }
         let hidden = keys.positive("hidden_size")?;
         let expert_intermediate = keys.positive(spec.expert_intermediate_key)?;
         let dense_layers = dense_layers(spec, &keys, layers)?;
@@ -365,6 +372,16 @@ impl ArchConfig {
         };
         if cfg.moe_layers().is_empty() {
             return Err(keys.bad("num_hidden_layers", "leaves no MoE layer"));
+        }
+        let routed = cfg.moe_layers().len().saturating_mul(cfg.experts);
+        if routed > limits::MAX_ROUTED_EXPERTS {
+            return Err(keys.bad(
+                spec.experts_key,
+                format!(
+                    "makes {routed} routed experts over the MoE layers, more than the {} the planner takes",
+                    limits::MAX_ROUTED_EXPERTS
+                ),
+            ));
         }
         for cols in [cfg.hidden, cfg.expert_intermediate] {
             if let Some(problem) = cfg.format.unfit_for(cols) {
@@ -531,14 +548,21 @@ impl Keys<'_> {
         )
     }
 
-    /// A whole number, `None` when absent or null.
+    /// A whole number up to `limits::MAX_WIDTH` (2^24, beyond every count
+    /// and width a real config gives), `None` when absent or null.
     fn optional(&self, key: &str) -> Result<Option<usize>> {
         match self.obj.get(key) {
             None | Some(Value::Null) => Ok(None),
             Some(v) => v
                 .as_u64()
+                .filter(|&n| n <= limits::MAX_WIDTH)
                 .map(|n| Some(n as usize))
-                .ok_or_else(|| self.bad(key, format!("is {v}, not a whole number"))),
+                .ok_or_else(|| {
+                    self.bad(
+                        key,
+                        format!("is {v}, not a whole number from 0 to {}", limits::MAX_WIDTH),
+                    )
+                }),
         }
     }
 
