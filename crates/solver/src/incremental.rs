@@ -115,14 +115,21 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         hysteresis: options.hysteresis,
         budget_bytes: Some(options.move_budget_bytes),
     };
+    let building = Instant::now();
     let mut state = SearchState::new(inst, warm.placement.clone()).with_migration(migration);
+    // The answer's evaluation scans the objects as building the state did,
+    // and the search's last step may pass its deadline by as much again:
+    // the search leaves twice the building's time of the limit.
+    let search_deadline = (start + limit)
+        .checked_sub(building.elapsed() * 2)
+        .unwrap_or(start);
     if !state.repair() {
         return Err(PlannerError::Infeasible(format!(
             "the placement in use does not fit the capacities, and a move budget of {} bytes cannot make it fit",
             options.move_budget_bytes
         )));
     }
-    state.improve(start + limit, token_bound * (1.0 + options.gap.max(0.0)));
+    state.improve(search_deadline, token_bound * (1.0 + options.gap.max(0.0)));
     let placement = state.placement.clone();
     let token_seconds = inst.evaluate(&placement).token_seconds;
     let move_seconds = placement

@@ -341,6 +341,9 @@ impl<'a> SearchState<'a> {
                 break;
             }
             for from in 0..places {
+                if Instant::now() >= deadline {
+                    break;
+                }
                 for to in (0..places).filter(|&to| to != from) {
                     if let Some((hot, cold)) = self.swap_candidate(s, from, to) {
                         self.apply(hot, to);
@@ -413,10 +416,17 @@ impl<'a> SearchState<'a> {
             .collect();
         for &q in &capacitated {
             let stages = self.inst.stages.len();
-            let mut gains: Vec<Option<(f64, usize)>> =
-                (0..stages).map(|s| self.best_into(s, q)).collect();
-            let mut losses: Vec<Vec<Option<(f64, usize)>>> =
-                (0..stages).map(|s| self.best_out_of(s, q)).collect();
+            // A scan of every stage, deadline checked per stage: at Kimi
+            // scale the whole scan takes tens of milliseconds.
+            let mut gains: Vec<Option<(f64, usize)>> = Vec::with_capacity(stages);
+            let mut losses: Vec<Vec<Option<(f64, usize)>>> = Vec::with_capacity(stages);
+            for s in 0..stages {
+                if Instant::now() >= deadline {
+                    return improved;
+                }
+                gains.push(self.best_into(s, q));
+                losses.push(self.best_out_of(s, q));
+            }
             loop {
                 if Instant::now() >= deadline {
                     return improved;
@@ -427,6 +437,10 @@ impl<'a> SearchState<'a> {
                 order.sort_by(|&a, &b| gains[a].unwrap().0.total_cmp(&gains[b].unwrap().0));
                 let mut applied = None;
                 'gains: for s_in in order {
+                    // Each stage tried scans every stage's losses.
+                    if Instant::now() >= deadline {
+                        return improved;
+                    }
                     let (gain, o_in) = gains[s_in].unwrap();
                     let vacated = self.placement[o_in];
                     let mut best: Option<(f64, usize, usize)> = None;

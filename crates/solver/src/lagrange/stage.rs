@@ -269,9 +269,11 @@ impl StageProblem<'_> {
         // set of places either holds the hottest experts it counts or
         // leaves the rest to the others' caps (a polymatroid and a box).
         let fits = |c: &[usize], time: f64| {
-            let caps: Vec<f64> = (0..k)
-                .map(|i| if c[i] > 0 { cap(i, time) } else { 0.0 })
-                .collect();
+            // k <= 6 (checked above): the caps fit on the stack.
+            let mut caps = [0.0f64; 6];
+            for i in (0..k).filter(|&i| c[i] > 0) {
+                caps[i] = cap(i, time);
+            }
             (0..1usize << k).all(|set| {
                 let (mut count, mut others) = (0, 0.0);
                 for i in 0..k {
@@ -292,7 +294,13 @@ impl StageProblem<'_> {
             if assigned <= n {
                 counts[k - 1] = n - assigned;
                 let price: f64 = (0..k).map(|i| slots[i].1 * counts[i] as f64).sum();
-                if best.as_ref().is_none_or(|b| rows + price < b.0) {
+                // `fits` is monotone in the time: a vector that does not fit
+                // by the time the best leaves it cannot beat the best, and
+                // is dropped with one check instead of a bisection.
+                let may_beat = best
+                    .as_ref()
+                    .is_none_or(|b| rows + price < b.0 && fits(&counts, b.0 - price));
+                if may_beat {
                     if let Some((low, _)) = least_time(rows, |t| fits(&counts, t)) {
                         if best.as_ref().is_none_or(|b| low + price < b.0) {
                             best = Some((low + price, low, counts.clone()));
