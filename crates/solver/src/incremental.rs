@@ -131,11 +131,12 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
     };
     let building = Instant::now();
     let mut state = SearchState::new(inst, warm.placement.clone()).with_migration(migration);
-    // The answer's evaluation scans the objects as building the state did,
-    // and the search's last step may pass its deadline by as much again:
-    // the search leaves twice the building's time of the limit.
+    // The answer's evaluation and its move seconds each scan the objects
+    // as building the state did, and the search's last step (a stage's
+    // scan in the trades) may pass its deadline by about as much again: the
+    // search leaves three times the building's time of the limit.
     let search_deadline = (start + limit)
-        .checked_sub(building.elapsed() * 2)
+        .checked_sub(building.elapsed() * 3)
         .unwrap_or(start);
     if !state.repair() {
         return Err(PlannerError::Infeasible(format!(
