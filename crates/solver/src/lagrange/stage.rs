@@ -145,7 +145,7 @@ impl StageProblem<'_> {
     /// reads are felt (the bound over both is convex in each).
     pub(super) fn search(&self) -> Option<Searched> {
         let split = self.search_split()?;
-        match self.whole_counts() {
+        match self.whole_counts(&split) {
             Some(whole) if whole.bound > split.bound => Some(whole),
             _ => Some(split),
         }
@@ -221,7 +221,7 @@ impl StageProblem<'_> {
     /// large experts is what weakens the split bound there. Relaxed, so
     /// valid: the felt share of reads and the cores a drive shares with its
     /// node's RAM are left out. `None` when there are too many count vectors.
-    pub(super) fn whole_counts(&self) -> Option<Searched> {
+    pub(super) fn whole_counts(&self, split: &Searched) -> Option<Searched> {
         let r = self.resources;
         let n = self.experts.ids.len();
         let slots: Vec<(Place, f64)> = self
@@ -286,7 +286,37 @@ impl StageProblem<'_> {
                 top(count) + others >= total * (1.0 - 1e-12)
             })
         };
+        // The best is first set by the split solution's counts, rounded: the
+        // whole counts near it are the good ones, and a good best drops
+        // most vectors below with one check. Any vector would be valid.
         let mut best: Option<(f64, f64, Vec<usize>)> = None;
+        let mut split_blocks = Vec::new();
+        let seed = split
+            .counts
+            .clone()
+            .or_else(|| {
+                self.fill(split.time, split.drive, Some(&mut split_blocks))?;
+                Some(split_blocks)
+            })
+            .map(|blocks| {
+                let mut seed = vec![0usize; k];
+                for (place, count) in blocks {
+                    if let Some(i) = slots.iter().position(|&(q, _)| q == place) {
+                        seed[i] += count.round() as usize;
+                    }
+                }
+                seed
+            });
+        if let Some(mut seed) = seed {
+            let others: usize = seed[..k - 1].iter().sum();
+            if others <= n {
+                seed[k - 1] = n - others;
+                let price: f64 = (0..k).map(|i| slots[i].1 * seed[i] as f64).sum();
+                if let Some((low, _)) = least_time(rows, |t| fits(&seed, t)) {
+                    best = Some((low + price, low, seed));
+                }
+            }
+        }
         let mut counts = vec![0usize; k];
         loop {
             // The next count vector summing to n (odometer on the first k - 1).
