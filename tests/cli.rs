@@ -650,7 +650,7 @@ fn incremental_replan_moves_what_the_budget_allows() {
         );
         let carried = format!(
             "re-plan: carries {}",
-            residency_core::units::Bytes(moved * 64 << 20)
+            residency_core::units::Bytes((moved * 64) << 20)
         );
         assert!(
             out.contains(&carried),
