@@ -25,6 +25,7 @@ use residency_formats::export::{self, Engine};
 use residency_formats::gguf;
 use residency_formats::heat::{self, HeatContext, HeatFormat};
 use residency_formats::inputs::InputPaths;
+use residency_solver::incremental::{self, IncrementalOptions, Replanned, Warm};
 use residency_solver::{self as solve, SolveOptions};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -87,6 +88,17 @@ struct ReplanArgs {
     /// A move's seconds count this many times.
     #[arg(long, default_value_t = 2.0, requires = "from")]
     hysteresis: f64,
+    /// Re-plan incrementally, as the serving loop does: local search from
+    /// the plan in use that carries at most this much over links (e.g.
+    /// `2 GiB`; a weight dropped to disk carries nothing). Its prices start
+    /// from zero, as a plan file holds none. Without it, the full plan
+    /// search with move costs and no budget.
+    #[arg(long, value_parser = parse_move_budget, requires = "from")]
+    move_budget: Option<u64>,
+}
+
+fn parse_move_budget(text: &str) -> std::result::Result<u64, String> {
+    residency_core::units::parse_size(text).map(|b| b.0)
 }
 
 impl InputArgs {
@@ -478,6 +490,8 @@ fn plan(
             bail!("{flag} {value}: give a positive number");
         }
     }
+    // What an incremental re-plan reports, printed after the plan.
+    let mut incremental = None;
     let (inst, solution, refs, current, model) = match &replan.from {
         None => {
             let mut inputs = checkpoint_cmd::load_inputs(paths)?;
@@ -500,12 +514,28 @@ fn plan(
                 model,
                 ..
             } = load_plan(from, paths)?;
-            let options = solve::ReplanOptions {
-                time_limit_seconds: time_limit,
-                horizon_tokens: replan.horizon_tokens,
-                hysteresis: replan.hysteresis,
+            let solution = match replan.move_budget {
+                Some(budget_bytes) => {
+                    let options = IncrementalOptions {
+                        time_limit_seconds: time_limit,
+                        gap: options.gap,
+                        move_budget_bytes: budget_bytes,
+                        horizon_tokens: replan.horizon_tokens,
+                        hysteresis: replan.hysteresis,
+                    };
+                    let (solution, got) = incremental_replan(&inst, &current, options)?;
+                    incremental = Some((got, options));
+                    solution
+                }
+                None => {
+                    let options = solve::ReplanOptions {
+                        time_limit_seconds: time_limit,
+                        horizon_tokens: replan.horizon_tokens,
+                        hysteresis: replan.hysteresis,
+                    };
+                    solve::replan(&inst, &current, options)?
+                }
             };
-            let solution = solve::replan(&inst, &current, options)?;
             (inst, solution, refs, Some(current), model)
         }
     };
@@ -536,6 +566,9 @@ fn plan(
             &solution.placement,
         ));
     }
+    if let Some((got, options)) = &incremental {
+        print::incremental_replan(got, options);
+    }
     let dir = match (export_dir, out.and_then(Path::parent)) {
         (Some(dir), _) => dir,
         (None, Some(parent)) if !parent.as_os_str().is_empty() => parent,
@@ -555,6 +588,36 @@ fn plan(
         notes(&written.warnings);
     }
     Ok(())
+}
+
+/// `incremental::replan` from `current` with zero prices, as the plan
+/// file's solution, beside what the re-plan reports.
+fn incremental_replan(
+    inst: &Instance,
+    current: &[usize],
+    options: IncrementalOptions,
+) -> Result<(residency_core::solution::Solution, Replanned)> {
+    let warm = Warm {
+        placement: current.to_vec(),
+        prices_seconds_per_byte: Vec::new(),
+    };
+    let got = incremental::replan(inst, &warm, options)
+        .with_context(|| format!("--move-budget {}", options.move_budget_bytes))?;
+    // The plan file's baseline, as `plan` gives it: the greedy placement.
+    let greedy_placement = solve::greedy::greedy(inst)?;
+    let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
+    let solution = residency_core::solution::Solution {
+        lower_bound_seconds: got.lower_bound_seconds.min(got.token_seconds),
+        placement: got.placement.clone(),
+        token_seconds: got.token_seconds,
+        bound_method: incremental::BOUND_METHOD,
+        greedy_placement,
+        greedy_token_seconds,
+        method: incremental::METHOD.to_string(),
+        solve_seconds: got.solve_seconds,
+        proven_optimal: false,
+    };
+    Ok((solution, got))
 }
 
 /// A plan read back for the given inputs.

@@ -8,6 +8,7 @@ use residency_formats::export::baselines::Strategy;
 use residency_formats::heat::{concentration, Heat};
 use residency_formats::llama_bench::llama_cpp_seconds;
 use residency_solver::explain::{Explanation, FrontierExpert};
+use residency_solver::incremental::{IncrementalOptions, Replanned};
 use std::path::Path;
 
 pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
@@ -249,6 +250,27 @@ pub fn plan_diff(d: &PlanDiff) {
             saved if saved > 0.0 => format!("{:.0}", (d.move_seconds / saved).ceil()),
             _ => "never".into(),
         }
+    );
+}
+
+/// An incremental re-plan: the bytes carried against the budget, the
+/// objective it minimised, its gap and its solve time.
+pub fn incremental_replan(got: &Replanned, options: &IncrementalOptions) {
+    println!(
+        "re-plan: carries {} of a {} move budget; objective {} per token = token {} + {} x move {:.3} s / {} tokens",
+        Bytes(got.moved_bytes),
+        Bytes(options.move_budget_bytes),
+        Seconds(got.objective_seconds),
+        Seconds(got.token_seconds),
+        options.hysteresis,
+        got.move_seconds,
+        options.horizon_tokens,
+    );
+    println!(
+        "re-plan bound: {} per token (token seconds of any placement; moves counted at zero, budget relaxed), gap {:.3} %; solved in {:.1} ms",
+        Seconds(got.lower_bound_seconds),
+        got.gap() * 100.0,
+        got.solve_seconds * 1e3,
     );
 }
 

@@ -580,3 +580,117 @@ fn plan_exports_kt_kernel_gpu_experts_that_match_the_plan() {
         "{command}"
     );
 }
+
+/// `plan --from --move-budget`: the incremental re-plan on a hand-made
+/// instance small enough to work out by hand. One MoE layer of four 64-MiB
+/// experts (top-1), one card with 160 MiB usable (room for two), RAM at
+/// 40 GB/s, the card at 200 GB/s. The plan for heat 50/30/15/5 holds the
+/// two hottest on the card; the new heat reverses it. With moves almost
+/// free (a 1e9-token horizon) the stage waits for the CPU, so, by hand:
+/// - a budget below two experts moves nothing: one expert cannot enter the
+///   full card, and one leaving it only adds to the CPU's load;
+/// - two experts' worth swaps one pair, the hottest (0.5) in and the
+///   coldest (0.05) out, leaving 0.05 + 0.3 of the mass on the CPU;
+/// - four experts' worth swaps both, leaving 0.05 + 0.15.
+///
+/// A token then takes the CPU's mass x 64 MiB / 40 GB/s plus the 4-KiB
+/// trunk's 4096 B / 40 GB/s.
+#[test]
+fn incremental_replan_moves_what_the_budget_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = |name: &str| dir.path().join(name);
+    let write = |name: &str, text: &str| std::fs::write(path(name), text).unwrap();
+    write(
+        "tiny.yaml",
+        "name: tiny\nsource: by hand\nlayers: 1\nmoe_layers: \"0..=0\"\nexperts: 4\ntop_k: 1\n\
+         hidden: 4096\nexpert_intermediate: 2730\nformats: { bf16: 67108864 }\n\
+         tiers: { gpu: bf16, ram: bf16, disk: bf16 }\n\
+         trunk:\n  - { name: attn, layers: \"0..=0\", bytes: 4096, stage: dense }\n\
+         kv_bytes_per_token: 1\n",
+    );
+    write(
+        "box.yaml",
+        "name: one-card\nsource: by hand\n\
+         numa:\n  - { id: 0, ram: 2 GiB, reserved: 1 GiB, cores: 16, gemv_bandwidth: 40 GB/s }\n\
+         gpus:\n  - { id: 0, name: card, vram: 1184 MiB, reserved: 1 GiB, numa: 0, \
+         gemv_bandwidth: 200 GB/s, upload_bandwidth: 10 GB/s, sync_overhead: 1 us }\n\
+         io_overlaps_compute: true\nfelt_fraction: 0.0\nfixed_token_seconds: 0 s\n",
+    );
+    write("old.json", r#"{"layers": [[50, 30, 15, 5]]}"#);
+    write("new.json", r#"{"layers": [[5, 15, 30, 50]]}"#);
+    let (model, profile) = (path("tiny.yaml"), path("box.yaml"));
+    let (old, new, p0, p1) = (
+        path("old.json"),
+        path("new.json"),
+        path("p0.json"),
+        path("p1.json"),
+    );
+    let old_inputs = inputs(&model, &profile, &old);
+    let new_inputs = inputs(&model, &profile, &new);
+    run_ok(&[&["plan", "--out", s(&p0)][..], &old_inputs].concat());
+    let expert_seconds_per_mass = 67108864.0 / 40e9;
+    let trunk_seconds = 4096.0 / 40e9;
+    for (budget, moved, cpu_mass) in [
+        ("0", 0, 0.8),
+        ("127 MiB", 0, 0.8),
+        ("128 MiB", 2, 0.35),
+        ("1 GiB", 4, 0.2),
+    ] {
+        let replan = [
+            &["plan", "--from", s(&p0), "--move-budget", budget][..],
+            &["--horizon-tokens", "1e9", "--out", s(&p1)],
+            &new_inputs,
+        ]
+        .concat();
+        let out = stdout(&run_ok(&replan));
+        let want = format!("moved: {moved} experts, 0 trunk components, 0 KV groups");
+        assert!(
+            out.contains(&want),
+            "{budget}: `{want}` missing from:\n{out}"
+        );
+        let carried = format!(
+            "re-plan: carries {}",
+            residency_core::units::Bytes((moved * 64) << 20)
+        );
+        assert!(
+            out.contains(&carried),
+            "{budget}: `{carried}` missing from:\n{out}"
+        );
+        assert!(out.contains("gap") && out.contains("solved in"), "{out}");
+        let token_seconds = read_json(&p1)["objective"]["token_seconds"]
+            .as_f64()
+            .unwrap();
+        let want = cpu_mass * expert_seconds_per_mass + trunk_seconds;
+        assert!(
+            (token_seconds / want - 1.0).abs() < 1e-9,
+            "{budget}: {token_seconds} s per token, by hand {want}"
+        );
+        std::fs::remove_file(&p1).unwrap();
+    }
+    // Bad budgets: one line naming the flag and the fix, no plan written.
+    let bad = [
+        &["plan", "--from", s(&p0), "--move-budget", "2 parsecs"][..],
+        &["--out", s(&p1)],
+        &new_inputs,
+    ]
+    .concat();
+    let line = one_error_line(&bad, &p1);
+    assert!(
+        line.contains("--move-budget") && line.contains("use B, KB"),
+        "{line}"
+    );
+    let line = one_error_line(&["plan", "--move-budget", "1 GiB", "--out", s(&p1)], &p1);
+    assert!(line.contains("--from"), "{line}");
+}
+
+/// `--model`, `--profile` and `--heat` arguments.
+fn inputs<'a>(model: &'a Path, profile: &'a Path, heat: &'a Path) -> [&'a str; 6] {
+    [
+        "--model",
+        s(model),
+        "--profile",
+        s(profile),
+        "--heat",
+        s(heat),
+    ]
+}

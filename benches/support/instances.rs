@@ -1,5 +1,5 @@
-//! The planner's benchmark instances, shared by `benches/planner_scale.rs`
-//! and `examples/solver_report.rs`: the GLM-5.2 real heat, a Kimi-scale
+//! The planner's benchmark instances, shared by the benches and the
+//! solver and re-plan reports in `examples/`: the GLM-5.2 real heat, a Kimi-scale
 //! geometry with Zipf heat, the embedded default, a serial-I/O box without
 //! GPUs, each on its shipped profile and on seeded mixed fleets where no
 //! two cards are alike.
@@ -12,6 +12,8 @@ use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{BytesPerSecond, Seconds};
 use residency_formats::inputs::{InputPaths, Inputs};
+use residency_solver::incremental::Warm;
+use residency_solver::{solve_warm, SolveOptions};
 use std::path::{Path, PathBuf};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -129,6 +131,62 @@ pub fn zipf_rates(model: &Model, seed: u64) -> Vec<Vec<f64>> {
             w.iter().map(|x| model.top_k() as f64 * x / sum).collect()
         })
         .collect()
+}
+
+/// The serving loop's re-plan at DeepSeek-V3 scale (2 GPUs, RAM, a
+/// drive) and Kimi scale (8 GPUs, 2 NUMA nodes, 2 drives): each solved
+/// cold for Zipf heat (seed 7), then the heat drifts to 90 % of it plus
+/// 10 % of another draw (seed 8). The instance carries the new heat; the
+/// warm start is the cold plan and its prices.
+pub struct ReplanCase {
+    /// Criterion's id of the case.
+    pub id: &'static str,
+    pub name: &'static str,
+    pub inst: Instance,
+    pub warm: Warm,
+    /// The re-plan's time limit: the target wall time at this scale.
+    pub limit_seconds: f64,
+}
+
+pub fn replan_cases() -> Vec<ReplanCase> {
+    let box2 = profile("threadripper-3945wx-rtx3070-quadro4000");
+    let h200 = profile("h200-node");
+    [
+        (
+            "deepseek-v3",
+            "DeepSeek-V3, 2 GPUs + RAM + drive",
+            deepseek_v3(&box2, 7),
+            "deepseek-v3",
+            0.020,
+        ),
+        (
+            "kimi-scale",
+            "Kimi scale, 8 GPUs",
+            kimi(&h200),
+            "kimi-scale",
+            0.200,
+        ),
+    ]
+    .into_iter()
+    .map(|(id, name, mut inst, model_name, limit_seconds)| {
+        let (_, warm) = solve_warm(&inst, SolveOptions::default()).unwrap();
+        let model = model(model_name);
+        let (old, new) = (zipf_rates(&model, 7), zipf_rates(&model, 8));
+        let drifted: Vec<Vec<f64>> = old
+            .iter()
+            .zip(&new)
+            .map(|(a, b)| a.iter().zip(b).map(|(x, y)| 0.9 * x + 0.1 * y).collect())
+            .collect();
+        inst.set_expert_rates(&drifted);
+        ReplanCase {
+            id,
+            name,
+            inst,
+            warm,
+            limit_seconds,
+        }
+    })
+    .collect()
 }
 
 pub fn model(name: &str) -> Model {

@@ -11,10 +11,13 @@
 //! use, every step kept within the budget. Nothing else starts: no greedy,
 //! no rounding, no kicks, so a pass costs a few scans of the objects.
 //!
-//! The bound is on the same objective: the priced relaxation's bound on
-//! token seconds, which no placement beats, plus the move seconds counted
-//! at their least, zero (a placement may always stay). It is valid for any
-//! budget; it is tight when staying or moving little is best.
+//! The bound is on the same objective, and precisely this: the priced
+//! relaxation's bound on the token seconds of any placement (the move
+//! budget relaxed), plus the move seconds counted at their least, zero (a
+//! placement may always stay). It is valid for any budget; it is tight
+//! when staying or moving little is best, and loose where the heat moved
+//! more than the budget lets the placement follow: there the gap is mostly
+//! the bound's, not the placement's.
 
 use crate::lagrange::{self, PriceSearch};
 use crate::search::{Migration, SearchState};
@@ -62,13 +65,24 @@ pub struct Replanned {
     /// `token_seconds + hysteresis * move_seconds / horizon_tokens`: what
     /// the re-plan minimises.
     pub objective_seconds: f64,
-    /// A lower bound on `objective_seconds` over every placement.
+    /// A lower bound on `objective_seconds` (and so on `token_seconds`)
+    /// over every placement, within the budget or not: the bound on token
+    /// seconds with moves counted at zero (see the module's docs).
     pub lower_bound_seconds: f64,
     pub solve_seconds: f64,
 }
 
+/// What a plan file says made an incremental re-plan's placement.
+pub const METHOD: &str =
+    "incremental re-plan: local search within the move budget from the placement in use";
+
+/// What a plan file says of an incremental re-plan's bound.
+pub const BOUND_METHOD: &str =
+    "priced relaxation on token seconds, warm prices; moves counted at zero, move budget relaxed";
+
 impl Replanned {
-    /// Relative distance of the objective from the bound.
+    /// Relative distance of the objective from the bound: an upper bound
+    /// on the distance from the best placement within the budget.
     pub fn gap(&self) -> f64 {
         self.objective_seconds / self.lower_bound_seconds - 1.0
     }
@@ -115,14 +129,22 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         hysteresis: options.hysteresis,
         budget_bytes: Some(options.move_budget_bytes),
     };
+    let building = Instant::now();
     let mut state = SearchState::new(inst, warm.placement.clone()).with_migration(migration);
+    // The answer's evaluation and its move seconds each scan the objects
+    // as building the state did, and the search's last step (a stage's
+    // scan in the trades) may pass its deadline by about as much again: the
+    // search leaves three times the building's time of the limit.
+    let search_deadline = (start + limit)
+        .checked_sub(building.elapsed() * 3)
+        .unwrap_or(start);
     if !state.repair() {
         return Err(PlannerError::Infeasible(format!(
-            "the placement in use does not fit the capacities, and a move budget of {} bytes cannot make it fit",
+            "the placement in use does not fit the capacities, and a move budget of {} bytes cannot make it fit; allow more bytes to move",
             options.move_budget_bytes
         )));
     }
-    state.improve(start + limit, token_bound * (1.0 + options.gap.max(0.0)));
+    state.improve(search_deadline, token_bound * (1.0 + options.gap.max(0.0)));
     let placement = state.placement.clone();
     let token_seconds = inst.evaluate(&placement).token_seconds;
     let move_seconds = placement

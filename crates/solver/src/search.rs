@@ -340,12 +340,23 @@ impl<'a> SearchState<'a> {
             if Instant::now() >= deadline {
                 break;
             }
+            // One scan of the stage per change, not one per pair of places:
+            // at Kimi scale (1,280 experts, 18 places) that scan was most
+            // of a pass.
+            let mut extremes = self.extremes(s);
             for from in 0..places {
+                if Instant::now() >= deadline {
+                    break;
+                }
                 for to in (0..places).filter(|&to| to != from) {
-                    if let Some((hot, cold)) = self.swap_candidate(s, from, to) {
+                    let (Some((hot, _)), Some((_, cold))) = (extremes[from], extremes[to]) else {
+                        continue;
+                    };
+                    if self.swap_pays(hot, cold, from, to) {
                         self.apply(hot, to);
                         self.apply(cold, from);
                         improved = true;
+                        extremes = self.extremes(s);
                     }
                 }
             }
@@ -353,24 +364,47 @@ impl<'a> SearchState<'a> {
         improved
     }
 
-    /// The hottest expert of stage `s` at `from` and the coldest at `to`,
-    /// when exchanging them fits and lowers the token time.
-    fn swap_candidate(&self, s: usize, from: usize, to: usize) -> Option<(usize, usize)> {
+    /// Per place index, the hottest and the coldest expert of stage `s`
+    /// there (ties: the last hottest and the first coldest in the stage's
+    /// order).
+    fn extremes(&self, s: usize) -> Vec<Option<(usize, usize)>> {
         let rate = |o: usize| self.inst.objects[o].use_rate;
-        let experts_at = |q: usize| {
-            self.inst.stages[s]
-                .objects
-                .iter()
-                .copied()
-                .filter(move |&o| self.placement[o] == q && self.inst.objects[o].is_expert())
-        };
-        let hot = experts_at(from).max_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
-        let cold = experts_at(to).min_by(|&a, &b| rate(a).total_cmp(&rate(b)))?;
+        let mut extremes: Vec<Option<(usize, usize)>> = vec![None; self.inst.places.len()];
+        for &o in &self.inst.stages[s].objects {
+            if !self.inst.objects[o].is_expert() {
+                continue;
+            }
+            let cell = &mut extremes[self.placement[o]];
+            *cell = Some(match *cell {
+                None => (o, o),
+                Some((hot, cold)) => (
+                    if rate(o).total_cmp(&rate(hot)).is_ge() {
+                        o
+                    } else {
+                        hot
+                    },
+                    if rate(o).total_cmp(&rate(cold)).is_lt() {
+                        o
+                    } else {
+                        cold
+                    },
+                ),
+            });
+        }
+        extremes
+    }
+
+    /// Whether exchanging `hot` (at `from`) with `cold` (at `to`) fits and
+    /// lowers the objective.
+    fn swap_pays(&self, hot: usize, cold: usize, from: usize, to: usize) -> bool {
+        let rate = |o: usize| self.inst.objects[o].use_rate;
         let room = |q: usize, enters: usize, leaves: usize| {
             self.free[q] + self.bytes(leaves, q) - self.bytes(enters, q) >= 0
         };
-        let fits = rate(hot) > rate(cold) && room(to, hot, cold) && room(from, cold, hot);
-        (fits && self.delta(&[(hot, to), (cold, from)]) < -EPSILON_SECONDS).then_some((hot, cold))
+        rate(hot) > rate(cold)
+            && room(to, hot, cold)
+            && room(from, cold, hot)
+            && self.delta(&[(hot, to), (cold, from)]) < -EPSILON_SECONDS
     }
 
     /// Every object to every place with room, first improvement.
@@ -413,10 +447,17 @@ impl<'a> SearchState<'a> {
             .collect();
         for &q in &capacitated {
             let stages = self.inst.stages.len();
-            let mut gains: Vec<Option<(f64, usize)>> =
-                (0..stages).map(|s| self.best_into(s, q)).collect();
-            let mut losses: Vec<Vec<Option<(f64, usize)>>> =
-                (0..stages).map(|s| self.best_out_of(s, q)).collect();
+            // A scan of every stage, deadline checked per stage: at Kimi
+            // scale the whole scan takes tens of milliseconds.
+            let mut gains: Vec<Option<(f64, usize)>> = Vec::with_capacity(stages);
+            let mut losses: Vec<Vec<Option<(f64, usize)>>> = Vec::with_capacity(stages);
+            for s in 0..stages {
+                if Instant::now() >= deadline {
+                    return improved;
+                }
+                gains.push(self.best_into(s, q));
+                losses.push(self.best_out_of(s, q));
+            }
             loop {
                 if Instant::now() >= deadline {
                     return improved;
@@ -427,6 +468,10 @@ impl<'a> SearchState<'a> {
                 order.sort_by(|&a, &b| gains[a].unwrap().0.total_cmp(&gains[b].unwrap().0));
                 let mut applied = None;
                 'gains: for s_in in order {
+                    // Each stage tried scans every stage's losses.
+                    if Instant::now() >= deadline {
+                        return improved;
+                    }
                     let (gain, o_in) = gains[s_in].unwrap();
                     let vacated = self.placement[o_in];
                     let mut best: Option<(f64, usize, usize)> = None;

@@ -229,29 +229,28 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     let dims = priced.capacities.len();
     let r = &inst.resources;
     // A price above what any object could save per byte at a place buys
-    // nothing: the box of the search.
-    let most_saved = (0..dims)
-        .map(|i| {
+    // nothing: the box of the search. Each object's worst seconds are found
+    // once, not once per price: at Kimi scale that scan dominated a re-plan.
+    let sync = r.gpu_sync_seconds.iter().copied().fold(0.0, f64::max);
+    let mut most_saved = vec![0.0f64; dims];
+    for (o, object) in inst.objects.iter().enumerate() {
+        let worst = inst
+            .places
+            .iter()
+            .filter(|&&q| inst.allowed(o, q))
+            .map(|&q| r.work(object, q).iter().map(|w| w.1).sum::<f64>())
+            .fold(0.0, f64::max);
+        for (i, most) in most_saved.iter_mut().enumerate() {
             let place = capacity_place(r, i);
-            inst.objects
-                .iter()
-                .enumerate()
-                .filter(|&(o, object)| inst.allowed(o, place) && object.bytes_at(place) > 0)
-                .map(|(o, object)| {
-                    let worst = inst
-                        .places
-                        .iter()
-                        .filter(|&&q| inst.allowed(o, q))
-                        .map(|&q| r.work(object, q).iter().map(|w| w.1).sum::<f64>())
-                        .fold(0.0, f64::max);
-                    let sync = r.gpu_sync_seconds.iter().copied().fold(0.0, f64::max);
-                    (worst + sync) / object.bytes_at(place) as f64
-                })
-                .fold(0.0, f64::max)
-                * 2.0
-        })
-        .map(|p| p * BYTE_UNIT / TIME_UNIT)
-        .collect::<Vec<f64>>();
+            let bytes = object.bytes_at(place);
+            if bytes > 0 && inst.allowed(o, place) {
+                *most = most.max((worst + sync) / bytes as f64);
+            }
+        }
+    }
+    most_saved
+        .iter_mut()
+        .for_each(|p| *p *= 2.0 * BYTE_UNIT / TIME_UNIT);
     let scaled = |p: &[f64]| -> Vec<f64> { p.iter().map(|x| x * TIME_UNIT / BYTE_UNIT).collect() };
     let evaluate = |p: &[f64]| {
         let (value, g, fractional) = priced.evaluate(&scaled(p));

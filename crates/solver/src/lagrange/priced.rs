@@ -374,7 +374,11 @@ impl<'a> Priced<'a> {
     /// A stage with experts: the least bound over participation sets and
     /// trunk combinations, best first. A combination's bound is at least
     /// the experts' bound for its participation set without trunk plus the
-    /// trunk's price, so only the most promising are searched in full.
+    /// trunk's price, so only the most promising are searched in full. That
+    /// first estimate takes the split bound alone: it is below the full one,
+    /// so the order stays valid, and the whole-count enumeration (most of an
+    /// evaluation's time where few places take the experts) runs only for
+    /// the candidates popped.
     pub(super) fn with_experts(
         &self,
         stage: usize,
@@ -394,7 +398,7 @@ impl<'a> Priced<'a> {
         };
         let mut heap = BinaryHeap::new();
         for (p, set) in self.participation.iter().enumerate() {
-            let Some(base) = problem(p, &empty).search() else {
+            let Some(base) = problem(p, &empty).search_split() else {
                 continue;
             };
             for (c, combination) in combinations.iter().enumerate() {

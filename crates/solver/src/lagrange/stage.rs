@@ -145,7 +145,7 @@ impl StageProblem<'_> {
     /// reads are felt (the bound over both is convex in each).
     pub(super) fn search(&self) -> Option<Searched> {
         let split = self.search_split()?;
-        match self.whole_counts() {
+        match self.whole_counts(&split) {
             Some(whole) if whole.bound > split.bound => Some(whole),
             _ => Some(split),
         }
@@ -221,15 +221,9 @@ impl StageProblem<'_> {
     /// large experts is what weakens the split bound there. Relaxed, so
     /// valid: the felt share of reads and the cores a drive shares with its
     /// node's RAM are left out. `None` when there are too many count vectors.
-    pub(super) fn whole_counts(&self) -> Option<Searched> {
-        let r = self.resources;
+    pub(super) fn whole_counts(&self, split: &Searched) -> Option<Searched> {
         let n = self.experts.ids.len();
-        let slots: Vec<(Place, f64)> = self
-            .slots
-            .iter()
-            .copied()
-            .filter(|&(q, _)| !matches!(q, Place::Gpu(g) if !self.participation[g]))
-            .collect();
+        let slots = self.whole_slots();
         let k = slots.len();
         // C(n + k - 1, k - 1) count vectors, each checked on 2^k place sets.
         let mut vectors = 1.0f64;
@@ -240,51 +234,38 @@ impl StageProblem<'_> {
             return None;
         }
         let rows = self.least_rows();
-        let total = *self.experts.prefix.last().unwrap();
-        let top = |count: usize| self.experts.prefix[count.min(n)];
-        // The mass place i can take in `time`, its resource alone.
-        let cap = |i: usize, time: f64| {
-            let e = self.experts;
-            match slots[i].0 {
-                Place::Gpu(g) => {
-                    (time - r.gpu_sync_seconds[g] - self.trunk.gpu[g])
-                        / (e.gpu_bytes / r.gpu_gemv_bytes_per_s[g])
-                }
-                Place::Ram(m) => {
-                    (time - self.trunk.cpu[m]) / (e.ram_bytes / r.cpu_gemv_bytes_per_s[m])
-                }
-                Place::Disk(d) => {
-                    let m = r.drive_numa[d];
-                    let cpu = (time - self.trunk.cpu[m])
-                        / (e.disk_bytes.min(e.ram_bytes) / r.cpu_gemv_bytes_per_s[m]);
-                    let drive = time
-                        / (r.drive_latency_seconds[d] + e.disk_bytes / r.drive_read_bytes_per_s[d]);
-                    cpu.min(drive)
-                }
-                Place::Recompute => 0.0,
-            }
-            .max(0.0)
-        };
-        // Whole counts `c` can carry all the mass within `time` when every
-        // set of places either holds the hottest experts it counts or
-        // leaves the rest to the others' caps (a polymatroid and a box).
-        let fits = |c: &[usize], time: f64| {
-            let caps: Vec<f64> = (0..k)
-                .map(|i| if c[i] > 0 { cap(i, time) } else { 0.0 })
-                .collect();
-            (0..1usize << k).all(|set| {
-                let (mut count, mut others) = (0, 0.0);
-                for i in 0..k {
-                    if set >> i & 1 == 1 {
-                        count += c[i];
-                    } else {
-                        others += caps[i];
+        let fits = |c: &[usize], time: f64| self.whole_fits(&slots, c, time);
+        // The best is first set by the split solution's counts, rounded: the
+        // whole counts near it are the good ones, and a good best drops
+        // most vectors below with one check. Any vector would be valid.
+        let mut best: Option<(f64, f64, Vec<usize>)> = None;
+        let mut split_blocks = Vec::new();
+        let seed = split
+            .counts
+            .clone()
+            .or_else(|| {
+                self.fill(split.time, split.drive, Some(&mut split_blocks))?;
+                Some(split_blocks)
+            })
+            .map(|blocks| {
+                let mut seed = vec![0usize; k];
+                for (place, count) in blocks {
+                    if let Some(i) = slots.iter().position(|&(q, _)| q == place) {
+                        seed[i] += count.round() as usize;
                     }
                 }
-                top(count) + others >= total * (1.0 - 1e-12)
-            })
-        };
-        let mut best: Option<(f64, f64, Vec<usize>)> = None;
+                seed
+            });
+        if let Some(mut seed) = seed {
+            let others: usize = seed[..k - 1].iter().sum();
+            if others <= n {
+                seed[k - 1] = n - others;
+                let price: f64 = (0..k).map(|i| slots[i].1 * seed[i] as f64).sum();
+                if let Some((low, _)) = least_time(rows, |t| fits(&seed, t)) {
+                    best = Some((low + price, low, seed));
+                }
+            }
+        }
         let mut counts = vec![0usize; k];
         loop {
             // The next count vector summing to n (odometer on the first k - 1).
@@ -292,7 +273,13 @@ impl StageProblem<'_> {
             if assigned <= n {
                 counts[k - 1] = n - assigned;
                 let price: f64 = (0..k).map(|i| slots[i].1 * counts[i] as f64).sum();
-                if best.as_ref().is_none_or(|b| rows + price < b.0) {
+                // `fits` is monotone in the time: a vector that does not fit
+                // by the time the best leaves it cannot beat the best, and
+                // is dropped with one check instead of a bisection.
+                let may_beat = best
+                    .as_ref()
+                    .is_none_or(|b| rows + price < b.0 && fits(&counts, b.0 - price));
+                if may_beat {
                     if let Some((low, _)) = least_time(rows, |t| fits(&counts, t)) {
                         if best.as_ref().is_none_or(|b| low + price < b.0) {
                             best = Some((low + price, low, counts.clone()));
@@ -326,6 +313,62 @@ impl StageProblem<'_> {
                 i += 1;
             }
         }
+    }
+
+    /// The places whole counts may use: the slots but GPUs not taking part.
+    pub(super) fn whole_slots(&self) -> Vec<(Place, f64)> {
+        self.slots
+            .iter()
+            .copied()
+            .filter(|&(q, _)| !matches!(q, Place::Gpu(g) if !self.participation[g]))
+            .collect()
+    }
+
+    /// Whether whole counts `counts` on `slots` (at most 6) can carry all
+    /// the mass within `time`: every set of places either holds the hottest
+    /// experts it counts or leaves the rest to the others' caps (a
+    /// polymatroid and a box), each cap the mass its resource alone takes.
+    pub(super) fn whole_fits(&self, slots: &[(Place, f64)], counts: &[usize], time: f64) -> bool {
+        let (r, e, k) = (self.resources, self.experts, slots.len());
+        let cap = |i: usize| {
+            match slots[i].0 {
+                Place::Gpu(g) => {
+                    (time - r.gpu_sync_seconds[g] - self.trunk.gpu[g])
+                        / (e.gpu_bytes / r.gpu_gemv_bytes_per_s[g])
+                }
+                Place::Ram(m) => {
+                    (time - self.trunk.cpu[m]) / (e.ram_bytes / r.cpu_gemv_bytes_per_s[m])
+                }
+                Place::Disk(d) => {
+                    let m = r.drive_numa[d];
+                    let cpu = (time - self.trunk.cpu[m])
+                        / (e.disk_bytes.min(e.ram_bytes) / r.cpu_gemv_bytes_per_s[m]);
+                    let drive = time
+                        / (r.drive_latency_seconds[d] + e.disk_bytes / r.drive_read_bytes_per_s[d]);
+                    cpu.min(drive)
+                }
+                Place::Recompute => 0.0,
+            }
+            .max(0.0)
+        };
+        // At most 6 places: the caps fit on the stack.
+        let mut caps = [0.0f64; 6];
+        for i in (0..k).filter(|&i| counts[i] > 0) {
+            caps[i] = cap(i);
+        }
+        let total = *e.prefix.last().unwrap();
+        let n = e.ids.len();
+        (0..1usize << k).all(|set| {
+            let (mut count, mut others) = (0, 0.0);
+            for i in 0..k {
+                if set >> i & 1 == 1 {
+                    count += counts[i];
+                } else {
+                    others += caps[i];
+                }
+            }
+            e.prefix[count.min(n)] + others >= total * (1.0 - 1e-12)
+        })
     }
 }
 
@@ -468,7 +511,103 @@ pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool)
 
 #[cfg(test)]
 mod tests {
-    use super::convex_lower_bound;
+    use super::{convex_lower_bound, least_time, StageProblem};
+    use crate::lagrange::priced::{Priced, TrunkLoads};
+    use residency_core::cost::Instance;
+    use residency_core::model::Model;
+    use residency_core::profile::HardwareProfile;
+    use std::path::Path;
+
+    /// The whole-count bound starts from the split solution's counts and
+    /// drops, with one check, every vector that cannot beat the best so
+    /// far; it must still find the least over every count vector. Checked
+    /// against brute force (every vector bisected, in the test) on one
+    /// MoE layer of 9 experts on a card, a node and a drive, for both
+    /// participation sets and a spread of prices.
+    #[test]
+    fn whole_counts_find_the_least_over_every_count_vector() {
+        let model = Model::from_yaml_str(
+            "name: tiny\nlayers: 1\nmoe_layers: [0]\nexperts: 9\ntop_k: 2\nhidden: 64\n\
+             expert_intermediate: 64\nformats: { q: 100 MB }\n\
+             tiers: { gpu: q, ram: q, disk: q }\ntrunk:\n  \
+             - { name: attn, layers: [0], bytes: 150 MB, stage: dense }\n",
+            Path::new("tiny.yaml"),
+        )
+        .unwrap();
+        let profile = HardwareProfile::from_yaml_str(
+            "name: box\n\
+             numa:\n  - { id: 0, ram: 4 GiB, reserved: 1 GiB, cores: 16, gemv_bandwidth: 40 GB/s }\n\
+             gpus:\n  - { id: 0, name: card, vram: 2 GiB, reserved: 1 GiB, numa: 0, \
+             gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: 30 us }\n\
+             drives:\n  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }\n\
+             io_overlaps_compute: true\n",
+            Path::new("box.yaml"),
+        )
+        .unwrap();
+        // Zipf-like heat summing to top_k = 2.
+        let weights: Vec<f64> = (1..=9).map(|i| 1.0 / i as f64).collect();
+        let sum: f64 = weights.iter().sum();
+        let rates = vec![weights.iter().map(|w| 2.0 * w / sum).collect()];
+        let inst = Instance::new(&profile, &model, &rates);
+        let priced = Priced::new(&inst);
+        let r = priced.resources();
+        let (stage, experts) = priced
+            .stages
+            .iter()
+            .enumerate()
+            .find_map(|(s, data)| data.experts.as_ref().map(|e| (s, e)))
+            .unwrap();
+        let trunk = TrunkLoads::empty(r);
+        let mut compared = 0;
+        for gpu_price in [0.0, 1e-12, 1e-11, 1e-10, 1e-9] {
+            for ram_price in [0.0, 1e-12, 1e-11] {
+                let slots = priced.slots(stage, experts, &[gpu_price, ram_price]);
+                for participation in &priced.participation {
+                    let problem = StageProblem {
+                        resources: r,
+                        experts,
+                        slots: &slots,
+                        participation,
+                        trunk: &trunk,
+                    };
+                    let split = problem.search_split().unwrap();
+                    let whole = problem.whole_counts(&split).unwrap();
+                    let places = problem.whole_slots();
+                    let rows = problem.least_rows();
+                    let mut least = f64::INFINITY;
+                    let mut counts = vec![0usize; places.len()];
+                    // Every vector of counts summing to 9, as an odometer.
+                    loop {
+                        if counts.iter().sum::<usize>() == 9 {
+                            let price: f64 = counts
+                                .iter()
+                                .zip(&places)
+                                .map(|(&c, q)| c as f64 * q.1)
+                                .sum();
+                            if let Some((low, _)) =
+                                least_time(rows, |t| problem.whole_fits(&places, &counts, t))
+                            {
+                                least = least.min(low + price);
+                            }
+                        }
+                        let Some(i) = counts.iter().position(|&c| c < 9) else {
+                            break;
+                        };
+                        counts[..i].iter_mut().for_each(|c| *c = 0);
+                        counts[i] += 1;
+                    }
+                    assert!(
+                        (whole.bound - least).abs() <= 1e-12 * least,
+                        "prices {gpu_price} {ram_price}: {} against brute force {least}",
+                        whole.bound
+                    );
+                    compared += 1;
+                }
+            }
+        }
+        // Both participation sets (the card out, the card in) at each price.
+        assert_eq!(compared, 30);
+    }
 
     #[test]
     fn convex_lower_bound_is_below_the_minimum_and_close() {
