@@ -31,7 +31,8 @@ pub enum Value {
 }
 
 impl Value {
-    fn kind(&self) -> &'static str {
+    /// What the value is, for errors: `a dict`, `a tensor`, ...
+    pub fn kind(&self) -> &'static str {
         match self {
             Value::None => "None",
             Value::Bool(_) => "a bool",
