@@ -536,7 +536,11 @@ fn plan_exports_kt_kernel_gpu_experts_that_match_the_plan() {
         "kt-kernel",
     ]);
     let out = stdout(&o);
-    for file in ["kt_kernel_gpu_experts.json", "kt_kernel_command.txt"] {
+    for file in [
+        "kt_kernel_gpu_experts.json",
+        "kt_kernel_gpu_experts.pt",
+        "kt_kernel_command.txt",
+    ] {
         let line = format!("wrote {} (kt-kernel)", s(&dir.path().join(file)));
         assert!(out.contains(&line), "`{line}` missing:\n{out}");
     }

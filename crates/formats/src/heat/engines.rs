@@ -183,12 +183,14 @@ fn sglang_pt_rows(path: &Path) -> Result<Vec<Vec<f64>>> {
     let (steps, layers, experts) = match tensor.shape[..] {
         [l, e] => (1, l, e),
         [s, l, e] => (s, l, e),
-        ref other => return Err(refuse(
-            "logical_count",
-            format!(
+        ref other => {
+            return Err(refuse(
+                "logical_count",
+                format!(
                 "a tensor of shape {other:?}, not [layers, experts] or [steps, layers, experts]"
             ),
-        )),
+            ))
+        }
     };
     let mut rows = vec![vec![0.0; experts]; layers];
     for step in tensor
