@@ -296,9 +296,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
         online,
         vram,
     };
-    for note in &notes {
-        eprintln!("note: {note}");
-    }
+    crate::notes(&notes);
     if let Some(vram) = &config.vram {
         println!(
             "card: {} of VRAM under {}",
