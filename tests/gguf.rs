@@ -537,7 +537,7 @@ fn an_imatrix_beside_the_gguf_is_heat_for_plan_heat_and_validate() {
     // dense layer, so the two MoE layers, one step.
     assert_eq!(
         read_json(&sglang)["logical_count"],
-        serde_json::json!([[[8.0, 4.0, 4.0, 0.0], [2.0, 6.0, 7.0, 1.0]]])
+        serde_json::json!([[[8, 4, 4, 0], [2, 6, 7, 1]]])
     );
     let v = run_ok(&["validate", s(&heat), "--model", s(&model)]);
     assert!(stdout(&v).contains("imatrix heat"), "{}", stdout(&v));

@@ -207,8 +207,8 @@ fn sglang_pt_rows(path: &Path) -> Result<Vec<Vec<f64>>> {
 
 /// Writes heat as SGLang's `logical_count` (`sglang-json` or `sglang-pt`),
 /// one step: one row per transformer layer when the model is known (dense
-/// layers' rows zero), else per MoE layer, with a warning. Integer counts
-/// are written as int64, others as float64.
+/// layers' rows zero), else per MoE layer, with a warning. Whole counts
+/// are written as integers (int64 in the tensor), others as float64.
 pub(crate) fn write(
     heat: &Heat,
     path: &Path,
@@ -239,10 +239,10 @@ pub(crate) fn write(
         .iter()
         .flat_map(|row| (0..experts).map(|e| row.get(e).copied().unwrap_or(0.0)))
         .collect();
+    let whole = values
+        .iter()
+        .all(|v| v.fract() == 0.0 && v.abs() < 2f64.powi(53));
     let bytes = if format == HeatFormat::SglangPt {
-        let whole = values
-            .iter()
-            .all(|v| v.fract() == 0.0 && v.abs() < 2f64.powi(53));
         let tensor = Tensor {
             dtype: if whole { DType::Int64 } else { DType::Float64 },
             shape: vec![1, rows.len(), experts],
@@ -250,7 +250,14 @@ pub(crate) fn write(
         };
         torch::write(&[("logical_count", &tensor)])
     } else {
-        let table: Vec<&[f64]> = values.chunks(experts.max(1)).collect();
+        let number = |&v: &f64| match whole {
+            true => serde_json::json!(v as i64),
+            false => serde_json::json!(v),
+        };
+        let table: Vec<Vec<serde_json::Value>> = values
+            .chunks(experts.max(1))
+            .map(|row| row.iter().map(number).collect())
+            .collect();
         let json = serde_json::json!({ "logical_count": [table] });
         (json.to_string() + "\n").into_bytes()
     };
