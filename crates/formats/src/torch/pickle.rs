@@ -52,16 +52,16 @@ impl Value {
 const REBUILD_TENSOR: &str = "torch._utils._rebuild_tensor_v2";
 const ORDERED_DICT: &str = "collections.OrderedDict";
 
+/// Gives a storage's elements by dtype and key (`data/<key>` of the zip).
+pub type Storages<'a> = dyn FnMut(DType, &str) -> Result<Vec<f64>, PtError> + 'a;
+
 enum Slot {
     Mark,
     Value(Value),
 }
 
 /// Runs the pickle `bytes`; `storage(dtype, key)` gives a storage's values.
-pub fn load(
-    bytes: &[u8],
-    storage: &mut dyn FnMut(DType, &str) -> Result<Vec<f64>, PtError>,
-) -> Result<Value, PtError> {
+pub fn load(bytes: &[u8], storage: &mut Storages) -> Result<Value, PtError> {
     let mut m = Machine {
         bytes,
         at: 0,
@@ -361,7 +361,7 @@ impl<'a> Machine<'a> {
     }
 
     fn extend_dict(&mut self, items: Vec<Value>, op_at: usize) -> Result<(), PtError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return Err(PtError::new(
                 format!("data.pkl byte {op_at}"),
                 "SETITEMS with a key but no value",
@@ -411,11 +411,7 @@ enum Reduce {
 }
 
 /// Calls one of the two callables a tensor file holds.
-fn reduce(
-    callable: Value,
-    args: Value,
-    storage: &mut dyn FnMut(DType, &str) -> Result<Vec<f64>, PtError>,
-) -> Result<Value, Reduce> {
+fn reduce(callable: Value, args: Value, storage: &mut Storages) -> Result<Value, Reduce> {
     let Value::Global(name) = callable else {
         return Err(Reduce::Bad(format!("a call of {}", callable.kind())));
     };
