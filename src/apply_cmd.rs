@@ -72,9 +72,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     );
     bar.finish_and_clear();
     let applied = applied?;
-    for note in &applied.notes {
-        eprintln!("note: {note}");
-    }
+    crate::notes(&applied.notes);
     println!(
         "applied {} to {}",
         args.plan.display(),

@@ -50,9 +50,7 @@ pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
         seed: args.seed,
     };
     let report = checkpoint::generate(&model, path, &args.out, &opts)?;
-    for note in &report.notes {
-        eprintln!("note: {note}");
-    }
+    crate::notes(&report.notes);
     let c = &report.config;
     println!(
         "wrote {}: {} ({}); layers: {} ({} MoE, {} experts each, {}); {} tensors in {} shard(s), {}",
@@ -103,9 +101,7 @@ fn derived_model(path: &Path) -> Result<Option<(Model, String, Vec<String>)>> {
 pub fn model_from_path(path: &Path) -> Result<Model> {
     match derived_model(path)? {
         Some((model, _, notes)) => {
-            for note in notes {
-                eprintln!("note: {note}");
-            }
+            crate::notes(&notes);
             Ok(model)
         }
         None => Ok(Model::from_yaml_file(path)?),

@@ -115,7 +115,9 @@ impl SizingArgs {
             );
         }
         let (kv_bytes_per_token, source) = kv_bytes_per_token(self)?;
-        eprintln!("note: {kv_bytes_per_token} KV bytes per token, from {source}");
+        crate::term::note(format!(
+            "{kv_bytes_per_token} KV bytes per token, from {source}"
+        ));
         Ok(KvCostModel {
             prefill_tokens_per_second: rate,
             kv_bytes_per_token,

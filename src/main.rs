@@ -12,6 +12,7 @@ mod print;
 mod profile_cmd;
 mod replay_cmd;
 mod simulate;
+mod term;
 
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
@@ -34,13 +35,25 @@ use std::time::{Duration, Instant};
 #[derive(Parser)]
 #[command(
     name = "residency",
-    version,
+    version = VERSION,
     about = "Where should every MoE expert, trunk component and KV prefix live?"
 )]
 struct Cli {
+    /// Print no notes (errors and results still print).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
+
+/// `--version`: the package version and the commit it was built from
+/// (`build.rs`; "commit unknown" when built outside a git checkout).
+const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (",
+    env!("RESIDENCY_COMMIT"),
+    ")"
+);
 
 /// The three inputs of a plan; each defaults to the embedded example.
 #[derive(clap::Args, Clone)]
@@ -171,8 +184,11 @@ enum Command {
         model: ModelArg,
         #[command(flatten)]
         partial_heat: PartialHeatArg,
-        /// Write the heat here (format from --out-format or the extension).
-        #[arg(long)]
+        /// Write the heat here (format from --out-format or the extension:
+        /// .json ours, .csv, .pt SGLang's and kt-kernel's torch file,
+        /// .bin/.heat coli-heat, *coli_usage); --out-format sglang-json for
+        /// SGLang's JSON.
+        #[arg(long, visible_alias = "to")]
         out: Option<PathBuf>,
         #[arg(long, value_parser = named::<HeatFormat>())]
         out_format: Option<HeatFormat>,
@@ -236,6 +252,18 @@ enum Command {
         #[arg(long, default_value = "schemas")]
         out: PathBuf,
     },
+    /// Print the shell completion script (bash, zsh, fish, powershell,
+    /// elvish), e.g. `residency completions bash > /etc/bash_completion.d/residency`.
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page, or with --out write one page per command
+    /// (residency.1, residency-plan.1, ...) into a directory.
+    Man {
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
 }
 
 /// `plan`'s default `--time-limit` and `--gap`, which `bench --sweep`'s
@@ -286,18 +314,16 @@ fn main() -> ExitCode {
             e.exit()
         }
         Err(e) => {
-            eprintln!("{}", one_line(&e));
+            term::error(one_line(&e));
             return ExitCode::FAILURE;
         }
     };
+    term::set_quiet(cli.quiet);
     match run(cli.command) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             let chain: Vec<String> = e.chain().map(ToString::to_string).collect();
-            eprintln!(
-                "error: {}",
-                residency_core::error::without_controls(&chain.join(": "))
-            );
+            term::error(residency_core::error::without_controls(&chain.join(": ")));
             ExitCode::FAILURE
         }
     }
@@ -334,9 +360,10 @@ fn one_line(e: &clap::Error) -> String {
         ErrorKind::ArgumentConflict => format!("give one of them, not both ({help})"),
         _ => help,
     };
+    // `term::error` puts the `error:` label back.
     let message = match message.join(" ") {
-        m if m.is_empty() => "error: the command line is not understood".to_string(),
-        m => m,
+        m if m.is_empty() => "the command line is not understood".to_string(),
+        m => m.strip_prefix("error: ").unwrap_or(&m).to_string(),
     };
     format!("{message}; {fix}")
 }
@@ -405,7 +432,47 @@ fn run(command: Command) -> Result<()> {
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
         Command::Profile(args) => profile_cmd::run(args),
         Command::Schema { out } => write_schemas(&out),
+        Command::Completions { shell } => {
+            let mut cmd = Cli::command();
+            clap_complete::generate(shell, &mut cmd, "residency", &mut std::io::stdout());
+            Ok(())
+        }
+        Command::Man { out } => man(out.as_deref()),
     }
+}
+
+/// The man pages of the clap definitions: `residency.1` to standard
+/// output, or every command's page into `dir`.
+fn man(dir: Option<&Path>) -> Result<()> {
+    let cmd = Cli::command();
+    match dir {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| {
+                format!(
+                    "{}: cannot create the directory; give --out a writable directory",
+                    dir.display()
+                )
+            })?;
+            clap_mangen::generate_to(cmd, dir).with_context(|| {
+                format!(
+                    "{}: cannot write the man pages; give --out a writable directory",
+                    dir.display()
+                )
+            })?;
+            println!("wrote {}/residency*.1", dir.display());
+        }
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .context("rendering the man page")?;
+            use std::io::Write;
+            std::io::stdout()
+                .write_all(&page)
+                .context("standard output")?;
+        }
+    }
+    Ok(())
 }
 
 fn write_schemas(dir: &Path) -> Result<()> {
@@ -460,7 +527,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
 
 fn notes(notes: &[String]) {
     for note in notes {
-        eprintln!("note: {note}");
+        term::note(note);
     }
 }
 
@@ -775,9 +842,10 @@ fn format_from_extension(path: &Path) -> Result<HeatFormat> {
     Ok(match ext {
         "json" => HeatFormat::Json,
         "csv" => HeatFormat::Csv,
+        "pt" | "pth" => HeatFormat::SglangPt,
         "bin" | "heat" => HeatFormat::ColiHeat,
         _ if name.ends_with("coli_usage") => HeatFormat::ColiUsage,
-        _ => bail!("{}: cannot tell the heat format from the name; give --out-format json|csv|coli-heat|coli-usage", path.display()),
+        _ => bail!("{}: cannot tell the heat format from the name; give --out-format json|csv|coli-heat|coli-usage|sglang-json|sglang-pt", path.display()),
     })
 }
 

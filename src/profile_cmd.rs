@@ -309,8 +309,6 @@ fn emit(
             }
         }
     }
-    for note in notes {
-        eprintln!("note: {note}");
-    }
+    crate::notes(notes);
     Ok(())
 }

@@ -349,9 +349,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if let (Some(choice), Some(vram)) = (&card_window, config.vram.as_mut()) {
         vram.halve_every_ticks = choice.halve_every_ticks;
     }
-    for note in &notes {
-        eprintln!("note: {note}");
-    }
+    crate::notes(&notes);
     if let Some(vram) = &config.vram {
         println!(
             "card: {} of VRAM under {}",

@@ -536,7 +536,11 @@ fn plan_exports_kt_kernel_gpu_experts_that_match_the_plan() {
         "kt-kernel",
     ]);
     let out = stdout(&o);
-    for file in ["kt_kernel_gpu_experts.json", "kt_kernel_command.txt"] {
+    for file in [
+        "kt_kernel_gpu_experts.json",
+        "kt_kernel_gpu_experts.pt",
+        "kt_kernel_command.txt",
+    ] {
         let line = format!("wrote {} (kt-kernel)", s(&dir.path().join(file)));
         assert!(out.contains(&line), "`{line}` missing:\n{out}");
     }
@@ -693,4 +697,73 @@ fn inputs<'a>(model: &'a Path, profile: &'a Path, heat: &'a Path) -> [&'a str; 6
         "--heat",
         s(heat),
     ]
+
+#[test]
+fn completions_and_man_pages_come_from_the_command_definitions() {
+    for shell in ["bash", "zsh", "fish", "powershell"] {
+        let out = stdout(&run_ok(&["completions", shell]));
+        for command in ["plan", "heat", "kv-replay", "completions", "man"] {
+            assert!(out.contains(command), "{shell}: `{command}` missing");
+        }
+    }
+    let o = run(&["completions", "tcsh"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    let page = stdout(&run_ok(&["man"]));
+    assert!(page.contains(".TH residency 1"), "{page}");
+    assert!(page.contains("\\-\\-quiet"), "{page}");
+    let dir = tempfile::tempdir().unwrap();
+    run_ok(&["man", "--out", s(dir.path())]);
+    let plan = std::fs::read_to_string(dir.path().join("residency-plan.1")).unwrap();
+    assert!(plan.contains(".TH residency-plan 1"), "{plan}");
+}
+
+#[test]
+fn version_names_the_commit() {
+    let out = stdout(&run_ok(&["--version"]));
+    // `residency 0.1.0 (abc1234)`, or `(commit unknown)` outside git.
+    let re = regex::Regex::new(r"^residency \d+\.\d+\.\d+ \(([0-9a-f]{7,}|commit unknown)\)\n$")
+        .unwrap();
+    assert!(re.is_match(&out), "{out}");
+    if let Ok(git) = std::process::Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(ROOT)
+        .output()
+    {
+        let head = String::from_utf8_lossy(&git.stdout).trim().to_string();
+        if git.status.success() {
+            assert!(out.contains(&format!("({head})")), "{out} vs {head}");
+        }
+    }
+}
+
+#[test]
+fn quiet_silences_notes_but_not_results_or_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let plan = dir.path().join("plan.json");
+    let args = [
+        "plan",
+        "--time-limit",
+        "1",
+        "--out",
+        s(&plan),
+        "--export",
+        "kt-kernel",
+    ];
+    // The kt-kernel export notes what it cannot express.
+    let loud = run_ok(&args);
+    assert!(stderr(&loud).lines().any(|l| l.starts_with("note: ")));
+    // Piped, so no colour codes either.
+    assert!(!stderr(&loud).contains('\x1b'), "{}", stderr(&loud));
+    for flag in ["-q", "--quiet"] {
+        let quiet = run_ok(&[&args[..], &[flag]].concat());
+        assert_eq!(stderr(&quiet), "", "{flag}");
+        assert!(stdout(&quiet).contains("wrote"), "{}", stdout(&quiet));
+    }
+    let o = run(&["-q", "plan", "--time-limit=-1"]);
+    assert!(
+        stderr(&o).starts_with("error: --time-limit -1"),
+        "{}",
+        stderr(&o)
+    );
 }

@@ -505,6 +505,40 @@ fn an_imatrix_beside_the_gguf_is_heat_for_plan_heat_and_validate() {
     assert!(stderr(&o).contains("prefill routes"), "{}", stderr(&o));
     let written = read_json(&out);
     assert_eq!(written["layers"][1], serde_json::json!([2, 6, 7, 1]));
+    // -q: the same conversion without the note.
+    let o = run_ok(&[
+        "heat",
+        s(&heat),
+        "--model",
+        s(&model),
+        "--out",
+        s(&out),
+        "-q",
+    ]);
+    assert!(!stderr(&o).contains("note:"), "{}", stderr(&o));
+    // Converted to the engines' files and read back: the counts above, per
+    // MoE layer, whichever way they went.
+    let sglang = dir.path().join("sglang.json");
+    for (name, extra) in [
+        ("heat.pt", &[][..]),
+        ("heat.csv", &[][..]),
+        ("sglang.json", &["--out-format", "sglang-json"][..]),
+    ] {
+        let file = dir.path().join(name);
+        let args = ["heat", s(&heat), "--model", s(&model), "--to", s(&file)];
+        run_ok(&[&args[..], extra].concat());
+        let back = dir.path().join(format!("{name}.json"));
+        run_ok(&["heat", s(&file), "--model", s(&model), "--out", s(&back)]);
+        let layers = &read_json(&back)["layers"];
+        assert_eq!(layers[0], serde_json::json!([8, 4, 4, 0]), "{name}");
+        assert_eq!(layers[1], serde_json::json!([2, 6, 7, 1]), "{name}");
+    }
+    // SGLang's JSON has a row per transformer layer: this model has no
+    // dense layer, so the two MoE layers, one step.
+    assert_eq!(
+        read_json(&sglang)["logical_count"],
+        serde_json::json!([[[8, 4, 4, 0], [2, 6, 7, 1]]])
+    );
     let v = run_ok(&["validate", s(&heat), "--model", s(&model)]);
     assert!(stdout(&v).contains("imatrix heat"), "{}", stdout(&v));
     let plan = dir.path().join("plan.json");

@@ -1,8 +1,9 @@
 //! The `kt-kernel` export: ktransformers' CPU expert kernels inside SGLang.
 //! Each MoE layer keeps a set of its routed experts on the GPUs and runs
 //! the rest on the CPU (AMX/AVX). This module writes the plan's set per
-//! layer (`kt_kernel_gpu_experts.json`) and the `sglang.launch_server`
-//! command that loads exactly that set (`kt_kernel_command.txt`).
+//! layer (`kt_kernel_gpu_experts.json`), the counts that make the engine
+//! choose exactly that set (`kt_kernel_gpu_experts.pt`, written without
+//! Python) and the `sglang.launch_server` command (`kt_kernel_command.txt`).
 //!
 //! What the engine takes, read in ktransformers' SGLang fork
 //! (kvcache-ai/sglang at 04653fa: `python/sglang/srt/server_args.py`,
@@ -17,8 +18,7 @@
 //!   FILE.pt` spends that budget on the (layer, expert) pairs with the
 //!   highest `logical_count` (a torch tensor `[passes, layers, experts]`,
 //!   summed over passes) over all layers at once, so layers may differ in
-//!   count. SGLang reads only `.pt` files for it, hence the snippet in the
-//!   command file that turns our JSON into one.
+//!   count. It reads only `.pt` files for it, so that is what we write.
 //! - Every card of `--tensor-parallel-size` holds a slice of every GPU
 //!   expert: there is one mask for all cards.
 //! - Upstream SGLang (sgl-project/sglang at 7a0f545, `kt_ep_wrapper.py`)
@@ -32,6 +32,7 @@ use super::{
     create_dir, model_layers, placement, shell_quote, trunk_not_expressed, unexpressed_tiers,
     Export,
 };
+use crate::torch::{self, DType, Tensor};
 use residency_core::cost::{Instance, Place};
 use residency_core::error::{write_atomic, PlannerError, Result};
 use residency_core::plan::Plan;
@@ -39,7 +40,8 @@ use residency_core::units::Bytes;
 use std::path::Path;
 
 pub const KT_KERNEL_FILE: &str = "kt_kernel_gpu_experts.json";
-/// The torch file the command file's snippet writes from [`KT_KERNEL_FILE`].
+/// The torch file `--init-expert-location` reads: [`KT_KERNEL_FILE`]'s
+/// masks as counts.
 pub const KT_KERNEL_COUNTS_FILE: &str = "kt_kernel_gpu_experts.pt";
 pub const KT_KERNEL_COMMAND_FILE: &str = "kt_kernel_command.txt";
 
@@ -70,10 +72,11 @@ pub struct KtKernelLayer {
     pub by_card: Vec<Vec<usize>>,
 }
 
-/// Writes `kt_kernel_gpu_experts.json` and `kt_kernel_command.txt` (the
-/// snippet that writes `kt_kernel_gpu_experts.pt`, then the server line).
-/// The plan's GPU experts count 2 in that file and its other routed experts
-/// 1, so the frequency strategy's top `total_gpu_experts` over all layers
+/// Writes `kt_kernel_gpu_experts.json`, `kt_kernel_gpu_experts.pt` and
+/// `kt_kernel_command.txt` (the server line). The `.pt` holds
+/// `{"logical_count": float32 [1, num_hidden_layers, num_experts]}`: the
+/// plan's GPU experts count 2 and the other routed experts of MoE layers 1
+/// (dense layers' rows 0), so the frequency strategy's top `total_gpu_experts` over all layers
 /// are exactly the plan's masks; `model_file` becomes `--model-path` when
 /// it is a Hugging Face checkpoint directory.
 pub fn kt_kernel(
@@ -130,40 +133,50 @@ pub fn kt_kernel(
     let command_path = dir.join(KT_KERNEL_COMMAND_FILE);
     let json = serde_json::to_string_pretty(&file).expect("lists of integers serialise");
     write_atomic(&json_path, (json + "\n").as_bytes())?;
-    // JSON string literals are Python string literals.
-    let py = |p: &Path| serde_json::to_string(&p.display().to_string()).expect("a string");
+    write_atomic(
+        &pt_path,
+        &torch::write(&[("logical_count", &gpu_expert_counts(&file))]),
+    )?;
     let command = format!(
         "# kt-kernel in SGLang: ktransformers' fork (kvcache-ai/sglang, `pip install sglang-kt`), which takes GPU expert masks.\n\
-         # 1. The plan's GPU experts as the activation counts --init-expert-location reads (a torch file, so torch writes it):\n\
-         #    they count 2 and the layer's other experts 1, so the frequency strategy's top {total} are the plan's.\n\
-         python - <<'EOF'\n\
-         import json, torch\n\
-         plan = json.load(open({json}))\n\
-         counts = torch.zeros(1, plan[\"num_hidden_layers\"], plan[\"num_experts\"])\n\
-         for row in plan[\"layers\"]:\n\
-         \x20   counts[0, row[\"layer\"]] = 1\n\
-         \x20   for e in row[\"gpu_experts\"]:\n\
-         \x20       counts[0, row[\"layer\"], e] = 2\n\
-         torch.save({{\"logical_count\": counts}}, {pt})\n\
-         EOF\n\
-         # 2. The server. KT_WEIGHTS_DIR: the CPU expert weights in --kt-method's format (kt-kernel/scripts/convert_cpu_weights.py;\n\
-         #    the model directory itself for FP8/BF16); CPU_THREADS: physical cores minus GPUs, as kt-kernel's docs advise.\n\
-         #    No --kt-enable-dynamic-expert-update: it would replace the plan's experts at run time.\n\
+         # {pt_name}: the plan's GPU experts as the activation counts --init-expert-location reads:\n\
+         # they count 2 and the layer's other experts 1, so the frequency strategy's top {total} are the plan's.\n\
+         # KT_WEIGHTS_DIR: the CPU expert weights in --kt-method's format (kt-kernel/scripts/convert_cpu_weights.py;\n\
+         # the model directory itself for FP8/BF16); CPU_THREADS: physical cores minus GPUs, as kt-kernel's docs advise.\n\
+         # No --kt-enable-dynamic-expert-update: it would replace the plan's experts at run time.\n\
          python -m sglang.launch_server --model-path {model} --trust-remote-code \
          --kt-weight-path KT_WEIGHTS_DIR --kt-method AMXINT4 --kt-cpuinfer CPU_THREADS \
          --kt-threadpool-count {pools} --tensor-parallel-size {gpus} {budget} \
          --kt-expert-placement-strategy frequency --init-expert-location {pt_arg}\n",
-        json = py(&json_path),
-        pt = py(&pt_path),
+        pt_name = KT_KERNEL_COUNTS_FILE,
         pools = inst.resources.numa_nodes().max(1),
         budget = budget_flag(total, layers_of.len(), experts),
         pt_arg = shell_quote(&pt_path.display().to_string()),
     );
     write_atomic(&command_path, command.as_bytes())?;
     Ok(Export {
-        files: vec![json_path, command_path],
+        files: vec![json_path, pt_path, command_path],
         warnings,
     })
+}
+
+/// The counts of [`KT_KERNEL_COUNTS_FILE`]: 2 for a GPU expert, 1 for
+/// another routed expert, 0 in dense layers (float32, as `torch.zeros`).
+fn gpu_expert_counts(file: &KtKernelGpuExperts) -> Tensor {
+    let experts = file.num_experts;
+    let mut values = vec![0.0; file.num_hidden_layers * experts];
+    for layer in &file.layers {
+        let row = &mut values[layer.layer * experts..][..experts];
+        row.fill(1.0);
+        for &e in &layer.gpu_experts {
+            row[e] = 2.0;
+        }
+    }
+    Tensor {
+        dtype: DType::Float32,
+        shape: vec![1, file.num_hidden_layers, experts],
+        values,
+    }
 }
 
 /// Each MoE layer's experts the placement puts on a GPU, all cards

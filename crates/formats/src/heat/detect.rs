@@ -1,6 +1,7 @@
 //! Heat format detection (design §3.3: "detected from magic bytes or
 //! extension"): magic bytes first (QTH1 -> coli-heat, IKU1 -> coli-usage,
-//! GGUF and llama.cpp's legacy `.dat` layout -> imatrix),
+//! GGUF and llama.cpp's legacy `.dat` layout -> imatrix, a zip -> sglang-pt,
+//! whose reader refuses other zips and legacy torch files by name),
 //! then the extension with a look at the content (`.json` object vs array,
 //! `.jsonl` first-line keys, `.csv` header), then the content of other text
 //! files (`int int int` -> coli-usage, `int int int id:gate` -> coli-route),
@@ -14,7 +15,7 @@ use std::path::Path;
 
 /// Bytes read from the start of a file to detect its format.
 const SNIFF: u64 = 64 * 1024;
-const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv, sglang-json, vllm-eplb, imatrix";
+const FIX: &str = "pass --heat-format with one of: json, jsonl, csv, coli-heat, coli-usage, coli-route, esft, llama4-json, mixtral-jsonl, qwen3-csv, sglang-json, sglang-pt, vllm-eplb, imatrix";
 
 /// The format of a heat file or data-set directory.
 pub fn detect_format(path: &Path) -> Result<HeatFormat> {
@@ -47,6 +48,9 @@ pub fn detect_format(path: &Path) -> Result<HeatFormat> {
         if magic == b"GGUF" || super::imatrix::is_legacy_dat(&head) {
             return Ok(HeatFormat::Imatrix);
         }
+        if magic == crate::torch::ZIP_MAGIC {
+            return Ok(HeatFormat::SglangPt);
+        }
     }
     let name = path
         .file_name()
@@ -66,6 +70,9 @@ pub fn detect_format(path: &Path) -> Result<HeatFormat> {
         .map(|x| x.to_string_lossy().to_ascii_lowercase())
         .unwrap_or_default();
     match extension.as_str() {
+        // A torch file in the legacy (pickle) format: the reader says how
+        // to re-save it.
+        "pt" | "pth" => Ok(HeatFormat::SglangPt),
         "json" => match first.chars().next() {
             // Engine dumps are JSON objects too, told apart by their keys.
             Some('{') if text.contains("\"logical_count\"") => Ok(HeatFormat::SglangJson),

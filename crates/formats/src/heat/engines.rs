@@ -4,10 +4,17 @@
 //!   `{"logical_count": C}` with `C` per layer and logical expert
 //!   (`[layers][experts]`) or per step as well (`[steps][layers][experts]`):
 //!   the recorder's `logical_count` tensor written with `.tolist()` and
-//!   `json.dump` (its own dump is a torch file, which needs torch to read).
-//!   Rows are the model's transformer layers when there are as many as the
-//!   model has (dense layers' rows are dropped, with a warning if they
-//!   hold counts), else MoE ordinals.
+//!   `json.dump`; SGLang's `--init-expert-location` reads it.
+//! - `sglang-pt`: the same counts in the recorder's own torch file (read
+//!   without Python, [`crate::torch`]): a dict with `logical_count` (other
+//!   keys, such as `rank`, ignored) or a bare tensor, integer or float.
+//!   kt-kernel's `frequency` strategy reads the same file.
+//!
+//!   Rows of both are the model's transformer layers when there are as many
+//!   as the model has (dense layers' rows are dropped, with a warning if
+//!   they hold counts), else MoE ordinals. Both are written too: one row
+//!   per transformer layer when the model is known (SGLang indexes rows by
+//!   layer id), a single step.
 //! - `vllm-eplb`: vLLM's EPLB load window,
 //!   `{"expert_load_window": W, "physical_to_logical_map": M}`, `W` per
 //!   (step,) MoE layer and physical expert slot, `M` the logical expert of
@@ -15,9 +22,12 @@
 //!
 //! Counts come without token totals, so use rates are `top_k * c / sum c`.
 
-use super::common::{expert_problem, json_err, resolve_shape, CountTable, LayerMap};
+use super::common::{
+    expert_problem, json_err, resolve_shape, warn_categories_dropped, CountTable, LayerMap,
+};
 use super::{Heat, HeatContext, HeatFormat};
-use residency_core::error::{read_text, PlannerError, Result};
+use crate::torch::{self, DType, Tensor, Value};
+use residency_core::error::{read_file, read_text, write_atomic, PlannerError, Result};
 use residency_core::limits;
 use serde::Deserialize;
 use std::path::Path;
@@ -64,6 +74,7 @@ struct VllmFile {
 }
 
 const SGLANG_FIX: &str = "write {\"logical_count\": recorder.logical_count.tolist()} as JSON";
+const SGLANG_PT_FIX: &str = "give the torch file SGLang's expert-distribution recorder writes (a dict with `logical_count`, an integer or float tensor [layers, experts] or [steps, layers, experts]), or convert it with torch: torch.save({\"logical_count\": counts}, path)";
 const VLLM_FIX: &str = "write {\"expert_load_window\": [...], \"physical_to_logical_map\": [...]} as JSON (tensors via .tolist())";
 
 pub(crate) fn read(
@@ -72,14 +83,16 @@ pub(crate) fn read(
     ctx: &HeatContext,
     warnings: &mut Vec<String>,
 ) -> Result<Heat> {
-    let text = read_text(path)?;
     let rows = match format {
+        HeatFormat::SglangPt => model_rows(sglang_pt_rows(path)?, path, ctx, warnings)?,
         HeatFormat::SglangJson => {
+            let text = read_text(path)?;
             let file: SglangFile =
                 serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, SGLANG_FIX))?;
             model_rows(file.logical_count.per_layer(), path, ctx, warnings)?
         }
         _ => {
+            let text = read_text(path)?;
             let file: VllmFile =
                 serde_json::from_str(&text).map_err(|e| json_err(path, None, &e, VLLM_FIX))?;
             logical_rows(
@@ -120,6 +133,136 @@ pub(crate) fn read(
         total: table.finish(&shape, None),
         categories: Default::default(),
     })
+}
+
+/// The recorder's torch file as `[layers][experts]`, steps summed.
+fn sglang_pt_rows(path: &Path) -> Result<Vec<Vec<f64>>> {
+    let refuse = |place: &str, problem: String| {
+        PlannerError::input(path, place.to_string(), problem, SGLANG_PT_FIX)
+    };
+    let value = torch::read(&read_file(path)?).map_err(|e| refuse(&e.place, e.problem))?;
+    let tensor = match value {
+        Value::Tensor(t) => t,
+        Value::Dict(items) => {
+            let key = |k: &Value| match k {
+                Value::Str(k) => k.clone(),
+                other => format!("({})", other.kind()),
+            };
+            let found = items
+                .iter()
+                .find(|(k, _)| key(k) == "logical_count")
+                .map(|(_, v)| v.clone());
+            match found {
+                Some(Value::Tensor(t)) => t,
+                Some(other) => {
+                    return Err(refuse(
+                        "logical_count",
+                        format!("is {}, not a tensor", other.kind()),
+                    ))
+                }
+                None => {
+                    let keys: Vec<String> = items.iter().map(|(k, _)| key(k)).collect();
+                    let what = if keys.iter().any(|k| k == "physical_to_logical_map") {
+                        "an expert location map (physical_to_logical_map), not counts".to_string()
+                    } else {
+                        format!("a dict without `logical_count` (keys: {})", keys.join(", "))
+                    };
+                    return Err(refuse("top level", what));
+                }
+            }
+        }
+        other => {
+            return Err(refuse(
+                "top level",
+                format!(
+                    "{}, not a tensor or a dict with `logical_count`",
+                    other.kind()
+                ),
+            ))
+        }
+    };
+    let (steps, layers, experts) = match tensor.shape[..] {
+        [l, e] => (1, l, e),
+        [s, l, e] => (s, l, e),
+        ref other => {
+            return Err(refuse(
+                "logical_count",
+                format!(
+                "a tensor of shape {other:?}, not [layers, experts] or [steps, layers, experts]"
+            ),
+            ))
+        }
+    };
+    let mut rows = vec![vec![0.0; experts]; layers];
+    for step in tensor
+        .values
+        .chunks_exact((layers * experts).max(1))
+        .take(steps)
+    {
+        for (row, values) in rows.iter_mut().zip(step.chunks_exact(experts.max(1))) {
+            row.iter_mut().zip(values).for_each(|(a, b)| *a += b);
+        }
+    }
+    Ok(rows)
+}
+
+/// Writes heat as SGLang's `logical_count` (`sglang-json` or `sglang-pt`),
+/// one step: one row per transformer layer when the model is known (dense
+/// layers' rows zero), else per MoE layer, with a warning. Whole counts
+/// are written as integers (int64 in the tensor), others as float64.
+pub(crate) fn write(
+    heat: &Heat,
+    path: &Path,
+    format: HeatFormat,
+    ctx: &HeatContext,
+    warnings: &mut Vec<String>,
+) -> Result<()> {
+    warn_categories_dropped(heat, path, format.name(), warnings);
+    let counts = &heat.total.counts;
+    let rows: Vec<&[f64]> = match (&ctx.moe_layers, ctx.model_layers) {
+        (Some(moe_layers), Some(layers)) if moe_layers.len() == counts.len() => {
+            let mut rows: Vec<&[f64]> = vec![&[]; layers];
+            for (row, &layer) in counts.iter().zip(moe_layers) {
+                rows[layer] = row;
+            }
+            rows
+        }
+        _ => {
+            warnings.push(format!(
+                "{}: rows are MoE layers; SGLang indexes them by transformer layer, so for a model with dense layers pass --model",
+                path.display()
+            ));
+            counts.iter().map(Vec::as_slice).collect()
+        }
+    };
+    let experts = counts.iter().map(Vec::len).max().unwrap_or(0);
+    let values: Vec<f64> = rows
+        .iter()
+        .flat_map(|row| (0..experts).map(|e| row.get(e).copied().unwrap_or(0.0)))
+        .collect();
+    let whole = values
+        .iter()
+        .all(|v| v.fract() == 0.0 && v.abs() < 2f64.powi(53));
+    let bytes = if format == HeatFormat::SglangPt {
+        let tensor = Tensor {
+            dtype: if whole { DType::Int64 } else { DType::Float64 },
+            shape: vec![1, rows.len(), experts],
+            values,
+        };
+        torch::write(&[("logical_count", &tensor)])
+    } else {
+        let number = |&v: &f64| match whole {
+            true => serde_json::json!(v as i64),
+            false => serde_json::json!(v),
+        };
+        let table: Vec<Vec<serde_json::Value>> = values
+            .chunks(experts.max(1))
+            .map(|row| row.iter().map(number).collect())
+            .collect();
+        let json = serde_json::json!({ "logical_count": [table] });
+        (json.to_string() + "\n").into_bytes()
+    };
+    write_atomic(path, &bytes)
 }
 
 /// SGLang rows: transformer layers when the file has one per model layer

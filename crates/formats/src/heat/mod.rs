@@ -60,6 +60,7 @@ residency_core::named! {
         MixtralJsonl = "mixtral-jsonl",
         Qwen3Csv = "qwen3-csv",
         SglangJson = "sglang-json",
+        SglangPt = "sglang-pt",
         VllmEplb = "vllm-eplb",
         Imatrix = "imatrix",
     }
@@ -70,7 +71,12 @@ impl HeatFormat {
     pub fn writable(self) -> bool {
         matches!(
             self,
-            HeatFormat::Json | HeatFormat::Csv | HeatFormat::ColiHeat | HeatFormat::ColiUsage
+            HeatFormat::Json
+                | HeatFormat::Csv
+                | HeatFormat::ColiHeat
+                | HeatFormat::ColiUsage
+                | HeatFormat::SglangJson
+                | HeatFormat::SglangPt
         )
     }
 }
@@ -135,7 +141,7 @@ pub fn read_heat(
         HeatFormat::ColiHeat => colibri::read_heat_file(path, ctx, warnings)?,
         HeatFormat::ColiUsage => colibri::read_usage(path, ctx, warnings)?,
         HeatFormat::Qwen3Csv => qwen3::read(path, ctx, warnings)?,
-        HeatFormat::SglangJson | HeatFormat::VllmEplb => {
+        HeatFormat::SglangJson | HeatFormat::SglangPt | HeatFormat::VllmEplb => {
             engines::read(path, format, ctx, warnings)?
         }
         HeatFormat::Imatrix => imatrix::read(path, ctx, warnings)?,
@@ -251,6 +257,9 @@ pub fn write_heat(
         HeatFormat::Csv => csv::write(heat, path, warnings),
         HeatFormat::ColiHeat => colibri::write_heat_file(heat, path, warnings),
         HeatFormat::ColiUsage => colibri::write_usage(heat, path, ctx, warnings),
+        HeatFormat::SglangJson | HeatFormat::SglangPt => {
+            engines::write(heat, path, format, ctx, warnings)
+        }
         HeatFormat::Jsonl => Err(PlannerError::input(
             path,
             "format",
@@ -261,7 +270,7 @@ pub fn write_heat(
             path,
             "format",
             format!("{other} is read-only (we read it, we never write it)"),
-            "write one of: json, csv, coli-heat, coli-usage",
+            "write one of: json, csv, coli-heat, coli-usage, sglang-json, sglang-pt",
         )),
     }
 }

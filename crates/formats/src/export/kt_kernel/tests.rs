@@ -40,7 +40,11 @@ fn export_kt_kernel_writes_the_plans_gpu_experts_per_layer() {
     let d = dir.path();
     assert_eq!(
         out.files,
-        vec![d.join(KT_KERNEL_FILE), d.join(KT_KERNEL_COMMAND_FILE)]
+        vec![
+            d.join(KT_KERNEL_FILE),
+            d.join(KT_KERNEL_COUNTS_FILE),
+            d.join(KT_KERNEL_COMMAND_FILE)
+        ]
     );
     let (file, command) = read_back(d);
     assert_eq!(
@@ -60,15 +64,30 @@ fn export_kt_kernel_writes_the_plans_gpu_experts_per_layer() {
         command.contains("--kt-gpu-experts-ratio 0.4583333333333333 "),
         "{command}"
     );
-    // The snippet reads this JSON and writes the .pt the server reads.
-    let pt = d.join(KT_KERNEL_COUNTS_FILE).display().to_string();
-    assert!(
-        command.contains(&format!(
-            "json.load(open(\"{}\"))",
-            d.join(KT_KERNEL_FILE).display()
-        )),
-        "{command}"
+    // The counts the server reads: [1, 4 layers, 4 experts], layer 0
+    // dense (zeros), 2 on the masks above and 1 elsewhere in MoE layers.
+    let pt = d.join(KT_KERNEL_COUNTS_FILE);
+    let counts = crate::torch::read(&std::fs::read(&pt).unwrap()).unwrap();
+    let want = Tensor {
+        dtype: DType::Float32,
+        shape: vec![1, 4, 4],
+        #[rustfmt::skip]
+        values: vec![
+            0., 0., 0., 0.,
+            2., 2., 1., 1.,
+            2., 1., 1., 1.,
+            2., 1., 2., 1.,
+        ],
+    };
+    assert_eq!(
+        counts,
+        crate::torch::Value::Dict(vec![(
+            crate::torch::Value::Str("logical_count".into()),
+            crate::torch::Value::Tensor(want)
+        )])
     );
+    assert!(!command.contains("python -\n"), "no snippet: {command}");
+    let pt = pt.display().to_string();
     assert!(
         command.contains(&format!("--init-expert-location '{pt}'\n")),
         "{command}"
