@@ -697,6 +697,7 @@ fn inputs<'a>(model: &'a Path, profile: &'a Path, heat: &'a Path) -> [&'a str; 6
         "--heat",
         s(heat),
     ]
+}
 
 #[test]
 fn completions_and_man_pages_come_from_the_command_definitions() {
