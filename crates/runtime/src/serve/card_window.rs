@@ -142,3 +142,49 @@ fn held_out_cases(
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(category: &str, pos: u64) -> TokenRoutes {
+        TokenRoutes {
+            seq: category.into(),
+            pos,
+            category: Some(category.into()),
+            routes: vec![vec![pos as u32]],
+        }
+    }
+
+    #[test]
+    fn each_category_is_held_out_after_the_others_last_tokens() {
+        // a: positions 0, 1, 2; b: 0, 1. With one seed token, by hand:
+        // a is served after b's last (pos 1), b after a's last (pos 2).
+        let train = [
+            token("a", 0),
+            token("a", 1),
+            token("a", 2),
+            token("b", 0),
+            token("b", 1),
+        ];
+        let cases = held_out_cases(&train, 1);
+        let shape: Vec<(Option<String>, Vec<u64>, Vec<u64>)> = cases
+            .iter()
+            .map(|(c, seed, tokens)| {
+                let pos = |t: &[TokenRoutes]| t.iter().map(|t| t.pos).collect();
+                (c.clone(), pos(seed), pos(tokens))
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            vec![
+                (Some("a".into()), vec![1], vec![0, 1, 2]),
+                (Some("b".into()), vec![2], vec![0, 1]),
+            ]
+        );
+        // One category: judged in-sample, cold.
+        let one = held_out_cases(&train[..3], 1);
+        assert_eq!(one.len(), 1);
+        assert!(one[0].0.is_none() && one[0].1.is_empty() && one[0].2.len() == 3);
+    }
+}
