@@ -83,10 +83,17 @@ def main():
                 )
     print()
     others = [a for a in arms if a in baselines]
+    if candidate not in arms or not others:
+        print("no comparison: the runs hold %s; it needs %s and one of %s"
+              % (", ".join(arms), candidate, ", ".join(baselines)))
+        return
     print("%s against the better of %s (felt: less is better; tok/s: more):" % (candidate, ", ".join(others)))
     print("| VRAM | category | felt s | best other | change | tok/s | best other | change |")
     print("|---|---|---:|---|---:|---:|---|---:|")
     for b in budgets:
+        present = {k[2] for k in runs if k[0] == b}
+        if candidate not in present or not present & set(others):
+            continue
         for c in categories + ["all"]:
             def medians(arm):
                 if c != "all":
@@ -107,8 +114,9 @@ def main():
                     statistics.median(v[1] / v[2] for v in by_round.values()),
                 )
             felt, tps = medians(candidate)
-            best_felt = min((medians(a)[0], a) for a in others)
-            best_tps = max((medians(a)[1], a) for a in others)
+            here = [a for a in others if a in present]
+            best_felt = min((medians(a)[0], a) for a in here)
+            best_tps = max((medians(a)[1], a) for a in here)
             print(
                 "| %d %% | %s | %.3f | %.3f (%s) | %+.1f %% | %.2f | %.2f (%s) | %+.1f %% |"
                 % (
