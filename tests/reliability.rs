@@ -521,6 +521,19 @@ fn an_unknown_field_in_a_packed_format_names_the_nearest() {
 }
 
 #[test]
+fn an_unknown_field_anywhere_names_the_nearest_known_one() {
+    // `gemv_bandwith` is one edit from `gemv_bandwidth`; serde lists the
+    // known names and the message leads with the nearest.
+    profile(
+        &PROFILE
+            .replace("GEMV", "50 GB/s")
+            .replace("SYNC", "10 us")
+            .replace("cores: 4, gemv_bandwidth", "cores: 4, gemv_bandwith"),
+        "unknown field `gemv_bandwith`, did you mean `gemv_bandwidth`?",
+    );
+}
+
+#[test]
 fn an_infeasible_plan_names_the_profile() {
     // The tiny model's trunk alone is 4 x 40000 + 36864 + 3 x 24576 +
     // 12800 = 283,392 bytes; the card keeps 1024 - 1000 = 24 KiB and the

@@ -309,12 +309,72 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 }
 
 /// Turns a serde YAML/JSON message into (place, problem): serde puts the
-/// location at the end as `at line L column C`.
+/// location at the end as `at line L column C`. An unknown name is given
+/// with the nearest known one.
 pub fn split_serde_location(message: &str) -> (String, String) {
-    if let Some(at) = message.rfind(" at line ") {
-        let place = message[at + 4..].trim().to_string();
-        let problem = message[..at].trim_end_matches(',').to_string();
-        return (place, problem);
+    let (place, problem) = match message.rfind(" at line ") {
+        Some(at) => (
+            message[at + 4..].trim().to_string(),
+            message[..at].trim_end_matches(','),
+        ),
+        None => ("top level".to_string(), message),
+    };
+    (place, with_nearest_name(problem))
+}
+
+/// serde lists the names it knows after an unknown one (`unknown field
+/// `bitz`, expected one of `bits`, `group``); a misspelling is found faster
+/// when the message leads with the nearest of them.
+fn with_nearest_name(problem: &str) -> String {
+    for what in ["unknown field `", "unknown variant `"] {
+        let Some(start) = problem.find(what) else {
+            continue;
+        };
+        let rest = &problem[start + what.len()..];
+        let Some((word, known)) = rest.split_once("`, expected ") else {
+            break;
+        };
+        let names: Vec<&str> = known.split('`').skip(1).step_by(2).collect();
+        if names.is_empty() {
+            break;
+        }
+        let near = crate::names::nearest(word, &names);
+        return format!(
+            "{}{what}{word}`, did you mean `{near}`? (expected {known})",
+            &problem[..start]
+        );
     }
-    ("top level".to_string(), message.to_string())
+    problem.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_serde_location;
+
+    #[test]
+    fn an_unknown_name_is_given_with_the_nearest_known_one() {
+        // `bitz` is one edit from `bits` and five from `group`; the place is
+        // serde's trailing `at line L column C`.
+        let (place, problem) = split_serde_location(
+            "formats: unknown field `bitz`, expected one of `bits`, `group` at line 3 column 5",
+        );
+        assert_eq!(place, "line 3 column 5");
+        assert_eq!(
+            problem,
+            "formats: unknown field `bitz`, did you mean `bits`? (expected one of `bits`, `group`)"
+        );
+        // Two names (`a` or `b`) and variants too; `plam` is one edit from `plan`.
+        let (_, problem) =
+            split_serde_location("unknown variant `plam`, expected `plan` or `greedy`");
+        assert_eq!(
+            problem,
+            "unknown variant `plam`, did you mean `plan`? (expected `plan` or `greedy`)"
+        );
+        // Nothing known to suggest: the message is serde's.
+        let (place, problem) = split_serde_location("unknown field `x`, there are no fields");
+        assert_eq!(
+            (place.as_str(), problem.as_str()),
+            ("top level", "unknown field `x`, there are no fields")
+        );
+    }
 }
