@@ -45,8 +45,10 @@ def main():
     budgets = sorted({k[0] for k in runs})
     categories = sorted({k[1] for k in runs})
     arms = sorted({k[2] for k in runs})
-    print("| VRAM | category | arm | tok/s | felt s | sim felt s | ratio | at run reads | on card (sim) |")
-    print("|---|---|---|---|---|---:|---:|---:|---:|")
+    # The CPU's compute rate during each run beside its speed: the card's
+    # arms share the CPU path, whose memory rate moves within a lease.
+    print("| VRAM | category | arm | tok/s | felt s | CPU GB/s | sim felt s | ratio | at run reads | on card (sim) |")
+    print("|---|---|---|---|---|---|---:|---:|---:|---:|")
     for b in budgets:
         for c in categories:
             for a in arms:
@@ -67,11 +69,12 @@ def main():
 
                 card = statistics.median(r["gpu_experts"] for r in rs)
                 print(
-                    "| %d %% | %s | %s | %s | %s | %s | %s | %s | %d (%s) |"
+                    "| %d %% | %s | %s | %s | %s | %s | %s | %s | %s | %d (%s) |"
                     % (
                         b, c, a,
                         spread([r["tok_per_s"] for r in rs]),
                         spread([r["felt_wait_seconds"] for r in rs]),
+                        spread([r.get("compute_bytes_per_s", 0) / 1e9 for r in rs]),
                         "%.3f" % statistics.median(r["simulated"]["felt_wait_seconds"] for r in simulated)
                         if simulated
                         else "-",
