@@ -5,12 +5,12 @@
 use crate::checkpoint_cmd::model_from_path;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
-use residency_cache::online::OnlineParams;
 use residency_core::model::Model;
 use residency_core::names::Named;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::inputs::defaults;
+use residency_policy::online::OnlineParams;
 use residency_runtime::storage::BackendKind;
 use std::ffi::OsStr;
 use std::marker::PhantomData;
@@ -115,7 +115,7 @@ impl ProfileArg {
 
 /// The online per-layer allocator's tunables (`simulate --allocation
 /// online`, `replay --policy dynamic`), defaults from
-/// `residency_cache::online::OnlineParams`.
+/// `residency_policy::online::OnlineParams`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct OnlineArgs {
     /// Online allocation: requests (all layers) the live LRU curves are

@@ -499,7 +499,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
     all.extend([
         (
             "simulate-output.schema.json",
-            render(schema_for!(residency_cache::sim::job::SimulateReport)),
+            render(schema_for!(residency_sim::job::SimulateReport)),
         ),
         (
             "replay-output.schema.json",

@@ -5,17 +5,12 @@
 use crate::checkpoint_cmd::model_from_path;
 use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use anyhow::{bail, Context, Result};
-use residency_cache::policy::{PolicyKind, PolicyParams};
-use residency_cache::sim::arms::{SimOptions, Start};
-use residency_cache::sim::budget::Allocation;
-use residency_cache::sim::felt::{fastest_drive, read_seconds};
-use residency_cache::sim::job::{cut_trace, Budget, Cut};
-use residency_cache::sim::pin_share::recommend_held_out_pin_share;
 use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes, BytesPerSecond};
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes, Trace};
 use residency_hwprofile::Spread;
+use residency_policy::{PolicyKind, PolicyParams};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::card_window::{choose_card_window, CardWindowChoice};
 use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
@@ -25,6 +20,11 @@ use residency_runtime::serve::replay::{
     ReplayReport, ReplayRun, ServePolicy,
 };
 use residency_runtime::serve::vram::VramPolicy;
+use residency_sim::allocation::Allocation;
+use residency_sim::arms::{SimOptions, Start};
+use residency_sim::felt::{fastest_drive, read_seconds};
+use residency_sim::job::{cut_trace, Budget, Cut};
+use residency_sim::pin_share::recommend_held_out_pin_share;
 use std::path::PathBuf;
 
 #[derive(clap::Args)]

@@ -1,16 +1,16 @@
 //! `residency simulate`: arguments, the result table and the `--json` and
-//! `--plot` files. The simulation itself is `residency_cache::sim::job`.
+//! `--plot` files. The simulation itself is `residency_sim::job`.
 
 use crate::flags::{more_help, named, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use crate::plot::{self, Line};
 use anyhow::{bail, Result};
-use residency_cache::policy::PolicyKind;
-use residency_cache::policy::PolicyParams;
-use residency_cache::sim::arms::{SimOptions, Start};
-use residency_cache::sim::budget::Allocation;
-use residency_cache::sim::felt::miss_seconds_from_prof_log;
-use residency_cache::sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
 use residency_core::units::{parse_time, Bytes};
+use residency_policy::PolicyKind;
+use residency_policy::PolicyParams;
+use residency_sim::allocation::Allocation;
+use residency_sim::arms::{SimOptions, Start};
+use residency_sim::felt::miss_seconds_from_prof_log;
+use residency_sim::job::{simulate, Budget, Cut, SimulateJob, SimulateOutput, TraceFormat};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 

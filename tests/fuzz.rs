@@ -796,7 +796,7 @@ fn oracle_general_traces() {
         "trace.oracleGeneral",
         vec![seed],
         mutate_binary,
-        &|p| match residency_cache::sim::oracle::read_oracle_general(p) {
+        &|p| match residency_sim::oracle::read_oracle_general(p) {
             Ok(_) => Verdict::Accepted,
             Err(e) => Verdict::Refused(e.to_string()),
         },

@@ -717,7 +717,7 @@ fn colibri_prof_figures_out_of_range_are_refused() {
     };
     let read = |p: &Path| {
         let text = std::fs::read_to_string(p).unwrap();
-        residency_cache::sim::felt::prof_totals(&text, p).map_err(|e| e.to_string())
+        residency_sim::felt::prof_totals(&text, p).map_err(|e| e.to_string())
     };
     refused(
         "run.log",

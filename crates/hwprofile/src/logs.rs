@@ -28,11 +28,11 @@
 use super::doc::{field, rate_text, round_rate, round_time, time_text, ProfileDoc, Quantity};
 use super::spread::Spread;
 use super::{read_input, Measurement, ProfileError};
-use residency_cache::sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
 use residency_core::error::PlannerError;
 use residency_core::limits;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
+use residency_sim::felt::{miss_seconds_from_log, number_before, prof_totals, ProfTotals};
 use std::path::Path;
 
 /// The profile with what the log gave, a line per value set, and what it

@@ -2,6 +2,7 @@
 //! comment: `median 31.2 GB/s over 5 trials [30.1..32.0]`.
 
 use super::doc::{figures_in_unit, Quantity};
+use residency_core::stats::median_mean_of_middle;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Spread {
@@ -20,13 +21,8 @@ impl Spread {
         }
         sorted.sort_by(f64::total_cmp);
         let n = sorted.len();
-        let median = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
         Some(Spread {
-            median,
+            median: median_mean_of_middle(&sorted)?,
             min: sorted[0],
             max: sorted[n - 1],
             count: n,

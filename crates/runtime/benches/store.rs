@@ -13,8 +13,8 @@
 //! `cargo bench -p residency-runtime --bench store`; numbers in docs/executor.md.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
 use residency_core::model::Model;
+use residency_policy::{ObjectIndex, PolicyKind, PolicyParams};
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::checkpoint::{generate, Checkpoint, GenOptions};
 use residency_runtime::storage::{open_backend, AlignedSlab, BackendKind};

@@ -26,7 +26,7 @@
 //! ```
 
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DriverError, PinnedHostSlice};
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use residency_runtime::gpu::{device_label, Backend, Device, GpuLoader, GpuOptions, GpuTier};
 use residency_runtime::storage::{AlignedSlab, HostPool};
 use residency_runtime::store::{Loader, ObjectBytes};

@@ -18,6 +18,7 @@
 use crate::checkpoint::{family, Checkpoint, ExpertFormat, Extent, TensorSpec};
 use crate::storage::{AlignedSlab, HostPool};
 use rayon::prelude::*;
+use residency_core::rng::Rng;
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -431,21 +432,14 @@ fn row_pieces(work: &[(PackedView, &QuantizedInput)], threads: usize) -> Vec<Vec
         .collect()
 }
 
-/// Fills `bytes` with xorshift64* output seeded per 1 MiB piece, in
-/// parallel (a calibration buffer is up to a GiB).
+/// Fills `bytes` with the output of `residency_core::rng::Rng` seeded per
+/// 1 MiB piece, in parallel (a calibration buffer is up to a GiB).
 pub fn fill_random(bytes: &mut [u8], seed: u64) {
     bytes
         .par_chunks_mut(1 << 20)
         .enumerate()
         .for_each(|(i, piece)| {
-            let mut state = (seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
-            for chunk in piece.chunks_mut(8) {
-                state ^= state >> 12;
-                state ^= state << 25;
-                state ^= state >> 27;
-                let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-                chunk.copy_from_slice(&r[..chunk.len()]);
-            }
+            Rng((seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1).fill_bytes(piece);
         });
 }
 

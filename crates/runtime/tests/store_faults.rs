@@ -5,7 +5,7 @@
 
 use residency_testkit as common;
 
-use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use residency_policy::{ObjectIndex, PolicyKind, PolicyParams};
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::storage::fault::{Fault, FaultyBackend};
 use residency_runtime::storage::{open_backend, BackendKind};

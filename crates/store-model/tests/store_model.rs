@@ -4,7 +4,7 @@
 //! wins: bytes right, budgets never over, state and budgets agreeing,
 //! nobody waiting forever (loom fails a run that deadlocks).
 
-use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use residency_policy::{ObjectIndex, PolicyKind, PolicyParams};
 use residency_store_model::store::{
     Homes, Lease, Loader, ObjectBytes, ObjectState, PlaceConfig, Store, StoreConfig,
 };

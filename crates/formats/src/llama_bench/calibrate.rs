@@ -20,6 +20,7 @@ use crate::gguf::GgufModel;
 use regex::Regex;
 use residency_core::error::PlannerError;
 use residency_core::profile::{HardwareProfile, LlamaCppTiming};
+use residency_core::stats::median_mean_of_middle;
 use residency_core::units::Seconds;
 
 /// One placement (the runs with the same flags), measured and predicted
@@ -38,19 +39,7 @@ pub struct Row {
 impl Row {
     /// The median run's seconds per token.
     pub fn median_seconds(&self) -> f64 {
-        median(&self.measured_seconds)
-    }
-}
-
-/// The median of `values` (not empty).
-pub fn median(values: &[f64]) -> f64 {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
+        median_mean_of_middle(&self.measured_seconds).expect("a row has runs")
     }
 }
 

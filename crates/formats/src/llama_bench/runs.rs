@@ -4,9 +4,9 @@
 //! it ran, and the measured decode time. Prompt-processing tests
 //! (`n_gen` 0) are not decode and are left out.
 
-use super::calibrate::median;
 use residency_core::error::{read_text, PlannerError};
 use residency_core::limits;
+use residency_core::stats::median_mean_of_middle;
 use serde::Deserialize;
 use std::path::{Path, PathBuf};
 
@@ -48,7 +48,9 @@ pub struct BenchRun {
 impl BenchRun {
     /// Seconds per token: the median repetition over its tokens.
     pub fn token_seconds(&self) -> f64 {
-        median(&self.test.samples_ns) / self.test.n_gen as f64 / 1e9
+        median_mean_of_middle(&self.test.samples_ns).expect("a test has samples")
+            / self.test.n_gen as f64
+            / 1e9
     }
 
     /// The file's name, with the test's index when the file holds several.

@@ -34,11 +34,11 @@ use crate::gemv::{
 use crate::system;
 use cpu::{Buffers, Gemv, Kernel, NodeShare, Outputs};
 use gpu::Card;
-use residency_cache::policy::ObjectIndex;
-use residency_cache::sim::synthetic::Rng;
 use residency_core::cost::{Instance, ObjectKind, Place};
 use residency_core::error::PlannerError;
 use residency_core::model::StageKind;
+use residency_core::rng::Rng;
+use residency_policy::ObjectIndex;
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;

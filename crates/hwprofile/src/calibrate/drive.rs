@@ -23,8 +23,9 @@ use crate::gemv::fill_random;
 use crate::spread::Spread;
 use crate::system;
 use crate::ProfileError;
-use residency_cache::policy::ObjectIndex;
+use residency_core::rng::Rng;
 use residency_core::units::Bytes;
+use residency_policy::ObjectIndex;
 use residency_runtime::apply::loader::CheckpointLoader;
 use residency_runtime::identity::ObjectKey;
 use residency_runtime::storage::posix::Syscall;
@@ -215,7 +216,7 @@ impl Run<'_> {
         if total < LATENCY_READ_BYTES as u64 {
             return Err("the files to read are empty".into());
         }
-        let mut state = Xorshift(0x2545_f491_4f6c_dd1d);
+        let mut state = Rng(0x2545_f491_4f6c_dd1d);
         let mut slab = AlignedSlab::new(read_bytes + LATENCY_READ_BYTES);
         let mut read = |len: usize| -> Result<usize, String> {
             read_at_random(files, total, &mut state, len, &mut slab)
@@ -231,7 +232,7 @@ impl Run<'_> {
             Ok(Spread::of(&seconds).expect("one read at least").median)
         })?;
         let step = format!("drives[{d}]: read bandwidth");
-        let mut pick = Xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut pick = Rng(0x9e37_79b9_7f4a_7c15);
         let (bandwidth, _) = self.repeat(&step, self.share / 3, |reads| {
             let started = Instant::now();
             let mut got = 0u64;
@@ -263,7 +264,7 @@ impl Run<'_> {
         d: usize,
         files: &[DataFile],
         read_bytes: usize,
-        pick: &mut Xorshift,
+        pick: &mut Rng,
     ) -> Result<Spread, String> {
         let total: u64 = files.iter().map(DataFile::len_bytes).sum();
         let step = format!("drives[{d}]: reads served at once");
@@ -281,7 +282,7 @@ impl Run<'_> {
                         .zip(&seeds)
                         .map(|(slab, &seed)| {
                             scope.spawn(move || {
-                                let mut state = Xorshift(seed | 1);
+                                let mut state = Rng(seed | 1);
                                 read_at_random(files, total, &mut state, read_bytes, slab)?;
                                 Ok::<f64, String>(started.elapsed().as_secs_f64())
                             })
@@ -308,7 +309,7 @@ impl Run<'_> {
 fn read_at_random(
     files: &[DataFile],
     total: u64,
-    state: &mut Xorshift,
+    state: &mut Rng,
     len: usize,
     slab: &mut AlignedSlab,
 ) -> Result<usize, String> {
@@ -326,19 +327,6 @@ fn read_at_random(
         at -= f.len_bytes();
     }
     unreachable!("`at` is below the total length")
-}
-
-/// xorshift64: where the next random read goes.
-struct Xorshift(u64);
-
-impl Xorshift {
-    /// A number below `n` (> 0).
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0 % n
-    }
 }
 
 /// A file of seeded bytes written to time a drive, removed on drop.

@@ -13,7 +13,7 @@ use crate::identity::ObjectKey;
 use crate::storage::drives::DriveSet;
 use crate::storage::{span, AlignedSlab, HostPool, ReadBackend, StorageError, ALIGN_BYTES};
 use crate::store::{Loader, ObjectBytes};
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;

@@ -24,6 +24,7 @@ use super::format::{ExpertFormat, DEFAULT_INT4_GROUP, DEFAULT_INT8_GROUP};
 use super::{CheckpointError, Result};
 use crate::identity::Family;
 use residency_core::model::{FormatSize, Model, ModelDescription, TrunkEntry};
+use residency_core::rng::Rng;
 use safetensors::{Dtype, View};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -248,16 +249,8 @@ fn random_values(spec: &TensorSpec, seed: u64) -> Vec<u8> {
     let name_hash = spec.name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
         (h ^ b as u64).wrapping_mul(0x0100_0000_01b3)
     });
-    let mut state = (name_hash ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1;
     let mut out = vec![0u8; spec.bytes() as usize];
-    for chunk in out.chunks_mut(8) {
-        // xorshift64*
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        let r = state.wrapping_mul(0x2545_f491_4f6c_dd1d).to_le_bytes();
-        chunk.copy_from_slice(&r[..chunk.len()]);
-    }
+    Rng((name_hash ^ seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)) | 1).fill_bytes(&mut out);
     match spec.dtype {
         Dtype::BF16 => {
             for c in out.chunks_exact_mut(2) {

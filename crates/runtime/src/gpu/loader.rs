@@ -7,7 +7,7 @@
 
 use super::{device_label, Device, DeviceBuffer, GpuError};
 use crate::store::{Loader, ObjectBytes};
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use std::sync::{Arc, Mutex, Weak};
 
 pub struct GpuLoader {

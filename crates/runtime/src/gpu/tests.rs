@@ -5,7 +5,7 @@
 
 use super::*;
 use crate::store::{Homes, Loader, PlaceConfig, Store, StoreConfig};
-use residency_cache::policy::{ObjectIndex, PolicyKind, PolicyParams};
+use residency_policy::{ObjectIndex, PolicyKind, PolicyParams};
 use std::sync::Mutex;
 use std::time::Duration;
 

@@ -25,8 +25,8 @@ use crate::gpu::cuda::CudaDevice;
 use crate::gpu::gemv::{CudaGemv, DeviceInput, GemvKernels, GemvLaunch};
 use crate::gpu::{Device, DeviceBuffer, GpuOptions};
 use cudarc::driver::CudaSlice;
-use residency_cache::online::{LayerShape, OnlineParams};
-use residency_cache::policy::{ObjectIndex, PolicyParams};
+use residency_policy::online::{LayerShape, OnlineParams};
+use residency_policy::{ObjectIndex, PolicyParams};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 

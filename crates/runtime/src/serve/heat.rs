@@ -5,9 +5,9 @@
 //! say where a token ends. The counts are the policies' own decayed
 //! counters (`policy::counts`), and they read out as a planner heat table.
 
-use residency_cache::policy::counts::DecayedCounts;
-use residency_cache::policy::{Knowledge, PolicyParams, PolicySetup};
-use residency_formats::heat::HeatTable;
+use residency_core::heat::HeatTable;
+use residency_policy::counts::DecayedCounts;
+use residency_policy::{Knowledge, PolicyParams, PolicySetup};
 
 /// Colibri's tier halves its heat every 1024 tokens.
 pub const DEFAULT_HALVE_EVERY_TOKENS: u64 = 1024;

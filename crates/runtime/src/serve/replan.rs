@@ -13,9 +13,9 @@
 //! moves of one object, a bytes-moved allowance that accrues per token, and
 //! a maximum of promotions per pass, so churn never eats the gain.
 
-use residency_cache::policy::ObjectIndex;
 use residency_core::cost::{Place, Resources};
 use residency_core::diff::carry_seconds;
+use residency_policy::ObjectIndex;
 
 /// The link a promotion comes over: from where the object is read to the
 /// place of the pinned share, on the machine's rates.

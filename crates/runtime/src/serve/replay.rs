@@ -30,14 +30,17 @@ use crate::storage::{numa_nodes, open_backend, BackendKind, HostPool, StorageErr
 use crate::store::{
     Homes, Lease, Loader, ObjectBytes, PlaceConfig, Store, StoreConfig, StoreError,
 };
-use residency_cache::online::{LayerShape, OnlineAllocator, OnlineError, OnlineParams};
-use residency_cache::policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
-use residency_cache::sim::arms::{knapsack, Arm, SimOptions, Simulator};
-use residency_cache::sim::budget::{uniform_slots, Allocation};
-use residency_cache::sim::pin_share::PinShareRecommendation;
-use residency_cache::sim::stream::Stream;
-use residency_cache::sim::SimError;
+use residency_core::stats::upper_median;
 use residency_formats::heat::TokenRoutes;
+use residency_policy::budget::uniform_slots;
+use residency_policy::knapsack;
+use residency_policy::online::{LayerShape, OnlineAllocator, OnlineError, OnlineParams};
+use residency_policy::{Knowledge, ObjectIndex, PolicyKind, PolicyParams};
+use residency_sim::allocation::Allocation;
+use residency_sim::arms::{Arm, SimOptions, Simulator};
+use residency_sim::pin_share::PinShareRecommendation;
+use residency_sim::stream::Stream;
+use residency_sim::SimError;
 use sha2::{Digest, Sha256};
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -71,7 +74,7 @@ residency_core::named! {
         /// hindsight, an oracle).
         DynamicOffline = "dynamic-offline",
         /// Per-layer caches whose budgets the online allocator moves while
-        /// serving (`residency_cache::online`), from a uniform start.
+        /// serving (`residency_policy::online`), from a uniform start.
         Dynamic = "dynamic",
     }
 }
@@ -498,11 +501,11 @@ pub fn replay(
             continue;
         };
         let of_arm = || runs.iter().zip(&arm_of_run).filter(|(_, &a)| a == i);
-        let per_miss = of_arm()
+        let per_miss: Vec<f64> = of_arm()
             .filter(|(r, _)| r.misses > 0)
             .map(|(r, _)| r.miss_reads_seconds / r.misses as f64)
             .collect();
-        let compute_rate = of_arm()
+        let compute_rate: Vec<f64> = of_arm()
             .filter(|(r, _)| r.compute_bytes_per_s > 0.0)
             .map(|(r, _)| r.compute_bytes_per_s)
             .collect();
@@ -512,10 +515,10 @@ pub fn replay(
                 .arm(config, policy, allocation)
                 .map(|(_, felt)| felt)
         };
-        let (at_run_reads, at_run_rates) = match median(per_miss) {
+        let (at_run_reads, at_run_rates) = match upper_median(&per_miss) {
             Some(read_seconds) => (
                 at_run(read_seconds, config.hit_compute_bytes_per_s)?,
-                match median(compute_rate) {
+                match upper_median(&compute_rate) {
                     Some(rate) => at_run(read_seconds, rate)?,
                     None => felt_wait_seconds,
                 },
@@ -557,12 +560,6 @@ fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Al
         ServePolicy::Dynamic => Some(Allocation::Online),
         _ => Some(Allocation::Global),
     }
-}
-
-/// The median, `None` of nothing.
-fn median(mut values: Vec<f64>) -> Option<f64> {
-    values.sort_by(f64::total_cmp);
-    values.get(values.len() / 2).copied()
 }
 
 /// The simulator's misses and felt wait for `policy`'s arm under

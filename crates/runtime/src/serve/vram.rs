@@ -35,12 +35,12 @@
 use super::heat::LiveHeat;
 use super::replan::{ReplanParams, Replanner};
 use crate::serve::replan::MoveLink;
-use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
-use residency_cache::policy::{
+use residency_policy::knapsack;
+use residency_policy::online::{LayerShape, OnlineAllocator, OnlineParams};
+use residency_policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
 };
-use residency_cache::sim::arms::knapsack;
 use std::collections::VecDeque;
 
 residency_core::named! {
@@ -896,7 +896,7 @@ pub(crate) mod tests {
             t: &mut VramResidency,
             moves: &VramMoves,
             now: u64,
-            rng: &mut residency_cache::sim::synthetic::Rng,
+            rng: &mut residency_core::rng::Rng,
         ) {
             for &o in &moves.uploads {
                 self.0.push((now + rng.next_u64() % 4, o));
@@ -1112,15 +1112,14 @@ pub(crate) mod tests {
         // caches' budgets stay within 8, landed experts are ones their
         // layer's cache holds, and a seed gives the same moves.
         let run = |seed: u64| {
-            let mut rng = residency_cache::sim::synthetic::Rng(seed);
+            let mut rng = residency_core::rng::Rng(seed);
             let mut t = two_layers();
             let mut flights = Flights::default();
             let mut log = Vec::new();
             for step in 0..600u64 {
                 let busy = (step / 40 % 2) as usize;
-                let spread = |rng: &mut residency_cache::sim::synthetic::Rng, n| {
-                    (rng.next_u64() % n) as ObjectIndex
-                };
+                let spread =
+                    |rng: &mut residency_core::rng::Rng, n| (rng.next_u64() % n) as ObjectIndex;
                 let routes = vec![
                     busy as ObjectIndex * 8 + spread(&mut rng, 7),
                     (1 - busy) as ObjectIndex * 8 + spread(&mut rng, 2),
@@ -1264,7 +1263,7 @@ pub(crate) mod tests {
         // skipped: the device's bytes never pass the budget, every landed
         // expert is one the decider holds, and a seed gives the same moves.
         let run = |policy: VramPolicy, seed: u64| {
-            let mut rng = residency_cache::sim::synthetic::Rng(seed);
+            let mut rng = residency_core::rng::Rng(seed);
             let sizes: Vec<u64> = (0..30).map(|_| 1 + rng.next_u64() % 4).collect();
             let routes: Vec<Vec<ObjectIndex>> = (0..2000)
                 .map(|_| {

@@ -4,7 +4,7 @@
 
 use super::{Loaded, Slot, Store, StoreError};
 use crate::sync::{lock, wait, AtomicBool, Condvar, Mutex};
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use std::sync::Arc;
 
 pub(super) struct Flight {

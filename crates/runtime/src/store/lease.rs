@@ -3,7 +3,7 @@
 
 use super::{Resident, Slot};
 use crate::sync::{lock, Mutex, Ordering};
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use std::sync::Arc;
 
 /// A pin on an object's bytes: while it lives, the object is neither

@@ -3,7 +3,7 @@
 //! Every object has one home place (a NUMA node's RAM, a GPU) chosen by the
 //! plan. Planned residents are pinned: loaded once, charged to the place,
 //! never chosen as victims. Every other object is cached at its place under
-//! that place's policy (the same `residency_cache::policy` code the simulator
+//! that place's policy (the same `residency_policy` code the simulator
 //! replays); a miss the policy declines runs from a transient slot charged
 //! to the staging budget and is dropped after its last lease.
 //!
@@ -26,7 +26,7 @@ use crate::sync::{lock, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Mute
 use budget::{reserve, reserve_unless, Budget, BudgetError, Reservation};
 use flight::{Flight, Leader};
 pub use lease::Lease;
-use residency_cache::policy::{
+use residency_policy::{
     build, Knowledge, ObjectIndex, Outcome, Policy, PolicyError, PolicyKind, PolicyParams,
     PolicySetup, Request, NEVER,
 };
@@ -513,7 +513,7 @@ impl Store {
     }
 
     /// Moves the places' capacities while serving (per-layer budgets that
-    /// `residency_cache::online` re-allocates); `capacities_bytes[p]` is
+    /// `residency_policy::online` re-allocates); `capacities_bytes[p]` is
     /// place `p`'s whole capacity, its pinned share kept. Every shrink
     /// comes before any grow, so the places' capacities never sum above
     /// their tier's at any moment. A shrinking place's policy evicts its

@@ -1,7 +1,7 @@
 //! Telemetry (design §7): counters the store bumps lock-free, and a snapshot
 //! as a struct, as JSON and as Prometheus text (prefix `residency_`).
 
-use residency_cache::policy::ObjectIndex;
+use residency_policy::ObjectIndex;
 use serde::Serialize;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};

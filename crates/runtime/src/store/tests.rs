@@ -637,7 +637,7 @@ fn shrinking_a_place_evicts_its_coldest_and_bad_capacities_change_nothing() {
 /// with no lease held, that every place holds at most its capacity.
 /// Returns the capacities after each move and the store's misses.
 fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
-    use residency_cache::online::{LayerShape, OnlineAllocator, OnlineParams};
+    use residency_policy::online::{LayerShape, OnlineAllocator, OnlineParams};
     let loader = PatternLoader::new(vec![10; 16]);
     let s = layered_store(&loader, policy);
     let shape = LayerShape {
