@@ -72,7 +72,7 @@ pub fn run(args: &ApplyArgs) -> Result<()> {
     );
     bar.finish_and_clear();
     let applied = applied?;
-    crate::notes(&applied.notes);
+    crate::term::notes(&applied.notes);
     println!(
         "applied {} to {}",
         args.plan.display(),

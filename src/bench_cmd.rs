@@ -2,9 +2,10 @@
 //! then decode tokens served on the CPU and CUDA GPUs as the plan places
 //! the work (`residency_hwprofile::bench`), measured beside the cost model;
 //! with `--sweep`, the strategies' placements at several VRAM budgets
-//! (`bench_sweep`).
+//! (`sweep`).
 
-use crate::bench_sweep::SweepArgs;
+pub mod sweep;
+
 use crate::flags::{more_help, named, BackendArg, ProfileArg};
 use anyhow::{bail, Context, Result};
 use residency_core::cost::Instance;
@@ -39,7 +40,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub sweep: bool,
     #[command(flatten)]
-    pub sweep_args: SweepArgs,
+    pub sweep_args: sweep::SweepArgs,
     /// Checkpoint directory the plan was made for (int4 or int8 experts).
     #[arg(long)]
     pub checkpoint: PathBuf,
@@ -78,7 +79,7 @@ impl BenchArgs {
     /// reads them, and the runs' options: with --trace, its tokens'
     /// routing, and their heat in place of the inputs' heat.
     pub fn load(&self, checkpoint: &Checkpoint) -> Result<(Inputs, BenchOptions)> {
-        let mut inputs = crate::checkpoint_cmd::load_inputs(&InputPaths {
+        let mut inputs = crate::inputs::load_inputs(&InputPaths {
             profile: self.profile.path.clone(),
             model: Some(self.checkpoint.clone()),
             heat: self.heat.clone(),
@@ -232,13 +233,13 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         }
     }
     let Some(plan_path) = &args.plan else {
-        return crate::bench_sweep::run(args);
+        return sweep::run(args);
     };
     let plan = Plan::read(plan_path)?;
     let checkpoint = Checkpoint::open(&args.checkpoint)?;
     let (mut inputs, options) = args.load(&checkpoint)?;
     let inst = inputs.instance()?;
-    crate::notes(&inputs.notes);
+    crate::term::notes(&inputs.notes);
     let placement = plan.placement(&inst, plan_path)?;
     let (report, apply_notes) = apply_and_bench(
         &inst,
@@ -248,8 +249,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         (&apply_options(), args.backend.backend),
         &options,
     )?;
-    crate::notes(&apply_notes);
-    crate::notes(&report.notes);
+    crate::term::notes(&apply_notes);
+    crate::term::notes(&report.notes);
     println!(
         "bench {} on {}: {} tokens, seed {}",
         plan_path.display(),

@@ -1,17 +1,13 @@
-//! Checkpoints on the command line: `residency gen-checkpoint`, and a
-//! checkpoint directory or a GGUF file accepted wherever a model
-//! description is (`--model DIR`, `--model FILE.gguf`), its description
-//! derived by the checkpoint reader or `residency_formats::gguf`.
+//! `residency gen-checkpoint`: a safetensors checkpoint with a model's
+//! real tensor names, shapes and dtypes and seeded values.
 
 use crate::flags::{more_help, named, ModelArg};
+use crate::inputs::model_from_path;
 use anyhow::Result;
-use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes};
-use residency_formats::gguf;
-use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
-use residency_runtime::checkpoint::{self, Checkpoint, GenDtype, GenOptions};
+use residency_runtime::checkpoint::{self, GenDtype, GenOptions};
 use residency_runtime::identity::Family;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(clap::Args)]
 #[command(mut_arg("model", |arg| more_help("its geometry is written")(arg).required(true)))]
@@ -50,7 +46,7 @@ pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
         seed: args.seed,
     };
     let report = checkpoint::generate(&model, path, &args.out, &opts)?;
-    crate::notes(&report.notes);
+    crate::term::notes(&report.notes);
     let c = &report.config;
     println!(
         "wrote {}: {} ({}); layers: {} ({} MoE, {} experts each, {}); {} tensors in {} shard(s), {}",
@@ -66,58 +62,4 @@ pub fn gen_checkpoint(args: &GenCheckpointArgs) -> Result<()> {
         Bytes(report.bytes)
     );
     Ok(())
-}
-
-/// A model description from a YAML file or a checkpoint directory, and
-/// what a plan records as its sha256 (for a checkpoint: its content id,
-/// the sha256 of config.json, the index and the shard headers).
-fn load_model(path: &Path) -> Result<(Model, String)> {
-    let ckpt = Checkpoint::open(path)?;
-    let model = Model::validate(ckpt.description(), path)?;
-    Ok((model, ckpt.identity.content_id))
-}
-
-/// A model the planner derives from a file it does not describe in YAML:
-/// a checkpoint directory or a GGUF file, with its sha256 and the notes to
-/// show; `None` for a description.
-fn derived_model(path: &Path) -> Result<Option<(Model, String, Vec<String>)>> {
-    if path.is_dir() {
-        let (model, sha256) = load_model(path)?;
-        let source = model.description.source.clone().unwrap_or_default();
-        return Ok(Some((
-            model,
-            sha256,
-            vec![format!("model derived from the {source}")],
-        )));
-    }
-    if gguf::is_gguf(path) {
-        return Ok(Some(gguf::read_model(path)?));
-    }
-    Ok(None)
-}
-
-/// `Model::from_yaml_file`, also accepting a checkpoint directory or a
-/// GGUF file (its notes on standard error).
-pub fn model_from_path(path: &Path) -> Result<Model> {
-    match derived_model(path)? {
-        Some((model, _, notes)) => {
-            crate::notes(&notes);
-            Ok(model)
-        }
-        None => Ok(Model::from_yaml_file(path)?),
-    }
-}
-
-/// `Inputs::load`, also accepting a checkpoint directory or a GGUF file as
-/// `--model`.
-pub fn load_inputs(paths: &InputPaths) -> Result<Inputs> {
-    let Some(path) = paths.model.as_deref() else {
-        return Ok(Inputs::load(paths)?);
-    };
-    let Some((model, sha256, notes)) = derived_model(path)? else {
-        return Ok(Inputs::load(paths)?);
-    };
-    let mut inputs = Inputs::load_with_model(paths, Some(LoadedModel { model, sha256 }))?;
-    inputs.notes.splice(0..0, notes);
-    Ok(inputs)
 }

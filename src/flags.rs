@@ -2,7 +2,7 @@
 //! every closed set of names (policies, formats, backends, ...): it lists
 //! the names in `--help` and in the error for a name it does not know.
 
-use crate::checkpoint_cmd::model_from_path;
+use crate::inputs::model_from_path;
 use clap::builder::{PossibleValue, TypedValueParser};
 use clap::error::ErrorKind;
 use residency_core::model::Model;

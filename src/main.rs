@@ -3,34 +3,31 @@
 
 mod apply_cmd;
 mod bench_cmd;
-mod bench_sweep;
 mod checkpoint_cmd;
+mod explain_cmd;
 mod flags;
+mod heat_cmd;
+mod inputs;
 mod kv_cmd;
+mod plan_cmd;
 mod plot;
 mod print;
 mod profile_cmd;
 mod replay_cmd;
+mod schema_cmd;
 mod simulate;
 mod term;
+mod validate_cmd;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::{CommandFactory, Parser, Subcommand};
 use flags::{more_help, named, ModelArg, ProfileArg};
-use residency_core::cost::Instance;
-use residency_core::kv::KvGroupsFile;
-use residency_core::model::Model;
-use residency_core::plan::{Plan, PlanInputs};
-use residency_core::profile::HardwareProfile;
-use residency_formats::export::{self, Engine};
-use residency_formats::gguf;
-use residency_formats::heat::{self, HeatContext, HeatFormat};
+use residency_formats::export::Engine;
+use residency_formats::heat::HeatFormat;
 use residency_formats::inputs::InputPaths;
-use residency_solver::incremental::{self, IncrementalOptions, Replanned, Warm};
-use residency_solver::{self as solve, SolveOptions};
+use residency_solver::SolveOptions;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
 #[derive(Parser)]
 #[command(
@@ -380,7 +377,7 @@ fn run(command: Command) -> Result<()> {
             plot,
             replan,
             context_tokens,
-        } => plan(
+        } => plan_cmd::plan(
             &InputPaths {
                 context_tokens,
                 ..inputs.paths()
@@ -403,7 +400,7 @@ fn run(command: Command) -> Result<()> {
             out,
             out_format,
             plot,
-        } => heat_command(
+        } => heat_cmd::heat_command(
             &input,
             format,
             &model,
@@ -412,17 +409,19 @@ fn run(command: Command) -> Result<()> {
             out_format,
             plot.as_deref(),
         ),
-        Command::Validate { file, kind, inputs } => validate(&file, kind.as_deref(), &inputs),
+        Command::Validate { file, kind, inputs } => {
+            validate_cmd::validate(&file, kind.as_deref(), &inputs)
+        }
         Command::Explain {
             plan,
             inputs,
             time_limit,
-        } => explain(&plan, &inputs, time_limit),
+        } => explain_cmd::explain(&plan, &inputs, time_limit),
         Command::Diff {
             before,
             after,
             inputs,
-        } => diff(&before, &after, &inputs),
+        } => explain_cmd::diff(&before, &after, &inputs),
         Command::Simulate(args) => simulate::run(args),
         Command::KvReplay(args) => kv_cmd::run(&args),
         Command::KvGroups(args) => kv_cmd::groups(&args),
@@ -431,7 +430,7 @@ fn run(command: Command) -> Result<()> {
         Command::Bench(args) => bench_cmd::run(&args),
         Command::GenCheckpoint(args) => checkpoint_cmd::gen_checkpoint(&args),
         Command::Profile(args) => profile_cmd::run(args),
-        Command::Schema { out } => write_schemas(&out),
+        Command::Schema { out } => schema_cmd::write_schemas(&out),
         Command::Completions { shell } => {
             let mut cmd = Cli::command();
             clap_complete::generate(shell, &mut cmd, "residency", &mut std::io::stdout());
@@ -471,488 +470,6 @@ fn man(dir: Option<&Path>) -> Result<()> {
                 .write_all(&page)
                 .context("standard output")?;
         }
-    }
-    Ok(())
-}
-
-fn write_schemas(dir: &Path) -> Result<()> {
-    std::fs::create_dir_all(dir).with_context(|| {
-        format!(
-            "{}: cannot create the directory; give --out a writable directory",
-            dir.display()
-        )
-    })?;
-    for (name, text) in all_schemas() {
-        let path = dir.join(name);
-        residency_core::error::write_atomic(&path, text.as_bytes())?;
-        println!("wrote {}", path.display());
-    }
-    Ok(())
-}
-
-/// The schemas of the files users write and the plan (`residency-core`),
-/// then of every `--json` output.
-fn all_schemas() -> Vec<(&'static str, String)> {
-    use residency_core::schema::render;
-    use schemars::schema_for;
-    let mut all = residency_core::schema::schemas();
-    all.extend([
-        (
-            "simulate-output.schema.json",
-            render(schema_for!(residency_sim::job::SimulateReport)),
-        ),
-        (
-            "replay-output.schema.json",
-            render(schema_for!(residency_runtime::serve::replay::ReplayReport)),
-        ),
-        (
-            "kv-replay-output.schema.json",
-            render(schema_for!(residency_kv::replay::KvReplayReport)),
-        ),
-        (
-            "apply-output.schema.json",
-            render(schema_for!(residency_runtime::apply::ApplyReport)),
-        ),
-        (
-            "bench-output.schema.json",
-            render(schema_for!(residency_hwprofile::bench::BenchReport)),
-        ),
-        (
-            "bench-sweep-output.schema.json",
-            render(schema_for!(bench_sweep::SweepReport)),
-        ),
-    ]);
-    all
-}
-
-fn notes(notes: &[String]) {
-    for note in notes {
-        term::note(note);
-    }
-}
-
-/// `paths.context_tokens`: with `--from`, `None` keeps the plan's own.
-fn plan(
-    paths: &InputPaths,
-    replan: &ReplanArgs,
-    out: Option<&Path>,
-    options: SolveOptions,
-    exports: &[Engine],
-    export_dir: Option<&Path>,
-    plot_file: Option<&Path>,
-) -> Result<()> {
-    let started = Instant::now();
-    if let Some(file) = plot_file {
-        plot::PlotFormat::from_path(file)?;
-    }
-    let time_limit = options.time_limit_seconds;
-    if !(time_limit.is_finite() && time_limit > 0.0) {
-        bail!("--time-limit {time_limit}: give a positive number of seconds");
-    }
-    for (flag, value) in [
-        ("--horizon-tokens", replan.horizon_tokens),
-        ("--hysteresis", replan.hysteresis),
-    ] {
-        if !(value.is_finite() && value > 0.0) {
-            bail!("{flag} {value}: give a positive number");
-        }
-    }
-    // What an incremental re-plan reports, printed after the plan.
-    let mut incremental = None;
-    let (inst, solution, refs, current, model) = match &replan.from {
-        None => {
-            let mut inputs = checkpoint_cmd::load_inputs(paths)?;
-            let inst = inputs.instance()?;
-            notes(&inputs.notes);
-            // The limit counts reading the inputs too.
-            let options = SolveOptions {
-                time_limit_seconds: (time_limit - started.elapsed().as_secs_f64()).max(0.01),
-                ..options
-            };
-            let solution =
-                solve::solve(&inst, options).map_err(|e| e.in_file(&inputs.profile_file))?;
-            (inst, solution, inputs.refs, None, inputs.model)
-        }
-        Some(from) => {
-            let LoadedPlan {
-                inst,
-                placement: current,
-                refs,
-                model,
-                ..
-            } = load_plan(from, paths)?;
-            let solution = match replan.move_budget {
-                Some(budget_bytes) => {
-                    let options = IncrementalOptions {
-                        time_limit_seconds: time_limit,
-                        gap: options.gap,
-                        move_budget_bytes: budget_bytes,
-                        horizon_tokens: replan.horizon_tokens,
-                        hysteresis: replan.hysteresis,
-                    };
-                    let (solution, got) = incremental_replan(&inst, &current, options)?;
-                    incremental = Some((got, options));
-                    solution
-                }
-                None => {
-                    let options = solve::ReplanOptions {
-                        time_limit_seconds: time_limit,
-                        horizon_tokens: replan.horizon_tokens,
-                        hysteresis: replan.hysteresis,
-                    };
-                    solve::replan(&inst, &current, options)?
-                }
-            };
-            (inst, solution, refs, Some(current), model)
-        }
-    };
-    let plan = Plan::new(&inst, &solution, refs, time_limit);
-    if let Some(out) = out {
-        plan.write(out)?;
-    }
-    print::plan_summary(&plan, &inst, out);
-    if let Some(file) = plot_file {
-        let title = format!(
-            "Plan: {} on {}",
-            plan.inputs.model.name, plan.inputs.profile.name
-        );
-        plot::plan_plot(file, &title, &plan, &inst)?;
-        println!("wrote {}", file.display());
-    }
-    let for_llama_cpp =
-        exports.contains(&Engine::LlamaCpp) || paths.model.as_deref().is_some_and(gguf::is_gguf);
-    if for_llama_cpp {
-        let strategies = export::baselines::llama_cpp_strategies(&inst)?;
-        let exported = export::llama_cpp_as_exported(&plan, &inst)?;
-        print::llama_cpp_baselines(&inst, &exported, &strategies);
-    }
-    if let Some(current) = current {
-        print::plan_diff(&residency_core::diff::diff(
-            &inst,
-            &current,
-            &solution.placement,
-        ));
-    }
-    if let Some((got, options)) = &incremental {
-        print::incremental_replan(got, options);
-    }
-    let dir = match (export_dir, out.and_then(Path::parent)) {
-        (Some(dir), _) => dir,
-        (None, Some(parent)) if !parent.as_os_str().is_empty() => parent,
-        _ => Path::new("."),
-    };
-    let mut done = Vec::new();
-    for &engine in exports {
-        if done.contains(&engine) {
-            continue;
-        }
-        done.push(engine);
-        let facts = export::ModelFacts::of(&model.description, paths.model.as_deref());
-        let written = export::export(engine, &plan, &inst, dir, facts)?;
-        for file in &written.files {
-            println!("wrote {} ({engine})", file.display());
-        }
-        notes(&written.warnings);
-    }
-    Ok(())
-}
-
-/// `incremental::replan` from `current` with zero prices, as the plan
-/// file's solution, beside what the re-plan reports.
-fn incremental_replan(
-    inst: &Instance,
-    current: &[usize],
-    options: IncrementalOptions,
-) -> Result<(residency_core::solution::Solution, Replanned)> {
-    let warm = Warm {
-        placement: current.to_vec(),
-        prices_seconds_per_byte: Vec::new(),
-    };
-    let got = incremental::replan(inst, &warm, options)
-        .with_context(|| format!("--move-budget {}", options.move_budget_bytes))?;
-    // The plan file's baseline, as `plan` gives it: the greedy placement.
-    let greedy_placement = solve::greedy::greedy(inst)?;
-    let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
-    let solution = residency_core::solution::Solution {
-        lower_bound_seconds: got.lower_bound_seconds.min(got.token_seconds),
-        placement: got.placement.clone(),
-        token_seconds: got.token_seconds,
-        bound_method: incremental::BOUND_METHOD,
-        greedy_placement,
-        greedy_token_seconds,
-        method: incremental::METHOD.to_string(),
-        solve_seconds: got.solve_seconds,
-        proven_optimal: false,
-    };
-    Ok((solution, got))
-}
-
-/// A plan read back for the given inputs.
-struct LoadedPlan {
-    plan: Plan,
-    inst: Instance,
-    placement: Vec<usize>,
-    /// The references of the inputs given now (not the plan's).
-    refs: PlanInputs,
-    /// The model given now.
-    model: Model,
-}
-
-/// Reads a plan and the placement it encodes for the given inputs, with the
-/// KV cache of `paths.context_tokens` kept on the cards (default: the
-/// plan's own).
-fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
-    let plan = Plan::read(file)?;
-    // The placement is read with the capacities it was made with.
-    let made_with = InputPaths {
-        context_tokens: plan.inputs.context_tokens,
-        ..paths.clone()
-    };
-    let mut inputs = checkpoint_cmd::load_inputs(&made_with)?;
-    let mut inst = inputs.instance()?;
-    if inst.kv_ids.is_empty() {
-        inst.add_kv_groups(&plan.kv_groups());
-    }
-    notes(&inputs.notes);
-    let placement = plan.placement(&inst, file)?;
-    if let Some(tokens) = paths
-        .context_tokens
-        .filter(|&t| Some(t) != plan.inputs.context_tokens)
-    {
-        // Re-planning for another context: the placement in use may no
-        // longer fit, and the re-plan repairs it.
-        inputs.reserve_context(&mut inst, tokens)?;
-    }
-    Ok(LoadedPlan {
-        plan,
-        inst,
-        placement,
-        refs: inputs.refs,
-        model: inputs.model,
-    })
-}
-
-fn explain(file: &Path, args: &InputArgs, time_limit: f64) -> Result<()> {
-    if !(time_limit.is_finite() && time_limit > 0.0) {
-        bail!("--time-limit {time_limit}: give a positive number of seconds");
-    }
-    let LoadedPlan {
-        inst, placement, ..
-    } = load_plan(file, &args.paths())?;
-    let explanation =
-        residency_solver::explain::explain(&inst, &placement, Duration::from_secs_f64(time_limit));
-    print::explanation(file, &explanation);
-    Ok(())
-}
-
-fn diff(before_path: &Path, after_path: &Path, args: &InputArgs) -> Result<()> {
-    let before = load_plan(before_path, &args.paths())?;
-    let after = load_plan(after_path, &args.paths())?;
-    // Both placements are priced on the first plan's instance: the second
-    // must place the same objects, KV groups included.
-    if after.inst.objects.len() != before.inst.objects.len()
-        || after.plan.kv_groups() != before.plan.kv_groups()
-    {
-        return Err(residency_core::PlannerError::input(
-            after_path,
-            "kv",
-            format!(
-                "has {} KV groups, {} has {}, not the same",
-                after.plan.kv.len(),
-                before_path.display(),
-                before.plan.kv.len(),
-            ),
-            "diff plans made with the same KV groups file (plan --kv)",
-        )
-        .into());
-    }
-    print::plan_diff(&residency_core::diff::diff(
-        &before.inst,
-        &before.placement,
-        &after.placement,
-    ));
-    Ok(())
-}
-
-fn heat_context(
-    model: &ModelArg,
-    partial_heat: PartialHeatArg,
-) -> Result<(Option<Model>, HeatContext)> {
-    let model = model.load()?;
-    let ctx = HeatContext {
-        allow_partial_heat: partial_heat.allow_partial_heat,
-        ..model
-            .as_ref()
-            .map(HeatContext::for_model)
-            .unwrap_or_default()
-    };
-    Ok((model, ctx))
-}
-
-fn heat_command(
-    input: &Path,
-    format: Option<HeatFormat>,
-    model: &ModelArg,
-    partial_heat: PartialHeatArg,
-    out: Option<&Path>,
-    out_format: Option<HeatFormat>,
-    plot_file: Option<&Path>,
-) -> Result<()> {
-    if let Some(file) = plot_file {
-        plot::PlotFormat::from_path(file)?;
-    }
-    let (model, ctx) = heat_context(model, partial_heat)?;
-    let mut warnings = Vec::new();
-    let heat = heat::read_heat(input, format, &ctx, &mut warnings)?;
-    if let Some(model) = &model {
-        heat.total.use_rates(model, input, &mut warnings)?;
-    }
-    notes(&warnings);
-    print::heat_summary(input, &heat);
-    if let Some(file) = plot_file {
-        let model_name = model
-            .as_ref()
-            .map(|m| m.name().to_string())
-            .or_else(|| heat.model.clone())
-            .unwrap_or_else(|| "model not named".into());
-        let input_name = input.file_name().unwrap_or(input.as_os_str());
-        let title = format!(
-            "Routing concentration: {} ({model_name})",
-            input_name.to_string_lossy()
-        );
-        plot::concentration_plot(file, &title, &heat::concentration(&heat.total))?;
-        println!("wrote {}", file.display());
-    }
-    if let Some(out) = out {
-        let format = match out_format {
-            Some(f) => f,
-            None => format_from_extension(out)?,
-        };
-        let mut warnings = Vec::new();
-        heat::write_heat(&heat, out, format, &ctx, &mut warnings)?;
-        notes(&warnings);
-        println!("wrote {} ({format})", out.display());
-    }
-    Ok(())
-}
-
-fn format_from_extension(path: &Path) -> Result<HeatFormat> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
-    Ok(match ext {
-        "json" => HeatFormat::Json,
-        "csv" => HeatFormat::Csv,
-        "pt" | "pth" => HeatFormat::SglangPt,
-        "bin" | "heat" => HeatFormat::ColiHeat,
-        _ if name.ends_with("coli_usage") => HeatFormat::ColiUsage,
-        _ => bail!("{}: cannot tell the heat format from the name; give --out-format json|csv|coli-heat|coli-usage|sglang-json|sglang-pt", path.display()),
-    })
-}
-
-/// What kind of input a file is, from its extension and first bytes (a
-/// checkpoint directory and a GGUF file are models, but for an imatrix).
-fn detect_kind(file: &Path) -> &'static str {
-    if heat::is_imatrix(file) {
-        return "heat";
-    }
-    if file.is_dir() || gguf::is_gguf(file) {
-        return "model";
-    }
-    let mut head = Vec::new();
-    if let Ok(f) = std::fs::File::open(file) {
-        use std::io::Read;
-        let _ = f.take(4096).read_to_end(&mut head);
-    }
-    let head = String::from_utf8_lossy(&head);
-    let yaml = matches!(
-        file.extension().and_then(|e| e.to_str()),
-        Some("yaml" | "yml")
-    );
-    if head.contains("\"residency-plan\"") || head.contains("format: residency-plan") {
-        "plan"
-    } else if head.contains("residency-kv-groups") {
-        "kv"
-    } else if yaml && head.lines().any(|l| l.starts_with("numa:")) {
-        "profile"
-    } else if yaml && head.lines().any(|l| l.starts_with("moe_layers:")) {
-        "model"
-    } else {
-        "heat"
-    }
-}
-
-fn validate(file: &Path, kind: Option<&str>, args: &InputArgs) -> Result<()> {
-    let kind = kind.unwrap_or_else(|| detect_kind(file));
-    match kind {
-        "profile" => {
-            let p = HardwareProfile::from_yaml_file(file)?;
-            println!(
-                "ok: {} is a valid hardware profile `{}`: {} NUMA node(s), {} GPU(s), {} drive(s)",
-                file.display(),
-                p.name,
-                p.numa.len(),
-                p.gpus.len(),
-                p.drives.len()
-            );
-        }
-        "model" => {
-            let m = checkpoint_cmd::model_from_path(file)?;
-            println!(
-                "ok: {} is a valid model description `{}`: {} MoE layers, {} experts, {} trunk components",
-                file.display(),
-                m.name(),
-                m.moe.len(),
-                m.expert_count(),
-                m.trunk.len()
-            );
-        }
-        "heat" => {
-            let (model, ctx) = heat_context(&args.model, args.partial_heat)?;
-            let mut warnings = Vec::new();
-            let heat = heat::read_heat(file, args.heat_format, &ctx, &mut warnings)?;
-            if let Some(model) = &model {
-                heat.total.use_rates(model, file, &mut warnings)?;
-            }
-            notes(&warnings);
-            println!(
-                "ok: {} is valid {} heat: {} MoE layers, {} categories",
-                file.display(),
-                heat.format,
-                heat.total.counts.len(),
-                heat.categories.len()
-            );
-        }
-        "plan" => {
-            let LoadedPlan {
-                plan,
-                inst,
-                placement,
-                ..
-            } = load_plan(file, &args.paths())?;
-            let recomputed = inst.evaluate(&placement).token_seconds;
-            let reported = plan.objective.token_seconds;
-            if (recomputed - reported).abs() > 1e-9 * reported.abs() {
-                bail!(
-                    "{}: objective.token_seconds: is {reported} but the cost model gives {recomputed} for this placement with these inputs; re-plan, or pass the profile, model and heat it was made with",
-                    file.display()
-                );
-            }
-            println!(
-                "ok: {} is a feasible plan; its token_seconds {reported} matches the cost model",
-                file.display()
-            );
-        }
-        "kv" => {
-            let groups = KvGroupsFile::read(file)?.groups;
-            let bytes: u64 = groups.iter().map(|g| g.bytes.get()).sum();
-            println!(
-                "ok: {} holds {} valid KV prefix groups, {} in all",
-                file.display(),
-                groups.len(),
-                residency_core::units::Bytes(bytes)
-            );
-        }
-        other => bail!("--kind {other}: give profile, model, heat, kv or plan"),
     }
     Ok(())
 }

@@ -309,6 +309,6 @@ fn emit(
             }
         }
     }
-    crate::notes(notes);
+    crate::term::notes(notes);
     Ok(())
 }

@@ -165,7 +165,7 @@ pub fn run(args: SimulateArgs) -> Result<()> {
         sensitivity: !args.no_sensitivity,
     };
     let output = simulate(&job)?;
-    crate::notes(&output.notes);
+    crate::term::notes(&output.notes);
     print_table(&args.trace, &output);
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&output.report())?;

@@ -20,6 +20,13 @@ pub fn note(text: impl std::fmt::Display) {
     }
 }
 
+/// Each of `notes` as a `note:` line, unless quiet.
+pub fn notes(notes: &[String]) {
+    for text in notes {
+        note(text);
+    }
+}
+
 /// The `error:` line on standard error; errors are never silenced.
 pub fn error(text: impl std::fmt::Display) {
     eprintln!("{} {text}", label("error:", "1;31"));

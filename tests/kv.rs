@@ -675,35 +675,7 @@ fn kv_groups_compete_with_experts_in_the_plan() {
         .collect();
     let names: Vec<&str> = kv.iter().map(|g| g["name"].as_str().unwrap()).collect();
     assert_eq!(names, shipped_names);
-    // design §4.6 by hand: a group costs r * (prefill - saved) per token,
-    // saved = prefill on a GPU, prefill - bytes / (fastest upload, 25 GB/s
-    // on the default box) from RAM, and nothing when recomputed.
-    let fastest_upload = 25e9;
-    let mut kv_seconds = 0.0;
-    let mut kept = 0;
-    for g in kv {
-        let r = g["reuses_per_token"].as_f64().unwrap();
-        let prefill: f64 = g["prefill_seconds"]
-            .as_str()
-            .unwrap()
-            .trim_end_matches(" s")
-            .parse()
-            .unwrap();
-        let bytes = g["bytes"].as_f64().unwrap();
-        let expected = match g["place"].as_str() {
-            None => r * prefill,
-            Some(p) if p.starts_with("gpu:") => 0.0,
-            Some(p) if p.starts_with("ram:") => r * (bytes / fastest_upload).min(prefill),
-            Some(p) => panic!("KV group at {p}"),
-        };
-        kept += usize::from(!g["place"].is_null());
-        let got = g["token_seconds"].as_f64().unwrap();
-        assert!(
-            (got - expected).abs() <= 1e-12 * expected.max(1e-9),
-            "{g}: {got} vs {expected}"
-        );
-        kv_seconds += got;
-    }
+    let (kv_seconds, kept) = kv_seconds_by_hand(kv);
     // The conversation groups do not all fit: some are kept, some recomputed.
     assert!(kept > 0 && kept < kv.len(), "{kept} of {}", kv.len());
     let kv_in_usage: u64 = with["usage"]
@@ -738,14 +710,53 @@ fn kv_groups_compete_with_experts_in_the_plan() {
         stdout(&o)
     );
 
-    // Bad groups: one line naming the file and the field; no plan written.
-    let bad = dir.path().join("bad.yaml");
+    bad_groups_are_one_line(dir.path());
+}
+
+/// The KV groups' seconds per token and how many are kept, by design
+/// §4.6 by hand; each group's own `token_seconds` checked against it.
+fn kv_seconds_by_hand(kv: &[serde_json::Value]) -> (f64, usize) {
+    // design §4.6 by hand: a group costs r * (prefill - saved) per token,
+    // saved = prefill on a GPU, prefill - bytes / (fastest upload, 25 GB/s
+    // on the default box) from RAM, and nothing when recomputed.
+    let fastest_upload = 25e9;
+    let mut kv_seconds = 0.0;
+    let mut kept = 0;
+    for g in kv {
+        let r = g["reuses_per_token"].as_f64().unwrap();
+        let prefill: f64 = g["prefill_seconds"]
+            .as_str()
+            .unwrap()
+            .trim_end_matches(" s")
+            .parse()
+            .unwrap();
+        let bytes = g["bytes"].as_f64().unwrap();
+        let expected = match g["place"].as_str() {
+            None => r * prefill,
+            Some(p) if p.starts_with("gpu:") => 0.0,
+            Some(p) if p.starts_with("ram:") => r * (bytes / fastest_upload).min(prefill),
+            Some(p) => panic!("KV group at {p}"),
+        };
+        kept += usize::from(!g["place"].is_null());
+        let got = g["token_seconds"].as_f64().unwrap();
+        assert!(
+            (got - expected).abs() <= 1e-12 * expected.max(1e-9),
+            "{g}: {got} vs {expected}"
+        );
+        kv_seconds += got;
+    }
+    (kv_seconds, kept)
+}
+
+/// Bad groups in `dir`: one line naming the file and the field; no plan written.
+fn bad_groups_are_one_line(dir: &Path) {
+    let bad = dir.join("bad.yaml");
     std::fs::write(
         &bad,
         "format: residency-kv-groups\ngroups:\n  - { name: a, bytes: 1 MiB, reuses_per_token: 0.1, prefill_seconds: 1 ms }\n  - { name: a, bytes: 1 MiB, reuses_per_token: 0.1, prefill_seconds: 1 ms }\n",
     )
     .unwrap();
-    let out = dir.path().join("never.json");
+    let out = dir.join("never.json");
     let (bad_s, out_s) = (bad.to_str().unwrap(), out.to_str().unwrap());
     assert_bad_input(
         &["plan", "--kv", bad_s, "--out", out_s],

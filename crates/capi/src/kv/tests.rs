@@ -36,54 +36,13 @@ fn kv_blocks_are_looked_up_inserted_and_released_through_the_abi() {
         tenant_salt: salt.as_ptr(),
         tenant_salt_len: salt.len(),
     };
-    let tokens: Vec<u32> = (0..10).collect();
-    let mut keys = [ResidencyKvKey::default(); 4];
-    let (mut count, mut blocks) = (0usize, 0usize);
+    let keys = keys_are_the_rust_apis(&identity, &salt, &image);
+    let mut blocks = 0usize;
     let mut kv = ptr::null_mut();
     let mut prefix = ptr::null_mut();
     // SAFETY: every pointer is valid for its contract.
     unsafe {
         assert_eq!(residency_kv_open(&options, &mut kv), RESIDENCY_OK);
-        // Capacity 1 of 2 keys: one written, the count says 2.
-        let code = residency_kv_block_keys(
-            &identity,
-            tokens.as_ptr(),
-            10,
-            4,
-            keys.as_mut_ptr(),
-            1,
-            &mut count,
-        );
-        assert_eq!((code, count), (RESIDENCY_OK, 2));
-        assert_eq!(
-            residency_kv_block_keys(
-                &identity,
-                tokens.as_ptr(),
-                10,
-                4,
-                keys.as_mut_ptr(),
-                4,
-                &mut count
-            ),
-            RESIDENCY_OK
-        );
-        // The same keys as the Rust API's.
-        let expected = residency_kv::block_keys(
-            &residency_kv::KvIdentity {
-                model: "sha256:model".into(),
-                chat_template: "chatml".into(),
-                multimodal: vec![image.to_vec()],
-                ..Default::default()
-            }
-            .digest(),
-            &salt,
-            &tokens,
-            4,
-        );
-        assert_eq!(
-            keys[..2].iter().map(|k| k.bytes).collect::<Vec<_>>(),
-            expected.iter().map(|k| k.0).collect::<Vec<_>>()
-        );
         // Cold: an empty prefix; insert both blocks after it.
         assert_eq!(
             residency_kv_lookup(kv, keys.as_ptr(), 2, &mut prefix, &mut blocks),
@@ -139,7 +98,75 @@ fn kv_blocks_are_looked_up_inserted_and_released_through_the_abi() {
             (2, 2, 2, 2)
         );
         assert_eq!(residency_kv_close(kv), RESIDENCY_OK);
-        // NULLs are refused by name; releasing and closing NULL is fine.
+    }
+    nulls_are_refused_by_name(&identity, &options);
+}
+
+/// The block keys of 10 tokens in blocks of 4 through the ABI: a count
+/// beyond the capacity given, then the same keys as the Rust API's.
+fn keys_are_the_rust_apis(
+    identity: &ResidencyKvIdentity,
+    salt: &[u8],
+    image: &[u8],
+) -> [ResidencyKvKey; 4] {
+    let tokens: Vec<u32> = (0..10).collect();
+    let mut keys = [ResidencyKvKey::default(); 4];
+    let mut count = 0usize;
+    // SAFETY: every pointer is valid for its contract.
+    unsafe {
+        // Capacity 1 of 2 keys: one written, the count says 2.
+        let code = residency_kv_block_keys(
+            identity,
+            tokens.as_ptr(),
+            10,
+            4,
+            keys.as_mut_ptr(),
+            1,
+            &mut count,
+        );
+        assert_eq!((code, count), (RESIDENCY_OK, 2));
+        assert_eq!(
+            residency_kv_block_keys(
+                identity,
+                tokens.as_ptr(),
+                10,
+                4,
+                keys.as_mut_ptr(),
+                4,
+                &mut count
+            ),
+            RESIDENCY_OK
+        );
+        // The same keys as the Rust API's.
+        let expected = residency_kv::block_keys(
+            &residency_kv::KvIdentity {
+                model: "sha256:model".into(),
+                chat_template: "chatml".into(),
+                multimodal: vec![image.to_vec()],
+                ..Default::default()
+            }
+            .digest(),
+            salt,
+            &tokens,
+            4,
+        );
+        assert_eq!(
+            keys[..2].iter().map(|k| k.bytes).collect::<Vec<_>>(),
+            expected.iter().map(|k| k.0).collect::<Vec<_>>()
+        );
+    }
+    keys
+}
+
+/// NULLs are refused by name; releasing and closing NULL is fine.
+fn nulls_are_refused_by_name(identity: &ResidencyKvIdentity, options: &ResidencyKvOptions) {
+    let mut keys = [ResidencyKvKey::default(); 4];
+    let (mut count, mut blocks) = (0usize, 0usize);
+    let mut kv = ptr::null_mut();
+    let mut prefix = ptr::null_mut();
+    // SAFETY: every pointer is valid for its contract, or NULL where the
+    // call is to refuse it.
+    unsafe {
         assert_eq!(
             residency_kv_lookup(ptr::null(), keys.as_ptr(), 2, &mut prefix, &mut blocks),
             RESIDENCY_ERR_ARGUMENT
@@ -147,7 +174,7 @@ fn kv_blocks_are_looked_up_inserted_and_released_through_the_abi() {
         assert!(last_error().contains("`kv` is NULL"));
         assert_eq!(
             residency_kv_block_keys(
-                &identity,
+                identity,
                 ptr::null(),
                 3,
                 4,
@@ -160,7 +187,7 @@ fn kv_blocks_are_looked_up_inserted_and_released_through_the_abi() {
         assert!(last_error().contains("`tokens` is NULL"));
         let bad = ResidencyKvOptions {
             policy: 7,
-            ..options
+            ..*options
         };
         assert_eq!(residency_kv_open(&bad, &mut kv), RESIDENCY_ERR_ARGUMENT);
         assert!(kv.is_null());

@@ -6,6 +6,7 @@ use crate::kv::KvGroup;
 use crate::model::Model;
 use crate::profile::HardwareProfile;
 use crate::units::{Bytes, Seconds};
+use std::path::Path;
 
 const PROFILE: &str = r#"
 name: tiny

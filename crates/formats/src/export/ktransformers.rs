@@ -69,20 +69,19 @@ fn kt_trunk_pattern(name: &str, layers: &BTreeSet<usize>) -> Option<String> {
     }
 }
 
-/// Writes `ktransformers_optimize_rules.yaml` (`--optimize_config_path`).
-///
-/// ktransformers replaces `model.layers.N.mlp.experts` as one module, so
-/// each MoE layer gets one device, chosen like llama.cpp's buffer
-/// ([`layer_buffers`]): GPU layers run `KExpertsMarlin` there, CPU layers
-/// `KExpertsCPU` with their output sent to the layer's attention card.
-/// Trunk components go where the plan puts them (`class: default`).
-pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
-    let placement = placement(plan, inst)?;
-    let place = |o: usize| inst.places[placement[o]];
-    let layers_of = inst.moe_layers()?;
-    let mut warnings = Vec::new();
+/// Where the plan puts the trunk, as ktransformers' rules take it.
+struct Trunk {
+    /// Trunk bytes per card.
+    gpu_bytes: Vec<u64>,
+    /// (component, buffer) -> layers, in model order of components.
+    rules: Vec<((String, Buffer), BTreeSet<usize>)>,
+    /// Each layer's attention buffer.
+    attn_buffer: BTreeMap<usize, Buffer>,
+}
 
-    // Trunk: (component, buffer) -> layers, in model order of components.
+/// The trunk's rules and bytes per card; components without a known
+/// module name said in `warnings`.
+fn trunk(inst: &Instance, placement: &[usize], warnings: &mut Vec<String>) -> Trunk {
     let mut trunk_gpu = vec![0u64; inst.resources.gpus()];
     let mut trunk_rules: Vec<((String, Buffer), BTreeSet<usize>)> = Vec::new();
     let mut attn_buffer: BTreeMap<usize, Buffer> = BTreeMap::new();
@@ -93,7 +92,7 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
             continue;
         }
         for (layer, o) in members {
-            let buffer = Buffer::of(place(o));
+            let buffer = Buffer::of(inst.places[placement[o]]);
             if let Buffer::Cuda(g) = buffer {
                 trunk_gpu[g] += inst.objects[o].gpu_bytes;
             }
@@ -114,7 +113,30 @@ pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export>
             LLAMA_TRUNK_NAMES.join(", ")
         ));
     }
+    Trunk {
+        gpu_bytes: trunk_gpu,
+        rules: trunk_rules,
+        attn_buffer,
+    }
+}
 
+/// Writes `ktransformers_optimize_rules.yaml` (`--optimize_config_path`).
+///
+/// ktransformers replaces `model.layers.N.mlp.experts` as one module, so
+/// each MoE layer gets one device, chosen like llama.cpp's buffer
+/// ([`layer_buffers`]): GPU layers run `KExpertsMarlin` there, CPU layers
+/// `KExpertsCPU` with their output sent to the layer's attention card.
+/// Trunk components go where the plan puts them (`class: default`).
+pub fn ktransformers(plan: &Plan, inst: &Instance, dir: &Path) -> Result<Export> {
+    let placement = placement(plan, inst)?;
+    let layers_of = inst.moe_layers()?;
+    let mut warnings = Vec::new();
+
+    let Trunk {
+        gpu_bytes: trunk_gpu,
+        rules: trunk_rules,
+        attn_buffer,
+    } = trunk(inst, &placement, &mut warnings);
     let chosen = layer_buffers(plan, inst, &placement, &trunk_gpu, LAYOUT, &mut warnings)?;
     let first_gpu = (inst.resources.gpus() > 0).then_some(Buffer::Cuda(0));
     let mut expert_rules: BTreeMap<(Buffer, Buffer), BTreeSet<usize>> = BTreeMap::new();

@@ -80,22 +80,8 @@ pub(super) fn layer_buffers(
     layout: &str,
     warnings: &mut Vec<String>,
 ) -> Result<Vec<Buffer>> {
-    let place = |o: usize| inst.places[placement[o]];
-    let gpus = inst.resources.gpus();
     let layers_of = inst.moe_layers()?;
-    let shares: Vec<BTreeMap<Buffer, (f64, usize)>> = inst
-        .expert_ids
-        .iter()
-        .map(|ids| {
-            let mut share: BTreeMap<Buffer, (f64, usize)> = BTreeMap::new();
-            for &o in ids {
-                let entry = share.entry(Buffer::of(place(o))).or_default();
-                entry.0 += inst.objects[o].use_rate;
-                entry.1 += 1;
-            }
-            share
-        })
-        .collect();
+    let shares = layer_shares(inst, placement);
     let mut chosen: Vec<Buffer> = shares
         .iter()
         .map(|share| {
@@ -110,6 +96,44 @@ pub(super) fn layer_buffers(
                 .map_or(Buffer::Cpu, |(&b, _)| b)
         })
         .collect();
+    fit_cards(inst, &shares, &mut chosen, trunk_gpu, &layers_of, warnings);
+    price_lost_decisions(plan, inst, placement, (&shares, &chosen), layout, warnings);
+    Ok(chosen)
+}
+
+/// Per MoE layer, the use-rate mass and expert count of each buffer.
+type Shares = Vec<BTreeMap<Buffer, (f64, usize)>>;
+
+/// Each MoE layer's mass and experts per buffer, as the plan places them.
+fn layer_shares(inst: &Instance, placement: &[usize]) -> Shares {
+    inst.expert_ids
+        .iter()
+        .map(|ids| {
+            let mut share: BTreeMap<Buffer, (f64, usize)> = BTreeMap::new();
+            for &o in ids {
+                let entry = share
+                    .entry(Buffer::of(inst.places[placement[o]]))
+                    .or_default();
+                entry.0 += inst.objects[o].use_rate;
+                entry.1 += 1;
+            }
+            share
+        })
+        .collect()
+}
+
+/// Where whole layers overflow a card beside `trunk_gpu`, the layers with
+/// the least of the plan's mass on that card moved to their next buffer by
+/// mass with room, else the CPU; each card's moves and any overflow left
+/// said in `warnings`.
+fn fit_cards(
+    inst: &Instance,
+    shares: &Shares,
+    chosen: &mut [Buffer],
+    trunk_gpu: &[u64],
+    layers_of: &[usize],
+    warnings: &mut Vec<String>,
+) {
     let layer_bytes: Vec<u64> = inst
         .expert_ids
         .iter()
@@ -122,7 +146,7 @@ pub(super) fn layer_buffers(
             load[g] += layer_bytes[l];
         }
     }
-    for g in 0..gpus {
+    for g in 0..inst.resources.gpus() {
         let whole = load[g];
         let mut on_card: Vec<usize> = (0..chosen.len())
             .filter(|&l| chosen[l] == Buffer::Cuda(g))
@@ -179,7 +203,19 @@ pub(super) fn layer_buffers(
             ));
         }
     }
+}
 
+/// The per-expert decisions the layers' buffers lose, priced with the
+/// cost model, in `warnings` where any expert moves.
+fn price_lost_decisions(
+    plan: &Plan,
+    inst: &Instance,
+    placement: &[usize],
+    (shares, chosen): (&Shares, &[Buffer]),
+    layout: &str,
+    warnings: &mut Vec<String>,
+) {
+    let place = |o: usize| inst.places[placement[o]];
     let (mut mixed, mut moved, mut moved_mass, mut total_mass) = (0usize, 0usize, 0.0f64, 0.0f64);
     let mut moves: BTreeMap<(Place, Buffer), (usize, f64)> = BTreeMap::new();
     for (l, ids) in inst.expert_ids.iter().enumerate() {
@@ -198,27 +234,27 @@ pub(super) fn layer_buffers(
             }
         }
     }
-    if moved > 0 {
-        let exported = inst
-            .evaluate(&llama_placement(inst, placement, &chosen))
-            .token_seconds;
-        let percent = if total_mass > 0.0 {
-            100.0 * moved_mass / total_mass
-        } else {
-            0.0
-        };
-        warnings.push(format!(
-            "{layout}, so a layer has one buffer: {mixed} of {} MoE layers mix places in the plan, and {moved} experts whose per-expert decision cannot be expressed move (use-rate mass {moved_mass:.3} of {total_mass:.3} per token, {percent:.1}%; the cost model gives {:.3} ms per token as exported, the plan {:.3} ms): {}",
-            inst.expert_ids.len(),
-            exported * 1e3,
-            plan.objective.token_seconds * 1e3,
-            join(
-                moves
-                    .iter()
-                    .map(|((from, to), (n, mass))| format!("{n} {from} -> {to} (mass {mass:.3})")),
-                ", "
-            )
-        ));
+    if moved == 0 {
+        return;
     }
-    Ok(chosen)
+    let exported = inst
+        .evaluate(&llama_placement(inst, placement, chosen))
+        .token_seconds;
+    let percent = if total_mass > 0.0 {
+        100.0 * moved_mass / total_mass
+    } else {
+        0.0
+    };
+    warnings.push(format!(
+        "{layout}, so a layer has one buffer: {mixed} of {} MoE layers mix places in the plan, and {moved} experts whose per-expert decision cannot be expressed move (use-rate mass {moved_mass:.3} of {total_mass:.3} per token, {percent:.1}%; the cost model gives {:.3} ms per token as exported, the plan {:.3} ms): {}",
+        inst.expert_ids.len(),
+        exported * 1e3,
+        plan.objective.token_seconds * 1e3,
+        join(
+            moves
+                .iter()
+                .map(|((from, to), (n, mass))| format!("{n} {from} -> {to} (mass {mass:.3})")),
+            ", "
+        )
+    ));
 }

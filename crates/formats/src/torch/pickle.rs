@@ -71,43 +71,64 @@ pub fn load(bytes: &[u8], storage: &mut Storages) -> Result<Value, PtError> {
     loop {
         let op_at = m.at;
         let op = m.take(1)?[0];
-        let err = |problem: String| PtError::new(format!("data.pkl byte {op_at}"), problem);
+        if op == b'.' {
+            return m.pop_value(op_at);
+        }
+        let done = m.scalar(op, op_at)? || m.memo_op(op, op_at)? || m.build(op, op_at, storage)?;
+        if !done {
+            return Err(err_at(
+                op_at,
+                format!("pickle opcode 0x{op:02x}, which torch.save does not write for tensors and plain values"),
+            ));
+        }
+    }
+}
+
+/// A problem of the opcode at byte `op_at`.
+fn err_at(op_at: usize, problem: String) -> PtError {
+    PtError::new(format!("data.pkl byte {op_at}"), problem)
+}
+
+impl Machine<'_> {
+    /// The protocol and frame, marks, and the values an opcode pushes: empty
+    /// containers, None, bools, ints, floats, strings and globals; false for
+    /// any other opcode.
+    fn scalar(&mut self, op: u8, op_at: usize) -> Result<bool, PtError> {
         match op {
             0x80 => {
-                let proto = m.take(1)?[0];
+                let proto = self.take(1)?[0];
                 if !(2..=5).contains(&proto) {
-                    return Err(err(format!("pickle protocol {proto}; torch.save writes 2")));
+                    return Err(err_at(
+                        op_at,
+                        format!("pickle protocol {proto}; torch.save writes 2"),
+                    ));
                 }
             }
-            0x95 => drop(m.take(8)?), // FRAME: a length hint
-            b'.' => {
-                let top = m.pop_value(op_at)?;
-                return Ok(top);
-            }
-            b'(' => m.stack.push(Slot::Mark),
-            b'}' => m.push(Value::Dict(Vec::new())),
-            b']' => m.push(Value::List(Vec::new())),
-            b')' => m.push(Value::Tuple(Vec::new())),
-            b'N' => m.push(Value::None),
-            0x88 => m.push(Value::Bool(true)),
-            0x89 => m.push(Value::Bool(false)),
+            0x95 => drop(self.take(8)?), // FRAME: a length hint
+            b'(' => self.stack.push(Slot::Mark),
+            b'}' => self.push(Value::Dict(Vec::new())),
+            b']' => self.push(Value::List(Vec::new())),
+            b')' => self.push(Value::Tuple(Vec::new())),
+            b'N' => self.push(Value::None),
+            0x88 => self.push(Value::Bool(true)),
+            0x89 => self.push(Value::Bool(false)),
             b'K' => {
-                let v = m.take(1)?[0];
-                m.push(Value::Int(v.into()))
+                let v = self.take(1)?[0];
+                self.push(Value::Int(v.into()))
             }
             b'M' => {
-                let v = u16::from_le_bytes(m.array()?);
-                m.push(Value::Int(v.into()))
+                let v = u16::from_le_bytes(self.array()?);
+                self.push(Value::Int(v.into()))
             }
             b'J' => {
-                let v = i32::from_le_bytes(m.array()?);
-                m.push(Value::Int(v.into()))
+                let v = i32::from_le_bytes(self.array()?);
+                self.push(Value::Int(v.into()))
             }
             0x8a => {
-                let n = m.take(1)?[0] as usize;
-                let raw = m.take(n)?;
+                let n = self.take(1)?[0] as usize;
+                let raw = self.take(n)?;
                 if n > 8 {
-                    return Err(err(format!("an integer of {n} bytes")));
+                    return Err(err_at(op_at, format!("an integer of {n} bytes")));
                 }
                 // Two's complement, little-endian, sign-extended.
                 let fill = if raw.last().is_some_and(|b| b & 0x80 != 0) {
@@ -117,129 +138,146 @@ pub fn load(bytes: &[u8], storage: &mut Storages) -> Result<Value, PtError> {
                 };
                 let mut le = [fill; 8];
                 le[..n].copy_from_slice(raw);
-                m.push(Value::Int(i64::from_le_bytes(le)))
+                self.push(Value::Int(i64::from_le_bytes(le)))
             }
             b'G' => {
-                let v = f64::from_be_bytes(m.array()?);
-                m.push(Value::Float(v))
+                let v = f64::from_be_bytes(self.array()?);
+                self.push(Value::Float(v))
             }
             b'X' => {
-                let n = u32::from_le_bytes(m.array()?) as usize;
-                let s = m.text(n, op_at)?;
-                m.push(Value::Str(s))
+                let n = u32::from_le_bytes(self.array()?) as usize;
+                let s = self.text(n, op_at)?;
+                self.push(Value::Str(s))
             }
             0x8c | b'U' => {
-                let n = m.take(1)?[0] as usize;
-                let s = m.text(n, op_at)?;
-                m.push(Value::Str(s))
+                let n = self.take(1)?[0] as usize;
+                let s = self.text(n, op_at)?;
+                self.push(Value::Str(s))
             }
             0x8d | b'T' => {
                 let n = if op == b'T' {
-                    u32::from_le_bytes(m.array()?) as usize
+                    u32::from_le_bytes(self.array()?) as usize
                 } else {
-                    usize::try_from(u64::from_le_bytes(m.array()?))
-                        .map_err(|_| err("a string longer than memory".into()))?
+                    usize::try_from(u64::from_le_bytes(self.array()?))
+                        .map_err(|_| err_at(op_at, "a string longer than memory".into()))?
                 };
-                let s = m.text(n, op_at)?;
-                m.push(Value::Str(s))
+                let s = self.text(n, op_at)?;
+                self.push(Value::Str(s))
             }
             b'c' => {
-                let module = m.line(op_at)?;
-                let name = m.line(op_at)?;
-                m.push(Value::Global(format!("{module}.{name}")))
+                let module = self.line(op_at)?;
+                let name = self.line(op_at)?;
+                self.push(Value::Global(format!("{module}.{name}")))
             }
             0x93 => {
-                let name = m.pop_str(op_at)?;
-                let module = m.pop_str(op_at)?;
-                m.push(Value::Global(format!("{module}.{name}")))
+                let name = self.pop_str(op_at)?;
+                let module = self.pop_str(op_at)?;
+                self.push(Value::Global(format!("{module}.{name}")))
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The memo: the top of the stack put under a key, or a key's value
+    /// pushed; false for any other opcode.
+    fn memo_op(&mut self, op: u8, op_at: usize) -> Result<bool, PtError> {
+        match op {
             b'q' => {
-                let k = m.take(1)?[0].into();
-                m.memo_put(k, op_at)?
+                let k = self.take(1)?[0].into();
+                self.memo_put(k, op_at)?
             }
             b'r' => {
-                let k = u32::from_le_bytes(m.array()?);
-                m.memo_put(k, op_at)?
+                let k = u32::from_le_bytes(self.array()?);
+                self.memo_put(k, op_at)?
             }
             0x94 => {
-                let k = m.memo.len() as u32;
-                m.memo_put(k, op_at)?
+                let k = self.memo.len() as u32;
+                self.memo_put(k, op_at)?
             }
             b'h' | b'j' => {
                 let k = if op == b'h' {
-                    m.take(1)?[0].into()
+                    self.take(1)?[0].into()
                 } else {
-                    u32::from_le_bytes(m.array()?)
+                    u32::from_le_bytes(self.array()?)
                 };
-                let v = m
-                    .memo
-                    .get(&k)
-                    .cloned()
-                    .ok_or_else(|| err(format!("memo {k} read before it is written")))?;
+                let v =
+                    self.memo.get(&k).cloned().ok_or_else(|| {
+                        err_at(op_at, format!("memo {k} read before it is written"))
+                    })?;
                 // The memo holds copies: a list or dict filled after it was
                 // memoised would be read empty, so one read twice is refused.
                 if matches!(v, Value::List(_) | Value::Dict(_)) {
-                    return Err(err(
-                        "a list or dict referenced twice, which torch.save does not write for tensors and plain values".into(),
-                    ));
+                    return Err(err_at(op_at,
+                            "a list or dict referenced twice, which torch.save does not write for tensors and plain values".into(),
+                        ));
                 }
-                m.push(v)
+                self.push(v)
             }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Containers built and filled from the stack, persistent storages
+    /// resolved, and globals called; false for any other opcode.
+    fn build(&mut self, op: u8, op_at: usize, storage: &mut Storages) -> Result<bool, PtError> {
+        match op {
             b't' => {
-                let items = m.pop_mark(op_at)?;
-                m.push(Value::Tuple(items))
+                let items = self.pop_mark(op_at)?;
+                self.push(Value::Tuple(items))
             }
             0x85..=0x87 => {
                 let n = (op - 0x84) as usize;
-                if m.stack.len() < n {
-                    return Err(err("a tuple of more items than the stack holds".into()));
+                if self.stack.len() < n {
+                    return Err(err_at(
+                        op_at,
+                        "a tuple of more items than the stack holds".into(),
+                    ));
                 }
                 let mut items = Vec::with_capacity(n);
-                for slot in m.stack.split_off(m.stack.len() - n) {
+                for slot in self.stack.split_off(self.stack.len() - n) {
                     match slot {
                         Slot::Value(v) => items.push(v),
-                        Slot::Mark => return Err(err("a mark inside a tuple".into())),
+                        Slot::Mark => return Err(err_at(op_at, "a mark inside a tuple".into())),
                     }
                 }
-                m.push(Value::Tuple(items))
+                self.push(Value::Tuple(items))
             }
             b'a' => {
-                let v = m.pop_value(op_at)?;
-                m.extend_list(vec![v], op_at)?
+                let v = self.pop_value(op_at)?;
+                self.extend_list(vec![v], op_at)?
             }
             b'e' => {
-                let items = m.pop_mark(op_at)?;
-                m.extend_list(items, op_at)?
+                let items = self.pop_mark(op_at)?;
+                self.extend_list(items, op_at)?
             }
             b's' => {
-                let v = m.pop_value(op_at)?;
-                let k = m.pop_value(op_at)?;
-                m.extend_dict(vec![k, v], op_at)?
+                let v = self.pop_value(op_at)?;
+                let k = self.pop_value(op_at)?;
+                self.extend_dict(vec![k, v], op_at)?
             }
             b'u' => {
-                let items = m.pop_mark(op_at)?;
-                m.extend_dict(items, op_at)?
+                let items = self.pop_mark(op_at)?;
+                self.extend_dict(items, op_at)?
             }
             b'Q' => {
-                let id = m.pop_value(op_at)?;
-                let v = storage_ref(id).map_err(err)?;
-                m.push(v)
+                let id = self.pop_value(op_at)?;
+                let v = storage_ref(id).map_err(|problem| err_at(op_at, problem))?;
+                self.push(v)
             }
             b'R' => {
-                let args = m.pop_value(op_at)?;
-                let callable = m.pop_value(op_at)?;
+                let args = self.pop_value(op_at)?;
+                let callable = self.pop_value(op_at)?;
                 let v = reduce(callable, args, storage).map_err(|e| match e {
-                    Reduce::Bad(problem) => err(problem),
+                    Reduce::Bad(problem) => err_at(op_at, problem),
                     Reduce::Storage(e) => e,
                 })?;
-                m.push(v)
+                self.push(v)
             }
-            other => {
-                return Err(err(format!(
-                    "pickle opcode 0x{other:02x}, which torch.save does not write for tensors and plain values"
-                )))
-            }
+            _ => return Ok(false),
         }
+        Ok(true)
     }
 }
 

@@ -119,30 +119,16 @@ impl Run<'_> {
         // The checkpoint's experts through the store's loader, as a
         // streamed one is read (one read per run of its tensors, into a
         // slab of the pool); else reads of one expert's bytes.
-        let loader = match &self.source.checkpoint {
-            Some((_, checkpoint)) if temporary.is_none() => {
-                let keys: Vec<ObjectKey> = checkpoint
-                    .objects
-                    .keys()
-                    .filter(|k| matches!(k, ObjectKey::Expert { .. }))
-                    .cloned()
-                    .collect();
-                match CheckpointLoader::new(
-                    checkpoint,
-                    keys,
-                    open_backend(BackendKind::Direct),
-                    &[],
-                ) {
-                    Ok(loader) if !loader.keys.is_empty() => Some(loader),
-                    Ok(_) => None,
-                    Err(e) => {
-                        self.notes
-                            .push(format!("drives[{d}] ({name}): not measured: {e}"));
-                        return Ok(());
-                    }
+        let loader = match &temporary {
+            Some(_) => None,
+            None => match self.expert_loader() {
+                Ok(loader) => loader,
+                Err(e) => {
+                    self.notes
+                        .push(format!("drives[{d}] ({name}): not measured: {e}"));
+                    return Ok(());
                 }
-            }
-            _ => None,
+            },
         };
         let read_bytes =
             (self.source.expert_bytes(self.source.cpu) as usize).max(LATENCY_READ_BYTES);
@@ -158,47 +144,74 @@ impl Run<'_> {
             ),
         };
         match result {
-            Ok((bandwidth, latency, concurrency)) => {
-                let rate = round_rate(bandwidth.median);
-                let time = round_time(latency.median);
-                let at_once = (concurrency.median.round() as u32).clamp(1, READS_AT_ONCE as u32);
-                self.doc.profile.drives[d].read_bandwidth = rate;
-                self.doc.profile.drives[d].read_latency = time;
-                self.doc.profile.drives[d].read_concurrency = at_once;
-                let shown_rate = rate_text(rate);
-                let shown_time = time_text(time);
-                self.record(
-                    &field("drives", d, "read_bandwidth"),
-                    shown_rate,
-                    &bandwidth,
-                    Quantity::BytesPerSecond,
-                    format!("{reads}, each less read_latency"),
-                );
-                self.record(
-                    &field("drives", d, "read_latency"),
-                    shown_time,
-                    &latency,
-                    Quantity::Seconds,
-                    format!(
-                        "O_DIRECT random 4 KiB reads at queue depth 1 of {on}; each trial's median"
-                    ),
-                );
-                self.record(
-                    &field("drives", d, "read_concurrency"),
-                    at_once.to_string(),
-                    &concurrency,
-                    Quantity::Count,
-                    format!(
-                        "{READS_AT_ONCE} O_DIRECT reads of {} at random places issued together on threads of their own: {READS_AT_ONCE} x the first landing / the last, each trial's mean",
-                        Bytes(read_bytes as u64)
-                    ),
-                );
-            }
+            Ok(spreads) => self.record_drive(d, spreads, (&reads, &on), read_bytes),
             Err(e) => self
                 .notes
                 .push(format!("drives[{d}] ({name}): not measured: {e}")),
         }
         Ok(())
+    }
+
+    /// The loader of the checkpoint's experts, as the store reads a
+    /// streamed one; `None` without a checkpoint or experts.
+    fn expert_loader(&self) -> Result<Option<CheckpointLoader>, String> {
+        let Some((_, checkpoint)) = &self.source.checkpoint else {
+            return Ok(None);
+        };
+        let keys: Vec<ObjectKey> = checkpoint
+            .objects
+            .keys()
+            .filter(|k| matches!(k, ObjectKey::Expert { .. }))
+            .cloned()
+            .collect();
+        match CheckpointLoader::new(checkpoint, keys, open_backend(BackendKind::Direct), &[]) {
+            Ok(loader) if !loader.keys.is_empty() => Ok(Some(loader)),
+            Ok(_) => Ok(None),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// Drive `d`'s measured rate, latency and reads at once into the
+    /// profile, each recorded with its spread and how it was measured.
+    fn record_drive(
+        &mut self,
+        d: usize,
+        (bandwidth, latency, concurrency): (Spread, Spread, Spread),
+        (reads, on): (&str, &str),
+        read_bytes: usize,
+    ) {
+        let rate = round_rate(bandwidth.median);
+        let time = round_time(latency.median);
+        let at_once = (concurrency.median.round() as u32).clamp(1, READS_AT_ONCE as u32);
+        self.doc.profile.drives[d].read_bandwidth = rate;
+        self.doc.profile.drives[d].read_latency = time;
+        self.doc.profile.drives[d].read_concurrency = at_once;
+        let shown_rate = rate_text(rate);
+        let shown_time = time_text(time);
+        self.record(
+            &field("drives", d, "read_bandwidth"),
+            shown_rate,
+            &bandwidth,
+            Quantity::BytesPerSecond,
+            format!("{reads}, each less read_latency"),
+        );
+        self.record(
+            &field("drives", d, "read_latency"),
+            shown_time,
+            &latency,
+            Quantity::Seconds,
+            format!("O_DIRECT random 4 KiB reads at queue depth 1 of {on}; each trial's median"),
+        );
+        self.record(
+            &field("drives", d, "read_concurrency"),
+            at_once.to_string(),
+            &concurrency,
+            Quantity::Count,
+            format!(
+                "{READS_AT_ONCE} O_DIRECT reads of {} at random places issued together on threads of their own: {READS_AT_ONCE} x the first landing / the last, each trial's mean",
+                Bytes(read_bytes as u64)
+            ),
+        );
     }
 
     /// (bandwidth, latency, concurrency) spreads of drive `d` over

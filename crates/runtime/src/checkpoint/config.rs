@@ -287,29 +287,7 @@ impl ArchConfig {
             prefix: "",
         };
         let spec = detect(&top)?;
-        let keys = match spec.text_config {
-            None => Keys {
-                obj,
-                path,
-                prefix: "",
-            },
-            Some(_) => Keys {
-                obj: obj
-                    .get("text_config")
-                    .and_then(Value::as_object)
-                    .ok_or_else(|| {
-                        top.bad(
-                            "text_config",
-                            format!(
-                                "is missing or not an object; a {} config.json holds the language model's keys there",
-                                spec.model_type
-                            ),
-                        )
-                    })?,
-                path,
-                prefix: "text_config.",
-            },
-        };
+        let keys = language_keys(&top, spec)?;
         let layers = keys.positive("num_hidden_layers")?;
         if layers > limits::MAX_LAYERS {
             return Err(keys.bad(
@@ -325,16 +303,7 @@ impl ArchConfig {
         } else {
             keys.positive(spec.dense_intermediate_key)?
         };
-        let shared_intermediate = match spec.shared {
-            SharedExpert::None => 0,
-            SharedExpert::Deepseek => {
-                keys.optional("n_shared_experts")?.unwrap_or(0) * expert_intermediate
-            }
-            SharedExpert::Qwen => keys
-                .optional("shared_expert_intermediate_size")?
-                .unwrap_or(0),
-            SharedExpert::Llama4 => expert_intermediate,
-        };
+        let shared_intermediate = shared_intermediate(spec, &keys, expert_intermediate)?;
         let attention = attention(spec, &keys, hidden)?;
         for k in [&top, &keys] {
             let dtype = k.obj.get("torch_dtype").or_else(|| k.obj.get("dtype"));
@@ -370,26 +339,76 @@ impl ArchConfig {
             attention,
             format: quantization(&top)?,
         };
-        if cfg.moe_layers().is_empty() {
+        cfg.check_sizes(&keys, spec)?;
+        Ok(cfg)
+    }
+
+    /// The limits a config must keep: a MoE layer at least, routed
+    /// experts the planner takes, and sizes the format's groups divide.
+    fn check_sizes(&self, keys: &Keys, spec: &ArchSpec) -> Result<()> {
+        if self.moe_layers().is_empty() {
             return Err(keys.bad("num_hidden_layers", "leaves no MoE layer"));
         }
-        let routed = cfg.moe_layers().len().saturating_mul(cfg.experts);
+        let routed = self.moe_layers().len().saturating_mul(self.experts);
         if routed > limits::MAX_ROUTED_EXPERTS {
             return Err(keys.bad(
-                spec.experts_key,
-                format!(
-                    "makes {routed} routed experts over the MoE layers, more than the {} the planner takes",
-                    limits::MAX_ROUTED_EXPERTS
-                ),
-            ));
+            spec.experts_key,
+            format!(
+                "makes {routed} routed experts over the MoE layers, more than the {} the planner takes",
+                limits::MAX_ROUTED_EXPERTS
+            ),
+        ));
         }
-        for cols in [cfg.hidden, cfg.expert_intermediate] {
-            if let Some(problem) = cfg.format.unfit_for(cols) {
+        for cols in [self.hidden, self.expert_intermediate] {
+            if let Some(problem) = self.format.unfit_for(cols) {
                 return Err(keys.bad("quantization_config.group_size", problem));
             }
         }
-        Ok(cfg)
+        Ok(())
     }
+}
+
+/// The keys of the language model: the top level's, or those under
+/// `text_config` for the families that nest them.
+fn language_keys<'a>(top: &Keys<'a>, spec: &ArchSpec) -> Result<Keys<'a>> {
+    Ok(match spec.text_config {
+        None => Keys {
+            obj: top.obj,
+            path: top.path,
+            prefix: "",
+        },
+        Some(_) => Keys {
+            obj: top
+                .obj
+                .get("text_config")
+                .and_then(Value::as_object)
+                .ok_or_else(|| {
+                    top.bad(
+                        "text_config",
+                        format!(
+                            "is missing or not an object; a {} config.json holds the language model's keys there",
+                            spec.model_type
+                        ),
+                    )
+                })?,
+            path: top.path,
+            prefix: "text_config.",
+        },
+    })
+}
+
+/// The shared experts' intermediate size, by the family's keys for them.
+fn shared_intermediate(spec: &ArchSpec, keys: &Keys, expert_intermediate: usize) -> Result<usize> {
+    Ok(match spec.shared {
+        SharedExpert::None => 0,
+        SharedExpert::Deepseek => {
+            keys.optional("n_shared_experts")?.unwrap_or(0) * expert_intermediate
+        }
+        SharedExpert::Qwen => keys
+            .optional("shared_expert_intermediate_size")?
+            .unwrap_or(0),
+        SharedExpert::Llama4 => expert_intermediate,
+    })
 }
 
 /// The layers with a dense MLP, by the architecture's keys for them.

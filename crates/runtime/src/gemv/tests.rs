@@ -1,5 +1,6 @@
 //! Tests of `gemv`.
 
+use super::threads::row_pieces;
 use super::*;
 
 /// `W[row] . x` straight from the definition of the container, in f64:

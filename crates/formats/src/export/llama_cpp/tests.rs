@@ -94,8 +94,14 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
         "{commands}"
     );
 
-    // Every GGUF name of layers 0-3 (and 11, 13, 21, 31, which must not
-    // match `blk.1.` or `blk.3.`) goes to exactly the intended buffer.
+    every_gguf_name_goes_to_its_buffer(&rules);
+    the_lost_decisions_are_priced(&out.warnings, &inst, &plan);
+}
+
+/// Every GGUF name of layers 0-3 (and 11, 13, 21, 31, which must not
+/// match `blk.1.` or `blk.3.`) goes to exactly the intended buffer of
+/// `export_llama_cpp_puts_each_layer_where_most_of_its_mass_is`.
+fn every_gguf_name_goes_to_its_buffer(rules: &[(String, String)]) {
     let suffixes = [
         "attn_norm.weight",
         "attn_q.weight",
@@ -162,11 +168,15 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
         assert!(hits.len() <= 1, "{name} matches {hits:?}");
         assert_eq!(hits.first().copied(), expected(name), "{name}");
     }
+}
 
+/// The warnings of the same test: the moves priced by hand, the card's
+/// overflow, and what llama.cpp cannot express.
+fn the_lost_decisions_are_priced(warnings: &[String], inst: &Instance, plan: &Plan) {
     // Moved by hand: l0e2 .4, l0e3 .2 (ram -> CUDA0), l1e0 .8, l2e0 .7,
     // l2e2 .6 (gpu:0 -> CPU): 5 experts, mass 2.7 of 6.0 = 45%. The disk
     // expert l2e1 stays with its layer on the CPU.
-    let all = out.warnings.join("\n");
+    let all = warnings.join("\n");
     assert!(
         all.contains("3 of 3 MoE layers mix places in the plan, and 5 experts whose per-expert decision cannot be expressed move (use-rate mass 2.700 of 6.000 per token, 45.0%; "),
         "{all}"
@@ -208,7 +218,7 @@ fn export_llama_cpp_puts_each_layer_where_most_of_its_mass_is() {
         all.contains("-c is left out: the model description has no kv_bytes_per_token"),
         "{all}"
     );
-    assert_eq!(out.warnings.len(), 6, "{all}");
+    assert_eq!(warnings.len(), 6, "{all}");
 }
 
 #[test]

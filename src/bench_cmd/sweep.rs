@@ -18,7 +18,7 @@
 //! order) so that a machine's drift spreads over all of them, and each
 //! configuration's store is dropped before the next is applied.
 
-use crate::bench_cmd::{apply_and_bench, apply_options, BenchArgs};
+use super::{apply_and_bench, apply_options, write_json, write_report, BenchArgs};
 use crate::flags::named;
 use anyhow::{bail, Context, Result};
 use residency_core::cost::{Instance, Place};
@@ -29,7 +29,8 @@ use residency_core::solution::Solution;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::export::baselines::{llama_cpp_strategies, LlamaCppStrategy};
 use residency_formats::inputs::{defaults, Inputs};
-use residency_hwprofile::bench::{check_runnable, BenchReport};
+use residency_hwprofile::bench::{check_runnable, BenchOptions, BenchReport};
+use residency_runtime::apply::ApplyOptions;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_solver::greedy::greedy;
 use std::collections::BTreeSet;
@@ -455,64 +456,21 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let (mut configs, insts) = configurations(&mut inputs, &budgets, &strategies, dir)?;
     // Every budget's instance and every run say the same things: each once.
-    let mut said = BTreeSet::new();
-    let mut say = |notes: &[String]| {
-        for note in notes {
-            if said.insert(note.clone()) {
-                crate::notes(std::slice::from_ref(note));
-            }
-        }
-    };
-    say(&inputs.notes);
-    say(&notes);
-    // Every placement refused before any is loaded: a sweep stops at its
-    // start, not after minutes of others' runs.
-    for c in &configs {
-        if let Some(p) = &c.placed {
-            check_runnable(&insts[p.budget], &p.placement, &p.plan_path, &checkpoint)
-                .with_context(|| {
-                    format!(
-                        "--sweep: {} at {}",
-                        c.row.strategy,
-                        budgets[p.budget].label()
-                    )
-                })?;
-        }
-    }
+    let mut once = NotesOnce::default();
+    once.say(&inputs.notes);
+    once.say(&notes);
+    check_all_runnable(&configs, &insts, &budgets, &checkpoint)?;
     let apply_options = apply_options();
     for round in 0..sweep.rounds {
-        for c in &mut configs {
-            let Some(p) = &c.placed else { continue };
-            let (report, apply_notes) = apply_and_bench(
-                &insts[p.budget],
-                &p.placement,
-                (&p.plan, &p.plan_path),
-                &checkpoint,
-                (&apply_options, args.backend.backend),
-                &options,
-            )
-            .with_context(|| {
-                format!(
-                    "--sweep round {}/{}: {} at {}",
-                    round + 1,
-                    sweep.rounds,
-                    c.row.strategy,
-                    budgets[p.budget].label()
-                )
-            })?;
-            say(&apply_notes);
-            say(&report.notes);
-            eprintln!(
-                "round {}/{}, {}, {}: {:.2} tok/s measured, {:.2} predicted",
-                round + 1,
-                sweep.rounds,
-                budgets[p.budget].label(),
-                c.row.strategy,
-                report.tok_per_s,
-                p.predicted_tok_per_s
-            );
-            c.row.runs.push(SweepRun { round, report });
-        }
+        let run = RoundRun {
+            args,
+            insts: &insts,
+            budgets: &budgets,
+            checkpoint: &checkpoint,
+            options: &options,
+            apply_options: &apply_options,
+        };
+        run.round(round, &mut configs, &mut once)?;
         // The rounds so far, on file after each but the last (written
         // below): a sweep stopped by a time limit keeps what it measured,
         // and says how many rounds that was.
@@ -525,7 +483,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
                 &budgets,
                 &configs,
             );
-            crate::bench_cmd::write_json(path, &so_far)?;
+            write_json(path, &so_far)?;
         }
     }
     let report = sweep_report(
@@ -538,9 +496,95 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     );
     print_table(&report, &budgets);
     if let Some(path) = &args.json {
-        crate::bench_cmd::write_report(path, &report)?;
+        write_report(path, &report)?;
     }
     Ok(())
+}
+
+/// Notes said once each, however many budgets and runs repeat them.
+#[derive(Default)]
+struct NotesOnce(BTreeSet<String>);
+
+impl NotesOnce {
+    fn say(&mut self, notes: &[String]) {
+        for note in notes {
+            if self.0.insert(note.clone()) {
+                crate::term::note(note);
+            }
+        }
+    }
+}
+
+/// Every placement refused before any is loaded: a sweep stops at its
+/// start, not after minutes of others' runs.
+fn check_all_runnable(
+    configs: &[Config],
+    insts: &[Instance],
+    budgets: &[Budget],
+    checkpoint: &Checkpoint,
+) -> Result<()> {
+    for c in configs {
+        if let Some(p) = &c.placed {
+            check_runnable(&insts[p.budget], &p.placement, &p.plan_path, checkpoint).with_context(
+                || {
+                    format!(
+                        "--sweep: {} at {}",
+                        c.row.strategy,
+                        budgets[p.budget].label()
+                    )
+                },
+            )?;
+        }
+    }
+    Ok(())
+}
+
+/// What every round applies and benches with.
+struct RoundRun<'a> {
+    args: &'a BenchArgs,
+    insts: &'a [Instance],
+    budgets: &'a [Budget],
+    checkpoint: &'a Checkpoint,
+    options: &'a BenchOptions,
+    apply_options: &'a ApplyOptions,
+}
+
+impl RoundRun<'_> {
+    /// Round `round`: every configuration with a placement applied and
+    /// benched once, in turn, its run added to its row.
+    fn round(&self, round: usize, configs: &mut [Config], once: &mut NotesOnce) -> Result<()> {
+        let rounds = self.args.sweep_args.rounds;
+        for c in configs {
+            let Some(p) = &c.placed else { continue };
+            let budget = self.budgets[p.budget].label();
+            let (report, apply_notes) = apply_and_bench(
+                &self.insts[p.budget],
+                &p.placement,
+                (&p.plan, &p.plan_path),
+                self.checkpoint,
+                (self.apply_options, self.args.backend.backend),
+                self.options,
+            )
+            .with_context(|| {
+                format!(
+                    "--sweep round {}/{rounds}: {} at {budget}",
+                    round + 1,
+                    c.row.strategy,
+                )
+            })?;
+            once.say(&apply_notes);
+            once.say(&report.notes);
+            eprintln!(
+                "round {}/{rounds}, {budget}, {}: {:.2} tok/s measured, {:.2} predicted",
+                round + 1,
+                c.row.strategy,
+                report.tok_per_s,
+                p.predicted_tok_per_s
+            );
+            c.row.runs.push(SweepRun { round, report });
+        }
+        Ok(())
+    }
 }
 
 /// The report of `rounds` finished rounds of `configs`.

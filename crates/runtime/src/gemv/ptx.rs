@@ -1,0 +1,173 @@
+//! The GPU kernel as PTX text (one warp a row, `dp4a` dot products) that
+//! the CUDA driver compiles for the card it runs on, and its launch
+//! constants.
+
+/// The GPU kernels, `gemv_int8` and `gemv_int4`, as PTX text.
+///
+/// One launch runs the GEMVs of up to `GPU_BATCH` matrices of one packing,
+/// as a fused engine runs a layer's experts at once: the parameters are an
+/// array of `GPU_DESCRIPTOR_BYTES`-byte descriptors (`GemvLaunch` in
+/// `cuda_bench` writes them) and their count. Descriptor `i` takes the
+/// blocks from its `first_block` to the next one's; a block finds its
+/// descriptor by a scan of the array in parameter space.
+///
+/// One warp a row (blocks of `GPU_BLOCK_THREADS`); lane `l` takes chunks
+/// `l, l + 32, ...` of the row: 16 bytes of weights, the inputs they meet
+/// (16 int8 values, or the even and the odd 16 for int4), four `dp4a` (int4:
+/// eight, on the low and high nibbles), then `acc += scale_w * (scale_x *
+/// dot - offset)` with the chunk's terms (`QuantizedInput::chunk_terms`).
+/// A butterfly of shuffles sums the lanes; lane 0 writes `y[row]`.
+/// A descriptor: weights, scales, inputs, chunk terms, y (device pointers),
+/// rows, chunks a row, groups a row, log2(chunks a group), the byte
+/// offset of the odd inputs (int4; 0 for int8), and its first block.
+pub fn ptx() -> String {
+    const INT8_DOT: &str = "
+    dp4a.s32.s32 %r21, %r13, %r17, %r21;
+    dp4a.s32.s32 %r21, %r14, %r18, %r21;
+    dp4a.s32.s32 %r21, %r15, %r19, %r21;
+    dp4a.s32.s32 %r21, %r16, %r20, %r21;";
+    let mut int4_dot = String::from(
+        "
+    add.s64 %rd18, %rd13, %rd10;
+    ld.global.nc.v4.u32 {%r22, %r23, %r24, %r25}, [%rd18];",
+    );
+    for (w, even, odd) in [(13, 17, 22), (14, 18, 23), (15, 19, 24), (16, 20, 25)] {
+        int4_dot.push_str(&format!(
+            "
+    and.b32 %r30, %r{w}, 0x0F0F0F0F;
+    dp4a.u32.s32 %r21, %r30, %r{even}, %r21;
+    shr.u32 %r31, %r{w}, 4;
+    and.b32 %r31, %r31, 0x0F0F0F0F;
+    dp4a.u32.s32 %r21, %r31, %r{odd}, %r21;"
+        ));
+    }
+    // The butterfly: each step adds the lane `lanes` away, halving the
+    // distance until lane 0 holds the warp's sum.
+    let sum_lanes: String = [16, 8, 4, 2, 1]
+        .iter()
+        .map(|lanes| {
+            format!(
+                "
+    mov.b32 %r27, %f1;
+    shfl.sync.bfly.b32 %r28, %r27, {lanes}, 31, 0xffffffff;
+    mov.b32 %f7, %r28;
+    add.f32 %f1, %f1, %f7;"
+            )
+        })
+        .collect();
+    let mut text = String::from(".version 6.0\n.target sm_61\n.address_size 64\n");
+    for (name, dot) in [("gemv_int8", INT8_DOT), ("gemv_int4", int4_dot.as_str())] {
+        let kernel = KERNEL
+            .replace("SUM_LANES", &sum_lanes)
+            .replace(
+                "DESCRIPTORS",
+                &(GPU_BATCH * GPU_DESCRIPTOR_BYTES).to_string(),
+            )
+            .replace("DESCRIPTOR_BYTES", &GPU_DESCRIPTOR_BYTES.to_string());
+        text.push_str(&kernel.replace("NAME", name).replace("DOT", dot));
+    }
+    text
+}
+
+/// Threads a block of the GPU kernels (eight warps, eight rows).
+pub const GPU_BLOCK_THREADS: u32 = 256;
+
+/// Matrices one launch of the GPU kernels takes at most.
+pub const GPU_BATCH: usize = 32;
+
+/// Bytes of one descriptor in the kernels' parameters: five device
+/// pointers, six `u32`s, and padding to a multiple of 8.
+pub const GPU_DESCRIPTOR_BYTES: usize = 64;
+
+const KERNEL: &str = "
+.visible .entry NAME(.param .align 8 .b8 p_desc[DESCRIPTORS], .param .u32 p_count)
+{
+    .reg .pred %p<3>;
+    .reg .b32 %r<40>;
+    .reg .b64 %rd<24>;
+    .reg .f32 %f<12>;
+    .reg .b16 %h<2>;
+    mov.u32 %r6, %ctaid.x;
+    ld.param.u32 %r32, [p_count];
+    mov.u64 %rd20, p_desc;
+    mov.u32 %r33, 0;
+NAME_find:
+    add.u32 %r34, %r33, 1;
+    setp.ge.u32 %p1, %r34, %r32;
+    @%p1 bra NAME_found;
+    mul.wide.u32 %rd21, %r34, DESCRIPTOR_BYTES;
+    add.s64 %rd22, %rd20, %rd21;
+    ld.param.u32 %r35, [%rd22+60];
+    setp.gt.u32 %p1, %r35, %r6;
+    @%p1 bra NAME_found;
+    mov.u32 %r33, %r34;
+    bra NAME_find;
+NAME_found:
+    mul.wide.u32 %rd21, %r33, DESCRIPTOR_BYTES;
+    add.s64 %rd22, %rd20, %rd21;
+    ld.param.u64 %rd1, [%rd22];
+    ld.param.u64 %rd2, [%rd22+8];
+    ld.param.u64 %rd3, [%rd22+16];
+    ld.param.u64 %rd4, [%rd22+24];
+    ld.param.u64 %rd5, [%rd22+32];
+    cvta.to.global.u64 %rd1, %rd1;
+    cvta.to.global.u64 %rd2, %rd2;
+    cvta.to.global.u64 %rd3, %rd3;
+    cvta.to.global.u64 %rd4, %rd4;
+    cvta.to.global.u64 %rd5, %rd5;
+    ld.param.u32 %r1, [%rd22+40];
+    ld.param.u32 %r2, [%rd22+44];
+    ld.param.u32 %r3, [%rd22+48];
+    ld.param.u32 %r4, [%rd22+52];
+    ld.param.u32 %r5, [%rd22+56];
+    ld.param.u32 %r35, [%rd22+60];
+    sub.u32 %r6, %r6, %r35;
+    mov.u32 %r7, %ntid.x;
+    mov.u32 %r8, %tid.x;
+    mad.lo.u32 %r9, %r6, %r7, %r8;
+    shr.u32 %r10, %r9, 5;
+    and.b32 %r11, %r8, 31;
+    setp.ge.u32 %p1, %r10, %r1;
+    @%p1 bra NAME_done;
+    mul.wide.u32 %rd6, %r10, %r2;
+    shl.b64 %rd6, %rd6, 4;
+    add.s64 %rd7, %rd1, %rd6;
+    mul.wide.u32 %rd8, %r10, %r3;
+    shl.b64 %rd8, %rd8, 1;
+    add.s64 %rd9, %rd2, %rd8;
+    cvt.u64.u32 %rd10, %r5;
+    mov.f32 %f1, 0f00000000;
+    mov.u32 %r12, %r11;
+NAME_loop:
+    setp.ge.u32 %p2, %r12, %r2;
+    @%p2 bra NAME_reduce;
+    mul.wide.u32 %rd11, %r12, 16;
+    add.s64 %rd12, %rd7, %rd11;
+    ld.global.nc.v4.u32 {%r13, %r14, %r15, %r16}, [%rd12];
+    add.s64 %rd13, %rd3, %rd11;
+    ld.global.nc.v4.u32 {%r17, %r18, %r19, %r20}, [%rd13];
+    mov.u32 %r21, 0;DOT
+    shr.u32 %r26, %r12, %r4;
+    mul.wide.u32 %rd14, %r26, 2;
+    add.s64 %rd15, %rd9, %rd14;
+    ld.global.nc.b16 %h1, [%rd15];
+    cvt.f32.f16 %f2, %h1;
+    mul.wide.u32 %rd16, %r12, 8;
+    add.s64 %rd17, %rd4, %rd16;
+    ld.global.nc.v2.f32 {%f3, %f4}, [%rd17];
+    cvt.rn.f32.s32 %f5, %r21;
+    mul.f32 %f6, %f3, %f5;
+    sub.f32 %f6, %f6, %f4;
+    fma.rn.f32 %f1, %f2, %f6, %f1;
+    add.u32 %r12, %r12, 32;
+    bra NAME_loop;
+NAME_reduce:SUM_LANES
+    setp.ne.u32 %p2, %r11, 0;
+    @%p2 bra NAME_done;
+    mul.wide.u32 %rd18, %r10, 4;
+    add.s64 %rd19, %rd5, %rd18;
+    st.global.f32 [%rd19], %f1;
+NAME_done:
+    ret;
+}
+";
