@@ -9,14 +9,12 @@ mod table;
 use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileArg, MISS_PRICE};
 use crate::inputs::model_from_path;
 use anyhow::{bail, Context, Result};
-use residency_policy::online::OnlineParams;
-use residency_policy::{PolicyKind, PolicyParams};
-use residency_sim::felt::{fastest_drive, read_seconds};
-use residency_sim::job::{cut_trace, Budget, Cut};
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
+use residency_policy::online::OnlineParams;
+use residency_policy::{PolicyKind, PolicyParams};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::card_window::choose_card_window;
 use residency_runtime::serve::compute::ExpertKernel;
@@ -27,6 +25,8 @@ use residency_runtime::serve::replay::{
     ServePolicy,
 };
 use residency_runtime::serve::vram::VramPolicy;
+use residency_sim::felt::{fastest_drive, read_seconds};
+use residency_sim::job::{cut_trace, Budget, Cut};
 use setup::{
     choose_pin_share, count_routes, drive_to_ram, ram_to_card, replay_per_category, split_held_out,
 };

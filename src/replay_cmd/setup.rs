@@ -4,9 +4,6 @@
 
 use super::{PinShareArg, ReplayArgs};
 use anyhow::{bail, Result};
-use residency_sim::arms::{SimOptions, Start};
-use residency_sim::allocation::Allocation;
-use residency_sim::pin_share::recommend_held_out_pin_share;
 use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{HeatFormat, TokenRoutes, Trace};
@@ -15,6 +12,9 @@ use residency_runtime::serve::replan::MoveLink;
 use residency_runtime::serve::replay::{
     replay, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun,
 };
+use residency_sim::allocation::Allocation;
+use residency_sim::arms::{SimOptions, Start};
+use residency_sim::pin_share::recommend_held_out_pin_share;
 
 /// The tokens to replay (those outside --train-categories, else all) and
 /// those learned on (those of --train-categories, else all).

@@ -9,8 +9,8 @@ use crate::gemv::{
     projections_at, tensor_specs, NodeThreads, PackedRows, Packing, ProjectionAt, QuantizedInput,
 };
 use crate::system;
-use residency_policy::ObjectIndex;
 use residency_core::cost::{Instance, ObjectKind, Place};
+use residency_policy::ObjectIndex;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;

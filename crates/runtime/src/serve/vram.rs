@@ -35,9 +35,9 @@
 use super::heat::LiveHeat;
 use super::replan::{ReplanParams, Replanner};
 use crate::serve::replan::MoveLink;
+use residency_policy::knapsack;
 use residency_policy::online::OnlineAllocator;
 use residency_policy::{ObjectIndex, Outcome, Policy, PolicyKind, Request, NEVER};
-use residency_policy::knapsack;
 use std::collections::VecDeque;
 
 mod build;

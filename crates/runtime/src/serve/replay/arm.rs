@@ -16,8 +16,8 @@ use crate::serve::replan::Replanner;
 use crate::storage::{numa_nodes, open_backend, HostPool};
 use crate::store::Loader;
 use crate::store::{ObjectBytes, StoreError};
-use residency_policy::ObjectIndex;
 use residency_formats::heat::TokenRoutes;
+use residency_policy::ObjectIndex;
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -9,9 +9,9 @@ use crate::serve::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
 use crate::serve::replan::ReplanParams;
 use crate::serve::vram::{CardKnowledge, VramPolicy, VramResidency, CARD_HEAT_HALVE_EVERY_TOKENS};
 use crate::store::Store;
+use residency_formats::heat::TokenRoutes;
 use residency_policy::online::LayerShape;
 use residency_policy::ObjectIndex;
-use residency_formats::heat::TokenRoutes;
 use std::borrow::Cow;
 use std::sync::Arc;
 

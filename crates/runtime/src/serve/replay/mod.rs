@@ -34,10 +34,10 @@ pub use report::{
     PinShareChoice, PinShareSource, ReplayConfig, ReplayError, ReplayReport, ReplayRun,
     ServePolicy, Simulated,
 };
+use residency_core::stats::upper_median;
 use residency_formats::heat::TokenRoutes;
 pub(in crate::serve) use store::layer_shapes;
 pub use twin::predict;
-use residency_core::stats::upper_median;
 use twin::Predicted;
 
 /// The objects a replay serves: every routed expert, numbered
@@ -135,11 +135,11 @@ pub fn replay(
             continue;
         };
         let of_arm = || runs.iter().zip(&arm_of_run).filter(|(_, &a)| a == i);
-        let per_miss = of_arm()
+        let per_miss: Vec<f64> = of_arm()
             .filter(|(r, _)| r.misses > 0)
             .map(|(r, _)| r.miss_reads_seconds / r.misses as f64)
             .collect();
-        let compute_rate = of_arm()
+        let compute_rate: Vec<f64> = of_arm()
             .filter(|(r, _)| r.compute_bytes_per_s > 0.0)
             .map(|(r, _)| r.compute_bytes_per_s)
             .collect();

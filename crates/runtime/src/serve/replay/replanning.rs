@@ -10,8 +10,8 @@ use crate::serve::gpu_tier::{GpuTier, Uploader};
 use crate::serve::heat::LiveHeat;
 use crate::serve::replan::{Moves, Replanner};
 use crate::store::{Store, StoreError};
-use residency_policy::ObjectIndex;
 use residency_formats::heat::TokenRoutes;
+use residency_policy::ObjectIndex;
 use std::cell::RefCell;
 use std::time::Instant;
 

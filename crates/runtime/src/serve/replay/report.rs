@@ -6,11 +6,11 @@ use crate::serve::gpu_tier::VramConfig;
 use crate::serve::replan::{MoveLink, ReplanParams};
 use crate::storage::{BackendKind, StorageError};
 use crate::store::StoreError;
+use residency_formats::heat::TokenRoutes;
 use residency_policy::online::{OnlineError, OnlineParams};
 use residency_policy::PolicyKind;
 use residency_sim::pin_share::PinShareRecommendation;
 use residency_sim::SimError;
-use residency_formats::heat::TokenRoutes;
 
 residency_core::named! {
     /// The policies `replay` runs, the simulator's own code.

@@ -9,12 +9,12 @@ use crate::serve::gpu_tier::{GpuTier, Landed, Uploader};
 use crate::serve::heat::LiveHeat;
 use crate::store::Loader;
 use crate::store::{Homes, PlaceConfig, Store, StoreConfig, StoreError};
+use residency_formats::heat::TokenRoutes;
+use residency_policy::budget::uniform_slots;
+use residency_policy::knapsack;
 use residency_policy::online::{LayerShape, OnlineAllocator};
 use residency_policy::{Knowledge, ObjectIndex, PolicyParams};
-use residency_policy::knapsack;
-use residency_policy::budget::uniform_slots;
 use residency_sim::allocation::Allocation;
-use residency_formats::heat::TokenRoutes;
 use std::sync::Arc;
 use std::time::Duration;
 

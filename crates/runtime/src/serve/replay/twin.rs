@@ -7,10 +7,10 @@ use super::report::{ReplayConfig, ReplayError, ServePolicy, Simulated};
 use super::store::layer_shapes;
 use super::{check_geometry, expert_sizes};
 use crate::checkpoint::Checkpoint;
-use residency_sim::arms::{Arm, SimOptions, Simulator};
-use residency_sim::allocation::Allocation;
-use residency_sim::stream::Stream;
 use residency_formats::heat::TokenRoutes;
+use residency_sim::allocation::Allocation;
+use residency_sim::arms::{Arm, SimOptions, Simulator};
+use residency_sim::stream::Stream;
 use std::borrow::Cow;
 
 /// The simulator's view of a replay: the tokens as they reach the RAM

@@ -3,9 +3,9 @@
 //! the budget kept by every policy.
 
 use super::*;
+use residency_core::cost::{Place, Resources};
 use residency_policy::online::{LayerShape, OnlineParams};
 use residency_policy::PolicyParams;
-use residency_core::cost::{Place, Resources};
 
 /// RAM to a card that uploads `bytes_per_s`.
 pub(crate) fn upload_link(bytes_per_s: f64) -> MoveLink {
@@ -328,9 +328,8 @@ fn dynamic_keeps_the_budget_and_its_seed_while_budgets_move() {
         let mut log = Vec::new();
         for step in 0..600u64 {
             let busy = (step / 40 % 2) as usize;
-            let spread = |rng: &mut residency_core::rng::Rng, n| {
-                (rng.next_u64() % n) as ObjectIndex
-            };
+            let spread =
+                |rng: &mut residency_core::rng::Rng, n| (rng.next_u64() % n) as ObjectIndex;
             let routes = vec![
                 busy as ObjectIndex * 8 + spread(&mut rng, 7),
                 (1 - busy) as ObjectIndex * 8 + spread(&mut rng, 2),
