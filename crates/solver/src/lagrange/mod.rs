@@ -298,13 +298,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
                 tolerance: tolerance.max(SAMPLED_TOLERANCE),
                 ..ascent
             };
-            let uniform = sampled.along_ones(&estimate);
-            let radius = uniform.iter().map(|p| p / 8.0).collect::<Vec<f64>>();
-            let climbed = if uniform.iter().all(|&p| p > 0.0) {
-                sampled.climb(uniform, Some(radius), estimate)
-            } else {
-                sampled.climb(uniform, None, estimate)
-            };
+            let climbed = sampled.climb(vec![0.0; dims], None, estimate);
             // The estimate's best prices are near the whole function's: a
             // step of an eighth of them cost five evaluations to shrink.
             let largest = climbed.center.iter().copied().fold(0.0, f64::max);
@@ -477,82 +471,7 @@ struct Climbed {
     best: usize,
 }
 
-/// Doublings of the uniform price before its golden section.
-const UNIFORM_DOUBLINGS: usize = 24;
-/// Golden-section steps on the uniform price.
-const UNIFORM_GOLDEN_STEPS: usize = 8;
-
 impl Ascent<'_> {
-    /// The best uniform price (the same on every capacitated place) for
-    /// `f`, roughly: the scale of the prices where their search starts.
-    /// From zero prices every place but the drives is free and the
-    /// supergradient points at the GPUs alone; a uniform price moves
-    /// the coldest experts to the drives and prices RAM as well. Starts
-    /// where the tangent at zero reaches `good_enough`, quarters the price
-    /// until `f` is at least its value at zero, doubles it while `f`
-    /// rises, then a few golden-section steps around the best. Zero
-    /// prices when `f` only falls along the ray.
-    fn along_ones(&self, f: &impl Fn(&[f64]) -> (f64, Vec<f64>)) -> Vec<f64> {
-        let dims = self.most.len();
-        let top = self.most.iter().copied().fold(f64::INFINITY, f64::min);
-        let at = |t: f64| f(&vec![t.min(top); dims]).0;
-        let (zero, g) = f(&vec![0.0; dims]);
-        let slope: f64 = g.iter().sum();
-        if slope <= 0.0 || !self.good_enough.is_finite() {
-            return vec![0.0; dims];
-        }
-        // Where the tangent at zero reaches `good_enough`: the function
-        // lies below it, so it is this high only further out, if at all.
-        let mut t = ((self.good_enough - zero) / slope).min(top);
-        let mut value = at(t);
-        let mut tries = 0;
-        while value < zero {
-            tries += 1;
-            if tries > UNIFORM_DOUBLINGS || Instant::now() >= self.deadline {
-                return vec![0.0; dims];
-            }
-            t /= 4.0;
-            value = at(t);
-        }
-        // Up while it rises: the maximum is then within [t / 2, 2 t].
-        let (mut a, mut b) = (t / 4.0, t);
-        for _ in 0..UNIFORM_DOUBLINGS {
-            if Instant::now() >= self.deadline || t >= top {
-                break;
-            }
-            let next = at(2.0 * t);
-            if next < value {
-                b = 2.0 * t;
-                break;
-            }
-            (a, t, value) = (t, 2.0 * t, next);
-            b = t;
-        }
-        let ratio = 0.5 * (5f64.sqrt() - 1.0);
-        let (mut x1, mut x2) = (b - ratio * (b - a), a + ratio * (b - a));
-        let (mut f1, mut f2) = (at(x1), at(x2));
-        for _ in 0..UNIFORM_GOLDEN_STEPS {
-            for (x, fx) in [(x1, f1), (x2, f2)] {
-                if fx > value {
-                    (t, value) = (x, fx);
-                }
-            }
-            if Instant::now() >= self.deadline {
-                break;
-            }
-            if f1 >= f2 {
-                (b, x2, f2) = (x2, x1, f1);
-                x1 = b - ratio * (b - a);
-                f1 = at(x1);
-            } else {
-                (a, x1, f1) = (x1, x2, f2);
-                x2 = a + ratio * (b - a);
-                f2 = at(x2);
-            }
-        }
-        vec![t.min(top); dims]
-    }
-
     /// Climbs `f` (value and a supergradient) from `center` within
     /// `radius` of it, or, without one, with the radius of the Polyak step
     /// from `center` towards `good_enough`: from zero prices a fixed share
