@@ -1,20 +1,51 @@
 //! Wall time, plan, bound and gap per benchmark instance and time limit:
 //! the numbers of docs/planner-scale.md and docs/solver-quality.md.
 //!
-//! `cargo run --release --example solver_report [-- LIMIT...] [--gap G] [--only NAME]`
+//! `cargo run --release --example solver_report [-- LIMIT...] [--gap G] [--only NAME] [--runs N]`
 //! (limits in seconds, default 2; gap as a share, default 0.001; NAME
-//! filters instances by substring).
+//! filters instances by substring; N runs per limit, default 1, shown as
+//! median (range)). Beside the wall time, the thread's CPU time: on a
+//! shared machine the wall time also holds the time other processes had
+//! the core. `streamed` is the share of the experts the plan reads from
+//! the drives.
 
 #[path = "../benches/support/instances.rs"]
 mod instances;
 
 use instances::Mix;
-use residency_core::cost::Instance;
+use residency_core::cost::{Instance, Place};
 use residency_solver::{solve, SolveOptions};
 use std::time::Instant;
 
+/// CPU seconds this thread has used (the solver runs on one thread).
+fn thread_cpu_seconds() -> f64 {
+    let mut t = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `t` is a valid timespec for the call to fill.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
+    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
+}
+
+/// Median and range of `xs` times `scale`, with `digits` decimals; the
+/// median alone for one run.
+fn spread(mut xs: Vec<f64>, scale: f64, digits: usize) -> String {
+    xs.sort_by(f64::total_cmp);
+    let median = format!("{:.digits$}", xs[xs.len() / 2] * scale);
+    if xs.len() == 1 {
+        return median;
+    }
+    format!(
+        "{median} ({:.digits$}-{:.digits$})",
+        xs[0] * scale,
+        xs[xs.len() - 1] * scale
+    )
+}
+
 fn main() {
     let mut limits = Vec::new();
+    let mut runs = 1;
     let mut gap = residency_solver::DEFAULT_GAP;
     let mut only = String::new();
     let mut args = std::env::args().skip(1);
@@ -22,6 +53,7 @@ fn main() {
         match arg.as_str() {
             "--gap" => gap = args.next().and_then(|g| g.parse().ok()).expect("--gap G"),
             "--only" => only = args.next().expect("--only NAME"),
+            "--runs" => runs = args.next().and_then(|n| n.parse().ok()).expect("--runs N"),
             limit => limits.push(limit.parse::<f64>().expect("a time limit in seconds")),
         }
     }
@@ -70,28 +102,60 @@ fn main() {
     ] {
         cases.push((name, Box::new(move || instances::kimi(&profile))));
     }
-    println!("| instance | objects | limit | wall | plan ms | greedy ms | bound ms | gap |");
-    println!("|---|---|---|---|---|---|---|---|");
+    for (ram_gib, share) in [(750, "~5 %"), (512, "~20 %"), (160, "~40 %")] {
+        cases.push((
+            format!("Kimi streaming {share} ({ram_gib} GiB/node), 8 mixed GPUs"),
+            Box::new(move || instances::kimi_streaming(ram_gib)),
+        ));
+    }
+    cases.push((
+        "DeepSeek-V3, 2 mixed 48 GB cards, 2 nodes".into(),
+        Box::new(instances::deepseek_v3_two_card),
+    ));
+    println!("| instance | objects | limit | wall s | CPU s | plan ms | greedy ms | bound ms | gap | streamed |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for (name, build) in &cases {
         if !name.contains(&only) {
             continue;
         }
         for &limit in &limits {
-            let started = Instant::now();
-            let inst = build();
-            let options = SolveOptions {
-                time_limit_seconds: limit - started.elapsed().as_secs_f64(),
-                gap,
-            };
-            let solution = solve(&inst, options).unwrap();
+            let mut rows: Vec<[f64; 7]> = Vec::new();
+            let mut objects = 0;
+            for _ in 0..runs {
+                let (started, cpu) = (Instant::now(), thread_cpu_seconds());
+                let inst = build();
+                let options = SolveOptions {
+                    time_limit_seconds: limit - started.elapsed().as_secs_f64(),
+                    gap,
+                };
+                let solution = solve(&inst, options).unwrap();
+                let (wall, cpu) = (started.elapsed().as_secs_f64(), thread_cpu_seconds() - cpu);
+                let experts = inst.objects.iter().filter(|o| o.is_expert()).count();
+                let streamed = (0..inst.objects.len())
+                    .filter(|&o| inst.objects[o].is_expert())
+                    .filter(|&o| matches!(inst.places[solution.placement[o]], Place::Disk(_)))
+                    .count();
+                objects = inst.objects.len();
+                rows.push([
+                    wall,
+                    cpu,
+                    solution.token_seconds,
+                    solution.greedy_token_seconds,
+                    solution.lower_bound_seconds,
+                    solution.gap(),
+                    streamed as f64 / experts.max(1) as f64,
+                ]);
+            }
+            let col = |i: usize| rows.iter().map(|r| r[i]).collect::<Vec<f64>>();
             println!(
-                "| {name} | {} | {limit} s | {:.2} s | {:.4} | {:.4} | {:.4} | {:.3} % |",
-                inst.objects.len(),
-                started.elapsed().as_secs_f64(),
-                solution.token_seconds * 1e3,
-                solution.greedy_token_seconds * 1e3,
-                solution.lower_bound_seconds * 1e3,
-                solution.gap() * 100.0
+                "| {name} | {objects} | {limit} s | {} | {} | {} | {} | {} | {} % | {} % |",
+                spread(col(0), 1.0, 2),
+                spread(col(1), 1.0, 2),
+                spread(col(2), 1e3, 4),
+                spread(col(3), 1e3, 4),
+                spread(col(4), 1e3, 4),
+                spread(col(5), 100.0, 3),
+                spread(col(6), 100.0, 1),
             );
         }
     }

@@ -219,3 +219,82 @@ io_overlaps_compute: false
 "#;
     HardwareProfile::from_yaml_str(text, Path::new("serial-io.yaml")).unwrap()
 }
+
+/// The streaming node of the planner issue: eight 141 GB cards with three
+/// GEMV speeds and two sync overheads, two NUMA nodes of different GEMV
+/// bandwidth with `ram_gib` GiB each, two NVMe drives of 6.5 and 5.5 GB/s,
+/// reads overlapping compute with 30 % of them felt. The RAM sets how much
+/// of Kimi scale streams from the drives (`kimi_streaming`).
+pub fn streaming_node(ram_gib: u64) -> HardwareProfile {
+    let gpu = |id: usize, numa: usize, gemv: &str, sync_us: u32| {
+        format!(
+            "  - {{ id: {id}, name: H200, vram: 141 GB, reserved: 8 GiB, numa: {numa}, \
+             gemv_bandwidth: {gemv}, upload_bandwidth: 55 GB/s, sync_overhead: {sync_us} us }}\n"
+        )
+    };
+    let gpus: String = [
+        (0, "3.36 TB/s", 34),
+        (0, "3.36 TB/s", 34),
+        (0, "3.0 TB/s", 34),
+        (0, "3.0 TB/s", 51),
+        (1, "3.36 TB/s", 51),
+        (1, "3.0 TB/s", 34),
+        (1, "2.7 TB/s", 51),
+        (1, "2.7 TB/s", 51),
+    ]
+    .iter()
+    .enumerate()
+    .map(|(id, &(numa, gemv, sync_us))| gpu(id, numa, gemv, sync_us))
+    .collect();
+    let text = format!(
+        r#"
+name: streaming-node-{ram_gib}gib
+numa:
+  - {{ id: 0, ram: {ram_gib} GiB, reserved: 64 GiB, staging: 8 GiB, cores: 56, gemv_bandwidth: 150 GB/s }}
+  - {{ id: 1, ram: {ram_gib} GiB, reserved: 64 GiB, staging: 8 GiB, cores: 56, gemv_bandwidth: 120 GB/s }}
+gpus:
+{gpus}drives:
+  - {{ id: 0, name: nvme0, numa: 0, read_bandwidth: 6.5 GB/s, read_latency: 80 us }}
+  - {{ id: 1, name: nvme1, numa: 1, read_bandwidth: 5.5 GB/s, read_latency: 80 us }}
+io_overlaps_compute: true
+felt_fraction: 0.3
+"#
+    );
+    HardwareProfile::from_yaml_str(&text, Path::new("streaming-node.yaml")).unwrap()
+}
+
+/// Kimi scale as the planner issue streams it: int4 on the GPUs and the
+/// drives, int8 in RAM, Zipf heat (seed 7, a different hot set per layer)
+/// on `streaming_node(ram_gib)`. 750 GiB per node streams about 5 % of the
+/// experts, 512 GiB about 20 %, 160 GiB about 40 %.
+pub fn kimi_streaming(ram_gib: u64) -> Instance {
+    let path = format!("{ROOT}/profiles/models/kimi-scale.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let int8_ram = "tiers: { gpu: int4, ram: int8, disk: int4 }";
+    let text = text.replace("tiers: { gpu: int4, ram: int4, disk: int4 }", int8_ram);
+    assert!(text.contains(int8_ram), "kimi-scale.yaml's tiers changed");
+    let model = Model::from_yaml_str(&text, Path::new(&path)).unwrap();
+    Instance::new(&streaming_node(ram_gib), &model, &zipf_rates(&model, 7))
+}
+
+/// DeepSeek-V3 (Zipf heat, seed 7) on a box of two 48 GB cards of slightly
+/// different GEMV speed and sync overhead, two NUMA nodes of 256 GiB and
+/// one drive: the experts that miss the cards fit in RAM.
+pub fn deepseek_v3_two_card() -> Instance {
+    let text = r#"
+name: two-48gb-cards-two-nodes
+numa:
+  - { id: 0, ram: 256 GiB, reserved: 16 GiB, staging: 4 GiB, cores: 32, gemv_bandwidth: 80 GB/s }
+  - { id: 1, ram: 256 GiB, reserved: 16 GiB, staging: 4 GiB, cores: 32, gemv_bandwidth: 80 GB/s }
+gpus:
+  - { id: 0, name: A6000, vram: 48 GB, reserved: 3 GiB, numa: 0, gemv_bandwidth: 672 GB/s, upload_bandwidth: 25 GB/s, sync_overhead: 34 us }
+  - { id: 1, name: A6000, vram: 48 GB, reserved: 3 GiB, numa: 1, gemv_bandwidth: 640 GB/s, upload_bandwidth: 25 GB/s, sync_overhead: 40 us }
+drives:
+  - { id: 0, name: nvme0, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }
+io_overlaps_compute: true
+felt_fraction: 0.3
+"#;
+    let profile = HardwareProfile::from_yaml_str(text, Path::new("two-48gb.yaml")).unwrap();
+    let model = model("deepseek-v3");
+    Instance::new(&profile, &model, &zipf_rates(&model, 7))
+}

@@ -473,3 +473,77 @@ fn incremental_replan_keeps_its_budget_and_bound_against_exhaustive_search() {
         "the budget bound {bound_by_budget} times"
     );
 }
+
+/// Five MoE layers of 2 experts (100 MB, top-1), attention on the first
+/// layer and a head: 12 objects, 3^12 placements on a GPU, a RAM node and
+/// a drive. Five stages with experts, so a cold price search first climbs
+/// its estimate from a sample of them (`lagrange::SAMPLED_STAGES`).
+fn streaming_model() -> Model {
+    let text = r#"
+name: tiny-streaming
+layers: 5
+moe_layers: [0, 1, 2, 3, 4]
+experts: 2
+top_k: 1
+hidden: 64
+expert_intermediate: 64
+formats: { q: 100 MB }
+tiers: { gpu: q, ram: q, disk: q }
+trunk:
+  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+"#;
+    Model::from_yaml_str(text, Path::new("tiny-streaming.yaml")).unwrap()
+}
+
+/// A box where at least 6 of the 10 experts stream from the drive (GPU and
+/// RAM hold at most 800 MB, the trunk 350 MB of it), with
+/// a felt share of its reads from 0.1 to 0.9 on the node's cores.
+fn streaming_profile(rng: &mut Lcg) -> String {
+    format!(
+        r#"
+name: tiny-streaming-box
+numa:
+  - {{ id: 0, ram: {ram}, reserved: 0, cores: 4, gemv_bandwidth: {cpu} GB/s }}
+gpus:
+  - {{ id: 0, name: a, vram: {vram}, numa: 0, gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: {sync} us }}
+drives:
+  - {{ id: 0, name: d, numa: 0, read_bandwidth: {drive} GB/s, read_latency: 100 us }}
+io_overlaps_compute: true
+felt_fraction: {felt:.2}
+"#,
+        ram = (200.0 + 200.0 * rng.next()).round() as u64 * 1_000_000,
+        cpu = (10.0 + 30.0 * rng.next()).round(),
+        vram = (150.0 + 250.0 * rng.next()).round() as u64 * 1_000_000,
+        sync = (10f64.powf(3.0 * rng.next())).round() as u64,
+        drive = (1.0 + 6.0 * rng.next()).round(),
+        felt = 0.1 + 0.8 * rng.next(),
+    )
+}
+
+#[test]
+fn streaming_with_felt_reads_keeps_the_bound_valid_against_exhaustive_search() {
+    // The optimum is the least token time over all 3^12 placements
+    // (`exhaustive_optimum`, the cost model alone); the bound of every
+    // price search (`solve`'s, from its estimate and Polyak step, and
+    // `lagrange::bound`'s) must stay at or below it.
+    let model = streaming_model();
+    let mut rng = Lcg(20261206);
+    for case in 0..6 {
+        let text = streaming_profile(&mut rng);
+        let profile = HardwareProfile::from_yaml_str(&text, Path::new("stream.yaml")).unwrap();
+        let rates: Vec<Vec<f64>> = (0..5)
+            .map(|_| {
+                let hot = 0.5 + 0.45 * rng.next();
+                vec![hot, 1.0 - hot]
+            })
+            .collect();
+        let inst = Instance::new(&profile, &model, &rates);
+        let placement =
+            check_against_optimum(&inst, case, &text).expect("the drive holds the rest");
+        let streamed = (0..inst.objects.len())
+            .filter(|&o| matches!(inst.places[placement[o]], Place::Disk(_)))
+            .count();
+        assert!(streamed > 0, "case {case}: nothing streams\n{text}");
+    }
+}

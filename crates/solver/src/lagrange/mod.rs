@@ -260,58 +260,75 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             fractional,
         )
     };
+    let ascent = Ascent {
+        deadline,
+        tolerance,
+        good_enough: good_enough / TIME_UNIT,
+        most: &most_saved,
+    };
     // Warm prices are kept inside the box; the first step around them is
-    // small, as the best prices move little when the inputs do.
-    let (mut center, mut radius): (Vec<f64>, Vec<f64>) = match search.warm_prices {
+    // small, as the best prices move little when the inputs do. A cold
+    // search first climbs the estimate from a sample of the stages for at
+    // most half the time and starts at its best prices, with a radius of a
+    // 32nd of them; with too few stages to sample, from zero prices with
+    // the radius of the Polyak step (`Ascent::climb`).
+    let expert_stages = priced.stages.iter().filter(|d| d.experts.is_some()).count();
+    let (center, radius): (Vec<f64>, Vec<f64>) = match search.warm_prices {
         Some(warm) if warm.len() == dims => (0..dims)
             .map(|i| {
                 let p = (warm[i] * BYTE_UNIT / TIME_UNIT).clamp(0.0, most_saved[i]);
                 (p, (p / 8.0).max(most_saved[i] / 1024.0))
             })
             .unzip(),
-        _ => (
-            vec![0.0; dims],
-            most_saved.iter().map(|m| m / 16.0).collect(),
-        ),
+        _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
+            let stride = expert_stages.div_ceil(SAMPLED_STAGES);
+            let estimate = |p: &[f64]| {
+                let (value, g) = priced.estimate(&scaled(p), stride);
+                (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
+            };
+            // One evaluation of the whole function costs about `stride`
+            // estimates; two of them are left to the bound's own search,
+            // so that its first one, always made, keeps the deadline.
+            let now = Instant::now();
+            estimate(&vec![0.0; dims]);
+            let whole = now.elapsed().mul_f64(stride as f64);
+            let half = now + deadline.saturating_duration_since(now) / 2;
+            let sampled = Ascent {
+                deadline: half.min(deadline.checked_sub(whole * 2).unwrap_or(now)),
+                tolerance: tolerance.max(SAMPLED_TOLERANCE),
+                ..ascent
+            };
+            let climbed = sampled.climb(vec![0.0; dims], None, estimate);
+            // The estimate's best prices are near the whole function's: a
+            // step of an eighth of them cost five evaluations to shrink.
+            let largest = climbed.center.iter().copied().fold(0.0, f64::max);
+            let radius = if largest > 0.0 {
+                climbed
+                    .center
+                    .iter()
+                    .map(|p| (p / 32.0).max(largest / 256.0))
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            (climbed.center, radius)
+        }
+        _ => (vec![0.0; dims], Vec::new()),
     };
-    let (mut center_value, g, first) = evaluate(&center);
-    let mut starts = vec![first];
-    let mut best_start = 0;
-    let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
-    while Instant::now() < deadline && center_value * TIME_UNIT < good_enough && dims > 0 {
-        let Some((next, predicted)) = master(&cuts, &center, &radius, &most_saved) else {
-            break;
-        };
-        let active = (0..dims).any(|i| {
-            let hi = (center[i] + radius[i]).min(most_saved[i]);
-            let lo = (center[i] - radius[i]).max(0.0);
-            let close = 1e-9 * most_saved[i].max(1e-12);
-            (next[i] >= hi - close && hi < most_saved[i]) || (next[i] <= lo + close && lo > 0.0)
-        });
-        let promised = predicted - center_value;
-        if promised <= tolerance * center_value.abs().max(1e-12) {
-            if active {
-                radius.iter_mut().for_each(|x| *x *= 2.0);
-                continue;
+    let mut starts = Vec::new();
+    let climbed = ascent.climb(
+        center,
+        (!radius.is_empty()).then_some(radius),
+        |p: &[f64]| {
+            let (value, g, fractional) = evaluate(p);
+            if search.starts || starts.is_empty() {
+                starts.push(fractional);
             }
-            break;
-        }
-        let (value, g, fractional) = evaluate(&next);
-        cuts.push((value, g, next.clone()));
-        if search.starts {
-            starts.push(fractional);
-        }
-        if value >= center_value + 0.1 * promised {
-            center = next;
-            center_value = value;
-            best_start = if search.starts { starts.len() - 1 } else { 0 };
-            if active {
-                radius.iter_mut().for_each(|x| *x *= 2.0);
-            }
-        } else {
-            radius.iter_mut().for_each(|x| *x *= 0.5);
-        }
-    }
+            (value, g)
+        },
+    );
+    let (center, center_value) = (climbed.center, climbed.value);
+    let best_start = if search.starts { climbed.best } else { 0 };
     // Stages switch between solutions at prices near the best: those
     // solutions are what the master below mixes.
     let nearby = if search.starts { 0..dims } else { 0..0 };
@@ -424,6 +441,108 @@ fn combine(capacities: &[f64], starts: &[Fractional], deadline: Instant) -> Opti
         })
         .collect();
     Some(Fractional { stages })
+}
+
+/// Stages with experts whose estimate a cold price search climbs first
+/// (`Priced::estimate`): enough for their mean to be near the whole's.
+const SAMPLED_STAGES: usize = 4;
+/// The estimate's climb stops when its model promises less than this
+/// share more: it only chooses where the bound's own search starts.
+const SAMPLED_TOLERANCE: f64 = 1e-4;
+
+/// A proximal cutting-plane ascent on a concave function of the prices
+/// (in `TIME_UNIT` per `BYTE_UNIT`) within the box `[0, most]`.
+#[derive(Clone, Copy)]
+struct Ascent<'a> {
+    deadline: Instant,
+    /// Stop when the model promises less than this share more.
+    tolerance: f64,
+    /// Stop once the value reaches this; a plan's seconds, so also where
+    /// the first step aims.
+    good_enough: f64,
+    most: &'a [f64],
+}
+
+/// Where an ascent ended: the best prices, their value, and the index of
+/// their evaluation (0 is `center`'s).
+struct Climbed {
+    center: Vec<f64>,
+    value: f64,
+    best: usize,
+}
+
+impl Ascent<'_> {
+    /// Climbs `f` (value and a supergradient) from `center` within
+    /// `radius` of it, or, without one, with the radius of the Polyak step
+    /// from `center` towards `good_enough`: from zero prices a fixed share
+    /// of the box was far too wide where reads are felt (the bound fell to
+    /// minus seconds for several steps, each a whole evaluation). One
+    /// evaluation is always made.
+    fn climb(
+        &self,
+        mut center: Vec<f64>,
+        radius: Option<Vec<f64>>,
+        mut f: impl FnMut(&[f64]) -> (f64, Vec<f64>),
+    ) -> Climbed {
+        let (dims, most) = (center.len(), self.most);
+        let (mut center_value, g) = f(&center);
+        let mut radius = radius.unwrap_or_else(|| {
+            let norm: f64 = g.iter().map(|x| x * x).sum();
+            let step = if self.good_enough.is_finite() && norm > 0.0 {
+                (self.good_enough - center_value).max(0.0) / norm
+            } else {
+                0.0
+            };
+            let widest = (0..dims)
+                .map(|i| ((center[i] + step * g[i]).clamp(0.0, most[i]) - center[i]).abs())
+                .fold(0.0, f64::max);
+            if widest > 0.0 {
+                vec![widest; dims]
+            } else {
+                most.iter().map(|m| m / 16.0).collect()
+            }
+        });
+        let mut best = 0;
+        let mut evaluations = 1;
+        let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
+        while Instant::now() < self.deadline && center_value < self.good_enough && dims > 0 {
+            let Some((next, predicted)) = master(&cuts, &center, &radius, most) else {
+                break;
+            };
+            let active = (0..dims).any(|i| {
+                let hi = (center[i] + radius[i]).min(most[i]);
+                let lo = (center[i] - radius[i]).max(0.0);
+                let close = 1e-9 * most[i].max(1e-12);
+                (next[i] >= hi - close && hi < most[i]) || (next[i] <= lo + close && lo > 0.0)
+            });
+            let promised = predicted - center_value;
+            if promised <= self.tolerance * center_value.abs().max(1e-12) {
+                if active {
+                    radius.iter_mut().for_each(|x| *x *= 2.0);
+                    continue;
+                }
+                break;
+            }
+            let (value, g) = f(&next);
+            evaluations += 1;
+            cuts.push((value, g, next.clone()));
+            if value >= center_value + 0.1 * promised {
+                center = next;
+                center_value = value;
+                best = evaluations - 1;
+                if active {
+                    radius.iter_mut().for_each(|x| *x *= 2.0);
+                }
+            } else {
+                radius.iter_mut().for_each(|x| *x *= 0.5);
+            }
+        }
+        Climbed {
+            center,
+            value: center_value,
+            best,
+        }
+    }
 }
 
 /// The cutting-plane master: the prices in the box around `center` that

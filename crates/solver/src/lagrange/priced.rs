@@ -248,6 +248,42 @@ impl<'a> Priced<'a> {
         combinations
     }
 
+    /// An estimate of the dual function and its subgradient at `prices`
+    /// from every `stride`-th stage with experts (each weighted by the
+    /// stages it stands for) and every stage without: where the stages'
+    /// heat is alike, its best prices are near the whole function's, at a
+    /// `stride`-th of the cost. Not a bound.
+    pub(super) fn estimate(&self, prices: &[f64], stride: usize) -> (f64, Vec<f64>) {
+        let with_experts = self.stages.iter().filter(|d| d.experts.is_some()).count();
+        let sampled = with_experts.div_ceil(stride.max(1));
+        let weight = with_experts as f64 / sampled.max(1) as f64;
+        let mut value = self.resources().fixed_token_seconds
+            - prices
+                .iter()
+                .zip(&self.capacities)
+                .map(|(p, c)| p * c)
+                .sum::<f64>();
+        let mut subgradient: Vec<f64> = self.capacities.iter().map(|c| -c).collect();
+        let mut seen = 0;
+        for (stage, data) in self.stages.iter().enumerate() {
+            let weight = if data.experts.is_some() {
+                seen += 1;
+                if (seen - 1) % stride.max(1) != 0 {
+                    continue;
+                }
+                weight
+            } else {
+                1.0
+            };
+            let solution = self.stage(stage, data, prices);
+            value += weight * solution.bound;
+            for (g, b) in subgradient.iter_mut().zip(&solution.shares.bytes) {
+                *g += weight * b;
+            }
+        }
+        (value, subgradient)
+    }
+
     /// The dual function at `prices` (seconds per byte): the bound, and per
     /// stage the relaxed placement with its bytes per capacitated place.
     pub(super) fn evaluate(&self, prices: &[f64]) -> (f64, Vec<f64>, Fractional) {

@@ -11,6 +11,11 @@ use residency_core::cost::{Place, Resources};
 /// or until it is `GOLDEN_WIDTH` of its end wide.
 const GOLDEN_STEPS: usize = 48;
 const GOLDEN_WIDTH: f64 = 1e-7;
+/// The drive seconds' search, around every stage-time search, stops at a
+/// wider bracket: the bound between its points loses at most about this
+/// share (the stage value's slope in the drive seconds is below one), and
+/// each step saves a whole stage-time search.
+const DRIVE_GOLDEN_WIDTH: f64 = 1e-4;
 /// Most whole-count vectors a stage's bound tries.
 const WHOLE_COUNT_VECTORS: f64 = 2000.0;
 
@@ -162,7 +167,7 @@ impl StageProblem<'_> {
         let first = self.search_time(0.0)?;
         let mut points = vec![(0.0, first.bound, first.value)];
         let mut best = first;
-        golden(0.0, points[0].2, |d| {
+        golden(0.0, points[0].2, DRIVE_GOLDEN_WIDTH, |d| {
             let searched = self.search_time(d)?;
             points.push((d, searched.bound, searched.value));
             let value = searched.value;
@@ -193,7 +198,7 @@ impl StageProblem<'_> {
         let first = value(low)?;
         let mut points = vec![(low, first, first)];
         // Every time above `first` costs more than `first` itself.
-        golden(low, first, |t| {
+        golden(low, first, GOLDEN_WIDTH, |t| {
             let f = value(t)?;
             points.push((t, f, f));
             Some(f)
@@ -403,8 +408,9 @@ pub(super) fn least_time(low: f64, feasible: impl Fn(f64) -> bool) -> Option<(f6
 }
 
 /// Golden-section search for the least `f` on `[low, high]`, `GOLDEN_STEPS`
-/// steps; stops where `f` is undefined.
-pub(super) fn golden(low: f64, high: f64, mut f: impl FnMut(f64) -> Option<f64>) {
+/// steps or until the bracket is `width` of its end wide; stops where `f`
+/// is undefined.
+pub(super) fn golden(low: f64, high: f64, width: f64, mut f: impl FnMut(f64) -> Option<f64>) {
     if high <= low {
         return;
     }
@@ -416,7 +422,7 @@ pub(super) fn golden(low: f64, high: f64, mut f: impl FnMut(f64) -> Option<f64>)
         return;
     };
     for _ in 0..GOLDEN_STEPS {
-        if b - a <= GOLDEN_WIDTH * b.abs() {
+        if b - a <= width * b.abs() {
             return;
         }
         if f1 <= f2 {
