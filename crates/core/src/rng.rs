@@ -3,11 +3,18 @@
 //! traces, benchmark routes, generated checkpoints, calibration buffers and
 //! random reads all draw from it, so a seed names one sequence everywhere.
 
-/// xorshift64*. The seed must not be zero (zero stays zero for ever).
+/// xorshift64*. A state given by hand must not be zero (zero stays zero
+/// for ever); [`Rng::seeded`] takes any seed.
 #[derive(Debug, Clone)]
 pub struct Rng(pub u64);
 
 impl Rng {
+    /// The generator of `seed`, any `u64` (0 included): the seed times the
+    /// golden ratio's 64 bits, odd, so that near seeds start far apart.
+    pub fn seeded(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1)
+    }
+
     pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;

@@ -199,7 +199,7 @@ pub fn bench(
         packing,
         inputs: &inputs,
     };
-    let mut rng = Rng(options.seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+    let mut rng = Rng::seeded(options.seed);
     // The routing of every token, traced or drawn before the clock starts:
     // it is the run's input, not work a decoder does.
     let routes: Vec<Vec<Vec<usize>>> = match &options.routes {

@@ -1,6 +1,7 @@
 //! Tests of `index`.
 
 use super::*;
+use residency_core::rng::Rng;
 
 fn index(policy: EvictionPolicy, capacity_blocks: usize) -> PrefixIndex<u64> {
     PrefixIndex::new(IndexConfig {
@@ -124,32 +125,23 @@ fn utility_keeps_the_class_that_is_reused() {
     assert!(!survives_a_flood_of_partial_blocks(EvictionPolicy::Lru));
 }
 
-/// splitmix64: a seeded stream for the random tests.
-fn next(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    z ^ (z >> 31)
-}
-
 #[test]
 fn no_policy_evicts_a_leased_block_or_a_parent_before_its_children() {
     for policy in EvictionPolicy::ALL {
-        let mut rng = 7u64;
+        let mut rng = Rng::seeded(7);
         let mut ix = index(policy, 12);
         // Keys 1..=3 are roots; key k >= 4 has parent k / 4, so key
         // k's children are 4k..=4k+3.
         let parent_of = |k: u64| (k >= 4).then_some(k / 4);
         let mut held: Vec<NodeId> = Vec::new();
         for _ in 0..5000 {
-            match next(&mut rng) % 3 {
+            match rng.next_u64() % 3 {
                 // Walk down from a root through cached blocks (as a
                 // request's lookup does) and insert the first missing.
                 0 => {
-                    let mut k = 1 + next(&mut rng) % 3;
+                    let mut k = 1 + rng.next_u64() % 3;
                     while ix.get(&k).is_some() && k < 1 << 12 {
-                        k = 4 * k + next(&mut rng) % 4;
+                        k = 4 * k + rng.next_u64() % 4;
                     }
                     if ix.get(&k).is_some() {
                         continue;
@@ -177,7 +169,7 @@ fn no_policy_evicts_a_leased_block_or_a_parent_before_its_children() {
                 }
                 // Lease a cached block, or release a held one.
                 1 => {
-                    let k = next(&mut rng) % 400;
+                    let k = rng.next_u64() % 400;
                     if let Some(id) = ix.get(&k) {
                         ix.acquire(id);
                         ix.record_hit(id);
@@ -187,8 +179,8 @@ fn no_policy_evicts_a_leased_block_or_a_parent_before_its_children() {
                 _ => {}
             }
             // Release one at random, and more while over 6 leases.
-            while !held.is_empty() && (held.len() > 6 || next(&mut rng).is_multiple_of(2)) {
-                let i = (next(&mut rng) % held.len() as u64) as usize;
+            while !held.is_empty() && (held.len() > 6 || rng.next_u64().is_multiple_of(2)) {
+                let i = (rng.next_u64() % held.len() as u64) as usize;
                 ix.release(held.swap_remove(i));
             }
             ix.check();

@@ -5,22 +5,14 @@
 use super::file::DataFile;
 use super::uring::{fallback_was_logged, uring_or_direct, UringBackend};
 use super::*;
+use residency_core::rng::Rng;
 use std::path::Path;
 
-/// splitmix64: a fixed, seedable byte stream.
+/// A fixed, seedable byte stream.
 pub(super) fn pseudo_random(len_bytes: usize, seed: u64) -> Vec<u8> {
-    let mut state = seed;
-    let mut next = || {
-        state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    };
-    (0..len_bytes.div_ceil(8))
-        .flat_map(|_| next().to_le_bytes())
-        .take(len_bytes)
-        .collect()
+    let mut bytes = vec![0; len_bytes];
+    Rng::seeded(seed).fill_bytes(&mut bytes);
+    bytes
 }
 
 pub(super) fn write_file(dir: &Path, name: &str, content: &[u8]) -> PathBuf {

@@ -4,6 +4,7 @@
 //! files is tested with the checkpoint and storage modules.
 
 use super::*;
+use residency_core::rng::Rng;
 use std::collections::HashSet;
 use std::sync::atomic::AtomicUsize;
 use std::thread;
@@ -484,12 +485,10 @@ fn stress_never_exceeds_budgets_and_never_serves_wrong_bytes() {
                 let (s, loader, pinned, sizes) =
                     (s.clone(), loader.clone(), pinned.clone(), sizes.clone());
                 thread::spawn(move || {
-                    let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (t + 1);
+                    let mut rng = Rng::seeded(t + 1);
                     let mut held: Vec<Lease> = Vec::new();
                     for _ in 0..2000 {
-                        x ^= x << 13;
-                        x ^= x >> 7;
-                        x ^= x << 17;
+                        let x = rng.next_u64();
                         let o = (x % 200) as ObjectIndex;
                         match x % 10 {
                             0 if x.is_multiple_of(3) => {
