@@ -11,8 +11,10 @@ use residency_solver::explain::{Explanation, FrontierExpert};
 use residency_solver::incremental::{IncrementalOptions, Replanned};
 use std::path::Path;
 
+/// The plan in a few lines: its inputs, each place's bytes, what is kept
+/// for KV, the predicted time beside the greedy baseline and the bound,
+/// and where it was written.
 pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
-    let o = &plan.objective;
     println!(
         "plan: {} on {}, heat {} ({})",
         plan.inputs.model.name,
@@ -23,6 +25,18 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
             None => "tokens unknown".into(),
         }
     );
+    usage_table(plan);
+    reservations(plan, inst);
+    objective(plan, inst);
+    match out {
+        Some(path) => println!("wrote {}", path.display()),
+        None => println!("(no --out: plan not written)"),
+    }
+}
+
+/// Each place's bytes against its capacity, experts and trunk
+/// components; each disk's streamed experts.
+fn usage_table(plan: &Plan) {
     println!(
         "  {:<8} {:>24} {:>9} {:>6}",
         "place", "used / capacity", "experts", "trunk"
@@ -45,6 +59,10 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
         let streamed = plan.experts.iter().flatten().filter(|&&x| x == q).count();
         println!("  {:<8} {:>24} {:>9} {:>6}", place, "streamed", streamed, 0);
     }
+}
+
+/// The KV cache reserved on the cards, and the KV prefix groups kept.
+fn reservations(plan: &Plan, inst: &Instance) {
     if let Some(context) = &inst.resources.context {
         // The capacities above are what the cache leaves for objects.
         let cards: Vec<String> = context
@@ -72,6 +90,12 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
             Seconds(plan.kv.iter().map(|k| k.token_seconds).sum())
         );
     }
+}
+
+/// The predicted time beside the greedy baseline, the bound and its gap,
+/// and the slowest stage.
+fn objective(plan: &Plan, inst: &Instance) {
+    let o = &plan.objective;
     let greedy = o.greedy_token_seconds;
     println!(
         "predicted: {:.2} tok/s ({} per token); greedy baseline {:.2} tok/s ({}): {:+.1} %",
@@ -108,10 +132,6 @@ pub fn plan_summary(plan: &Plan, inst: &Instance, out: Option<&Path>) {
             plan.stages.len(),
             inst.objects.len()
         );
-    }
-    match out {
-        Some(path) => println!("wrote {}", path.display()),
-        None => println!("(no --out: plan not written)"),
     }
 }
 
