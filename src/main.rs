@@ -5,6 +5,7 @@ mod apply_cmd;
 mod bench_cmd;
 mod bench_sweep;
 mod checkpoint_cmd;
+mod constraints_args;
 mod flags;
 mod kv_cmd;
 mod plot;
@@ -123,8 +124,9 @@ impl InputArgs {
             heat_format: self.heat_format,
             allow_partial_heat: self.partial_heat.allow_partial_heat,
             kv: self.kv.clone(),
-            // Only `plan` takes --context-tokens; it sets this.
+            // Only `plan` takes --context-tokens and constraints; it sets these.
             context_tokens: None,
+            constraints: None,
         }
     }
 }
@@ -172,6 +174,9 @@ enum Command {
         /// the plan's own.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         context_tokens: Option<u64>,
+        /// With --from, given constraints replace the plan's own.
+        #[command(flatten)]
+        constraints: constraints_args::ConstraintArgs,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
     #[command(mut_arg("model", more_help("it maps engine layer numbers and pads experts")))]
@@ -380,9 +385,11 @@ fn run(command: Command) -> Result<()> {
             plot,
             replan,
             context_tokens,
+            constraints,
         } => plan(
             &InputPaths {
                 context_tokens,
+                constraints: constraints.load()?,
                 ..inputs.paths()
             },
             &replan,
@@ -671,7 +678,7 @@ fn incremental_replan(
     let got = incremental::replan(inst, &warm, options)
         .with_context(|| format!("--move-budget {}", options.move_budget_bytes))?;
     // The plan file's baseline, as `plan` gives it: the greedy placement.
-    let greedy_placement = solve::greedy::greedy(inst)?;
+    let greedy_placement = solve::constrained_greedy(inst)?;
     let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
     let solution = residency_core::solution::Solution {
         lower_bound_seconds: got.lower_bound_seconds.min(got.token_seconds),
@@ -706,6 +713,7 @@ fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     // The placement is read with the capacities it was made with.
     let made_with = InputPaths {
         context_tokens: plan.inputs.context_tokens,
+        constraints: Some(plan.constraints(file)?),
         ..paths.clone()
     };
     let mut inputs = checkpoint_cmd::load_inputs(&made_with)?;
@@ -715,13 +723,18 @@ fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     }
     notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
-    if let Some(tokens) = paths
-        .context_tokens
-        .filter(|&t| Some(t) != plan.inputs.context_tokens)
-    {
-        // Re-planning for another context: the placement in use may no
-        // longer fit, and the re-plan repairs it.
-        inputs.reserve_context(&mut inst, tokens)?;
+    let context_tokens = paths.context_tokens.or(plan.inputs.context_tokens);
+    let constraints = (paths.constraints.clone()).unwrap_or_else(|| inputs.constraints.clone());
+    if context_tokens != plan.inputs.context_tokens || constraints != inputs.constraints {
+        // Re-planning for another context or other constraints: the
+        // placement in use may no longer fit or meet them, and the re-plan
+        // repairs it.
+        inputs = inputs.with_constraints(constraints);
+        inputs.refs.context_tokens = context_tokens;
+        inst = inputs.instance()?;
+        if inst.kv_ids.is_empty() {
+            inst.add_kv_groups(&plan.kv_groups());
+        }
     }
     Ok(LoadedPlan {
         plan,

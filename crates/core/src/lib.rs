@@ -6,6 +6,7 @@
 //! files; nothing here solves (`residency-solver`) or reads engine formats
 //! (`residency-formats`).
 
+pub mod constraints;
 pub mod context;
 pub mod cost;
 pub mod diff;
