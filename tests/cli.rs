@@ -940,3 +940,37 @@ fn infeasible_constraints_are_one_line_naming_the_constraint() {
         }
     }
 }
+
+#[test]
+fn a_replan_with_new_constraints_moves_what_breaks_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let before = dir.path().join("before.json");
+    run_ok(&["plan", "--time-limit", "1", "--out", s(&before)]);
+    for extra in [vec![], vec!["--move-budget", "4 GiB"]] {
+        let after = dir.path().join("after.json");
+        let mut args = vec![
+            "plan",
+            "--time-limit",
+            "1",
+            "--from",
+            s(&before),
+            "--pin",
+            "L7.experts=ram:0",
+            "--keep-whole",
+            "L8",
+            "--out",
+            s(&after),
+        ];
+        args.extend(extra);
+        run_ok(&args);
+        let plan = read_json(&after);
+        assert_eq!(plan["inputs"]["constraints"]["pins"]["L7.experts"], "ram:0");
+        let ram0 = place_index(&plan, "ram:0");
+        // Layer L is MoE ordinal L - 1 (MoE layers 1..=26).
+        let experts = plan["experts"].as_array().unwrap();
+        assert!(experts[6].as_array().unwrap().iter().all(|q| *q == ram0));
+        let l8 = experts[7].as_array().unwrap();
+        assert!(l8.iter().all(|q| *q == l8[0]), "{l8:?}");
+        run_ok(&["validate", s(&after)]);
+    }
+}
