@@ -85,6 +85,7 @@ pub fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     // The placement is read with the capacities it was made with.
     let made_with = InputPaths {
         context_tokens: plan.inputs.context_tokens,
+        constraints: Some(plan.constraints(file)?),
         ..paths.clone()
     };
     let mut inputs = load_inputs(&made_with)?;
@@ -94,13 +95,18 @@ pub fn load_plan(file: &Path, paths: &InputPaths) -> Result<LoadedPlan> {
     }
     crate::term::notes(&inputs.notes);
     let placement = plan.placement(&inst, file)?;
-    if let Some(tokens) = paths
-        .context_tokens
-        .filter(|&t| Some(t) != plan.inputs.context_tokens)
-    {
-        // Re-planning for another context: the placement in use may no
-        // longer fit, and the re-plan repairs it.
-        inputs.reserve_context(&mut inst, tokens)?;
+    let context_tokens = paths.context_tokens.or(plan.inputs.context_tokens);
+    let constraints = (paths.constraints.clone()).unwrap_or_else(|| inputs.constraints.clone());
+    if context_tokens != plan.inputs.context_tokens || constraints != inputs.constraints {
+        // Re-planning for another context or other constraints: the
+        // placement in use may no longer fit or meet them, and the re-plan
+        // repairs it.
+        inputs = inputs.with_constraints(constraints);
+        inputs.refs.context_tokens = context_tokens;
+        inst = inputs.instance()?;
+        if inst.kv_ids.is_empty() {
+            inst.add_kv_groups(&plan.kv_groups());
+        }
     }
     Ok(LoadedPlan {
         plan,

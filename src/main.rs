@@ -4,6 +4,7 @@
 mod apply_cmd;
 mod bench_cmd;
 mod checkpoint_cmd;
+mod constraints_args;
 mod explain_cmd;
 mod flags;
 mod heat_cmd;
@@ -120,8 +121,9 @@ impl InputArgs {
             heat_format: self.heat_format,
             allow_partial_heat: self.partial_heat.allow_partial_heat,
             kv: self.kv.clone(),
-            // Only `plan` takes --context-tokens; it sets this.
+            // Only `plan` takes --context-tokens and constraints; it sets these.
             context_tokens: None,
+            constraints: None,
         }
     }
 }
@@ -169,6 +171,9 @@ enum Command {
         /// the plan's own.
         #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         context_tokens: Option<u64>,
+        /// With --from, given constraints replace the plan's own.
+        #[command(flatten)]
+        constraints: constraints_args::ConstraintArgs,
     },
     /// Read heat in any format: print per-layer concentration, convert it.
     #[command(mut_arg("model", more_help("it maps engine layer numbers and pads experts")))]
@@ -377,9 +382,11 @@ fn run(command: Command) -> Result<()> {
             plot,
             replan,
             context_tokens,
+            constraints,
         } => plan_cmd::plan(
             &InputPaths {
                 context_tokens,
+                constraints: constraints.load()?,
                 ..inputs.paths()
             },
             &replan,

@@ -233,7 +233,7 @@ fn incremental_replan(
     let got = incremental::replan(inst, &warm, options)
         .with_context(|| format!("--move-budget {}", options.move_budget_bytes))?;
     // The plan file's baseline, as `plan` gives it: the greedy placement.
-    let greedy_placement = solve::greedy::greedy(inst)?;
+    let greedy_placement = solve::constrained_greedy(inst)?;
     let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
     let solution = Solution {
         lower_bound_seconds: got.lower_bound_seconds.min(got.token_seconds),

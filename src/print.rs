@@ -186,6 +186,12 @@ pub fn explanation(file: &Path, e: &Explanation) {
         Seconds(e.token_seconds),
         1.0 / e.token_seconds
     );
+    if !e.constraints.is_empty() {
+        println!(
+            "held to its constraints (no move below breaks one): {}",
+            e.constraints.join(", ")
+        );
+    }
     println!("one more GiB at each place (local re-plan from this plan):");
     for m in &e.marginal_gib {
         println!(

@@ -11,6 +11,7 @@
 //! That is design §4.6's objective plus the constant `sum r_k * prefill_k`,
 //! so `token_seconds` stays positive and the gap keeps its meaning.
 
+use crate::constraints::Compiled;
 use crate::context::ContextReservation;
 use crate::model::StageKind;
 use crate::profile::{HardwareProfile, LlamaCppTiming};
@@ -218,6 +219,8 @@ pub struct Instance {
     pub trunk_ids: Vec<usize>,
     /// Object ids of KV prefix groups, in input order (all in the last stage).
     pub kv_ids: Vec<usize>,
+    /// The user's constraints (`Instance::constrain`); empty by default.
+    pub constraints: Compiled,
 }
 
 /// The cost of a placement, stage by stage.

@@ -7,6 +7,7 @@
 //! reading and writing files; nothing here solves (`residency-solver`) or
 //! reads engine formats (`residency-formats`).
 
+pub mod constraints;
 pub mod context;
 pub mod cost;
 pub mod diff;

@@ -2,6 +2,7 @@
 //! `validate` and the executor read. JSON or YAML with the same structure,
 //! chosen by the file's extension; written atomically.
 
+use crate::constraints::{ConstraintsFile, Sourced};
 use crate::cost::{Instance, ObjectKind, Place};
 use crate::error::{from_yaml, read_document, write_atomic, PlannerError, Result};
 use crate::kv::KvGroup;
@@ -45,6 +46,12 @@ pub struct PlanInputs {
     /// --context-tokens`); engines are started with this context.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_tokens: Option<u64>,
+    /// The user's constraints the plan honours (`plan --pin`, `--budget`,
+    /// `--keep-whole`, `--max-places-per-layer`, `--constraints`), in the
+    /// constraints file's form; `validate`, `explain`, `diff` and `plan
+    /// --from` hold the placement to them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub constraints: Option<ConstraintsFile>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -409,6 +416,7 @@ impl Plan {
                 );
             }
         }
+        self.constraints(path)?;
         if let Some((i, field, problem)) = crate::kv::check_groups(&self.kv_groups()) {
             return err(format!("kv[{i}].{field}"), problem);
         }
@@ -421,6 +429,15 @@ impl Plan {
             }
         }
         Ok(())
+    }
+
+    /// The constraints this plan recorded, each sourced to `path` (the
+    /// plan file), for the instance its placement is read on.
+    pub fn constraints(&self, path: &Path) -> Result<Vec<Sourced>> {
+        self.inputs
+            .constraints
+            .as_ref()
+            .map_or(Ok(Vec::new()), |c| c.parse(path))
     }
 
     /// The KV groups this plan placed, to add to an instance built from the

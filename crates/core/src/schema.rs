@@ -2,6 +2,7 @@
 //! (design §2: `schemas/`, with a test that fails when the committed files
 //! drift from the types). `residency schema` writes them.
 
+use crate::constraints::ConstraintsFile;
 use crate::kv::KvGroupsFile;
 use crate::model::ModelDescription;
 use crate::plan::Plan;
@@ -9,7 +10,7 @@ use crate::profile::HardwareProfile;
 
 /// File name and content (pretty JSON and a trailing newline) of each schema:
 /// the hardware profile (design §3.1), the model description (3.2), the KV
-/// groups file (4.6) and the plan file (5).
+/// groups file (4.6), the plan file (5) and the constraints file.
 pub fn schemas() -> Vec<(&'static str, String)> {
     vec![
         (
@@ -25,6 +26,10 @@ pub fn schemas() -> Vec<(&'static str, String)> {
             render(schemars::schema_for!(KvGroupsFile)),
         ),
         ("plan.schema.json", render(schemars::schema_for!(Plan))),
+        (
+            "constraints.schema.json",
+            render(schemars::schema_for!(ConstraintsFile)),
+        ),
     ]
 }
 

@@ -4,6 +4,7 @@
 //! once.
 
 use crate::heat::{read_heat, HeatContext, HeatFormat, HeatTable};
+use residency_core::constraints::{ConstraintsFile, Sourced};
 use residency_core::cost::Instance;
 use residency_core::kv::{KvGroup, KvGroupsFile};
 use residency_core::model::Model;
@@ -38,6 +39,9 @@ pub struct InputPaths {
     /// Tokens of KV cache to keep room for on the cards (`plan
     /// --context-tokens`; none by default).
     pub context_tokens: Option<u64>,
+    /// The user's constraints (`plan --pin`, `--constraints`, ...): `None`
+    /// when none were given (a re-plan then keeps its plan's).
+    pub constraints: Option<Vec<Sourced>>,
 }
 
 #[derive(Debug, Clone)]
@@ -53,6 +57,8 @@ pub struct Inputs {
     /// The profile's file, likewise: what an infeasible instance names.
     pub profile_file: PathBuf,
     pub refs: PlanInputs,
+    /// The constraints `instance` compiles (`refs.constraints` records them).
+    pub constraints: Vec<Sourced>,
     /// Things the user should be told once (uniform heat, dropped rows, ...).
     pub notes: Vec<String>,
 }
@@ -152,6 +158,7 @@ impl Inputs {
             heat: heat_ref,
             kv: kv_ref,
             context_tokens: paths.context_tokens,
+            constraints: None,
         };
         let model_file = paths
             .model
@@ -170,14 +177,27 @@ impl Inputs {
             model_file,
             profile_file,
             refs,
+            constraints: Vec::new(),
             notes,
-        })
+        }
+        .with_constraints(paths.constraints.clone().unwrap_or_default()))
+    }
+
+    /// These inputs with `constraints` in place of any before, recorded in
+    /// `refs` (not at all when empty).
+    pub fn with_constraints(mut self, constraints: Vec<Sourced>) -> Inputs {
+        let file = ConstraintsFile::of(&constraints);
+        self.refs.constraints = (!file.is_empty()).then_some(file);
+        self.constraints = constraints;
+        self
     }
 
     /// The planning instance, with the cards' room for the KV cache of
     /// `refs.context_tokens` taken off their capacities (the one place a
-    /// reservation is made); fails when the heat does not fit the model, the
-    /// context cannot be reserved or nothing can hold the trunk.
+    /// reservation is made), then the constraints compiled (budgets lower
+    /// what is left); fails when the heat does not fit the model, the
+    /// context cannot be reserved, nothing can hold the trunk or the
+    /// constraints cannot be met.
     pub fn instance(&mut self) -> Result<Instance> {
         let mut inst = Instance::from_heat(
             &self.profile,
@@ -191,6 +211,9 @@ impl Inputs {
             None => inst.check_holdable(&self.profile_file)?,
         }
         inst.add_kv_groups(&self.kv_groups);
+        if !self.constraints.is_empty() {
+            inst.constrain(&self.constraints)?;
+        }
         Ok(inst)
     }
 

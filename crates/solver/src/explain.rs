@@ -1,7 +1,9 @@
 //! Why a plan is what it is: the marginal value of more memory on each GPU
 //! and NUMA node, the frontier between resident and non-resident experts in
 //! each layer, and what moving each trunk component would cost. Every number
-//! is a change of the cost model's `token_seconds`.
+//! is a change of the cost model's `token_seconds`; every move priced keeps
+//! the plan's constraints (pins, budgets, layers kept whole or on at most K
+//! places).
 
 use crate::search::SearchState;
 use residency_core::cost::{Instance, ObjectKind, Place};
@@ -60,6 +62,9 @@ pub struct Explanation {
     pub marginal_gib: Vec<MarginalCapacity>,
     pub layers: Vec<LayerFrontier>,
     pub trunk: Vec<TrunkReason>,
+    /// The user's constraints the plan is held to, each with its source:
+    /// no move above breaks one (a pinned component lists no alternative).
+    pub constraints: Vec<String>,
 }
 
 pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Explanation {
@@ -169,5 +174,8 @@ pub fn explain(inst: &Instance, placement: &[usize], time_limit: Duration) -> Ex
         marginal_gib,
         layers,
         trunk,
+        constraints: (inst.constraints.given.iter())
+            .map(|c| c.to_string())
+            .collect(),
     }
 }

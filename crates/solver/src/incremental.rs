@@ -131,6 +131,8 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
     };
     let building = Instant::now();
     let mut state = SearchState::new(inst, warm.placement.clone()).with_migration(migration);
+    // Constraints come before the move budget: what breaks one moves.
+    state.enforce_constraints();
     // The answer's evaluation and its move seconds each scan the objects
     // as building the state did, and the search's last step (a stage's
     // scan in the trades) may pass its deadline by about as much again: the
@@ -140,7 +142,7 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         .unwrap_or(start);
     if !state.repair() {
         return Err(PlannerError::Infeasible(format!(
-            "the placement in use does not fit the capacities, and a move budget of {} bytes cannot make it fit; allow more bytes to move",
+            "the placement in use, its constraints met, does not fit the capacities, and a move budget of {} bytes cannot make it fit; allow more bytes to move",
             options.move_budget_bytes
         )));
     }
@@ -180,7 +182,7 @@ fn check_placement(inst: &Instance, placement: &[usize]) -> Result<()> {
     match placement
         .iter()
         .enumerate()
-        .find(|&(o, &q)| q >= inst.places.len() || !inst.allowed(o, inst.places[q]))
+        .find(|&(o, &q)| q >= inst.places.len() || !inst.allowed_kind(o, inst.places[q]))
     {
         Some((o, &q)) => Err(PlannerError::Infeasible(format!(
             "the placement in use puts {} at place index {q}, which this instance lacks or forbids for it",

@@ -83,7 +83,7 @@ fn search(
     let deadline = start + limit;
     let gap = options.gap.max(0.0);
 
-    let greedy_placement = greedy::greedy(inst)?;
+    let greedy_placement = constrained_greedy(inst)?;
     let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
     let priced = lagrange::bound(
         inst,
@@ -95,7 +95,7 @@ fn search(
         priced
             .lower_bound_seconds
             .max(lagrange::work_sum_bound(inst)),
-        "priced-relaxation",
+        bound_method(inst),
     );
     let target = bound.0 * (1.0 + gap);
     let mut starts: Vec<(&'static str, Vec<usize>)> = Vec::new();
@@ -152,7 +152,25 @@ fn search(
                 let o = rng.below(inst.objects.len() as u64) as usize;
                 let q = rng.below(inst.places.len() as u64) as usize;
                 if inst.allowed(o, inst.places[q]) {
-                    kicked[o] = q;
+                    // An expert of a constrained layer moves with the
+                    // layer's others at its place: the layer keeps within
+                    // its places.
+                    let from = kicked[o];
+                    match inst
+                        .constraints
+                        .groups
+                        .iter()
+                        .find(|g| g.objects.contains(&o))
+                    {
+                        Some(g) => {
+                            for &x in &g.objects {
+                                if kicked[x] == from && inst.allowed(x, inst.places[q]) {
+                                    kicked[x] = q;
+                                }
+                            }
+                        }
+                        None => kicked[o] = q,
+                    }
                 }
             }
         }
@@ -164,8 +182,13 @@ fn search(
             }
         }
     }
-    let (_, method, placement) =
-        best.unwrap_or((greedy_token_seconds, "greedy", greedy_placement.clone()));
+    let (_, method, placement) = match best {
+        Some(found) => found,
+        None if inst.check_feasible(&greedy_placement).is_ok() => {
+            (greedy_token_seconds, "greedy", greedy_placement.clone())
+        }
+        None => return Err(unmet(inst, &greedy_placement)),
+    };
     let mut settled = SearchState::new(inst, placement);
     if let Some(m) = migration {
         settled = settled.with_migration(m.clone());
@@ -202,6 +225,7 @@ fn improved<'a>(
     if let (Some(m), true) = (migration, from_current) {
         state = state.with_migration(m.clone());
     }
+    state.enforce_constraints();
     if !state.repair() {
         return None;
     }
@@ -211,6 +235,54 @@ fn improved<'a>(
         state.improve(until, target);
     }
     Some(state)
+}
+
+/// What a plan says of its bound: the priced relaxation, and whether it
+/// left user constraints out (it carries budgets and trunk pins; routed
+/// experts' pins, keep-whole and at-most-K are relaxed, so its bound is
+/// that of the problem without them: valid, possibly looser).
+pub fn bound_method(inst: &Instance) -> &'static str {
+    if inst.constraints.beyond_relaxation(inst) {
+        "priced-relaxation of the problem without expert pins, keep-whole and at-most-K (valid, looser)"
+    } else {
+        "priced-relaxation"
+    }
+}
+
+/// The greedy baseline, with pins and constrained layers moved where they
+/// may be and capacities repaired; as it is when that fails (the search
+/// may still find a placement).
+pub fn constrained_greedy(inst: &Instance) -> Result<Vec<usize>> {
+    let placement = greedy::greedy(inst)?;
+    if inst.constraints.is_empty() {
+        return Ok(placement);
+    }
+    let mut state = SearchState::new(inst, placement.clone());
+    state.enforce_constraints();
+    Ok(if state.repair() {
+        state.placement
+    } else {
+        placement
+    })
+}
+
+/// The error of a search that found no placement: the first constraint the
+/// repaired greedy placement still breaks, else the capacity it exceeds.
+fn unmet(inst: &Instance, placement: &[usize]) -> residency_core::PlannerError {
+    let problem = inst
+        .check_feasible(placement)
+        .err()
+        .unwrap_or_else(|| "no placement found".into());
+    let constraints = inst
+        .constraints
+        .given
+        .iter()
+        .map(|c| c.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    residency_core::PlannerError::Infeasible(format!(
+        "no placement meets the constraints {constraints} within the capacities ({problem}); drop or loosen one"
+    ))
 }
 
 /// A deterministic generator (64-bit LCG) for the kicks, so a plan is the

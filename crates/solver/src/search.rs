@@ -25,6 +25,10 @@ pub struct SearchState<'a> {
     migration: Option<Migration>,
     /// Bytes the placement carries away from `migration.current`.
     moved_bytes: u64,
+    /// Per object, its group of `inst.constraints.groups` (keep-whole,
+    /// at-most-K), if any; per group, its objects at each place index.
+    group_of: Vec<Option<usize>>,
+    group_counts: Vec<Vec<u32>>,
 }
 
 /// What moving away from a current placement costs (design §4.5): per
@@ -54,6 +58,22 @@ impl<'a> SearchState<'a> {
             free[q] -= object.bytes_at(inst.places[q]) as i128;
         }
         let stage_seconds = loads.iter().map(|l| l.seconds(r).0).collect();
+        let groups = &inst.constraints.groups;
+        let mut group_of = vec![
+            None;
+            if groups.is_empty() {
+                0
+            } else {
+                placement.len()
+            }
+        ];
+        let mut group_counts = vec![vec![0u32; inst.places.len()]; groups.len()];
+        for (g, group) in groups.iter().enumerate() {
+            for &o in &group.objects {
+                group_of[o] = Some(g);
+                group_counts[g][placement[o]] += 1;
+            }
+        }
         SearchState {
             inst,
             placement,
@@ -62,6 +82,94 @@ impl<'a> SearchState<'a> {
             free,
             migration: None,
             moved_bytes: 0,
+            group_of,
+            group_counts,
+        }
+    }
+
+    /// Whether the moves (objects distinct) keep every pin and leave no
+    /// constrained layer on more places than it may use (or on no more
+    /// than before, for a placement not yet within them).
+    fn honours_constraints(&self, moves: &[(usize, usize)]) -> bool {
+        if self.inst.constraints.is_empty() {
+            return true;
+        }
+        if moves
+            .iter()
+            .any(|&(o, q)| !self.inst.allowed(o, self.inst.places[q]))
+        {
+            return false;
+        }
+        let mut changed: Vec<(usize, Vec<u32>)> = Vec::new();
+        for &(o, q) in moves {
+            let Some(g) = self.group_of.get(o).copied().flatten() else {
+                continue;
+            };
+            let at = match changed.iter().position(|(h, _)| *h == g) {
+                Some(i) => i,
+                None => {
+                    changed.push((g, self.group_counts[g].clone()));
+                    changed.len() - 1
+                }
+            };
+            changed[at].1[self.placement[o]] -= 1;
+            changed[at].1[q] += 1;
+        }
+        changed.iter().all(|(g, counts)| {
+            let used = |c: &[u32]| c.iter().filter(|&&n| n > 0).count();
+            let limit = self.inst.constraints.groups[*g].max_places;
+            used(counts) <= limit.max(used(&self.group_counts[*g]))
+        })
+    }
+
+    /// Moves what breaks a constraint to where it may be, ignoring room
+    /// (`repair` then makes room): each pinned object to its pin, then each
+    /// constrained layer's experts from its least used places (by use
+    /// rate; a place with a pin first kept) into its most used ones.
+    pub fn enforce_constraints(&mut self) {
+        let inst = self.inst;
+        for (o, pin) in inst.constraints.pins.iter().enumerate() {
+            if let Some(place) = *pin {
+                let q = inst.place_index(place);
+                if self.placement[o] != q {
+                    self.apply(o, q);
+                }
+            }
+        }
+        for (g, group) in inst.constraints.groups.iter().enumerate() {
+            let mut mass = vec![0.0f64; inst.places.len()];
+            let mut pinned = vec![false; inst.places.len()];
+            for &o in &group.objects {
+                mass[self.placement[o]] += inst.objects[o].use_rate + 1e-300;
+                pinned[self.placement[o]] |=
+                    inst.constraints.pins.get(o).is_some_and(Option::is_some);
+            }
+            let mut used: Vec<usize> = (0..inst.places.len()).filter(|&q| mass[q] > 0.0).collect();
+            if used.len() <= group.max_places {
+                continue;
+            }
+            used.sort_by(|&a, &b| {
+                (pinned[b], mass[b])
+                    .partial_cmp(&(pinned[a], mass[a]))
+                    .unwrap_or(Ordering::Equal)
+                    .then(a.cmp(&b))
+            });
+            let kept = used[..group.max_places].to_vec();
+            for &o in &group.objects {
+                if kept.contains(&self.placement[o]) {
+                    continue;
+                }
+                // To the kept place where it costs least (room is repaired after).
+                let to = (kept.iter().copied())
+                    .filter(|&q| inst.allowed(o, inst.places[q]))
+                    .map(|q| (self.delta(&[(o, q)]), q))
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+                    .map_or(kept[0], |(_, q)| q);
+                self.apply(o, to);
+            }
+            debug_assert!(
+                self.group_counts[g].iter().filter(|&&n| n > 0).count() <= group.max_places
+            );
         }
     }
 
@@ -137,9 +245,10 @@ impl<'a> SearchState<'a> {
     /// Change of the objective (`token_seconds`, plus migration seconds when
     /// re-planning) if the given objects (at most two) moved to the given
     /// places; evaluated without copying any stage's loads. Infinite when
-    /// the moves would pass the move budget: no step takes them.
+    /// the moves would pass the move budget or break a constraint: no step
+    /// takes them.
     pub fn delta(&self, moves: &[(usize, usize)]) -> f64 {
-        if !self.within_budget(moves) {
+        if !self.within_budget(moves) || !self.honours_constraints(moves) {
             return f64::INFINITY;
         }
         let migration: f64 = moves
@@ -195,7 +304,94 @@ impl<'a> SearchState<'a> {
         self.free[from] += self.bytes(o, from);
         self.free[q] -= self.bytes(o, q);
         self.moved_bytes = self.moved_bytes + self.carried(o, q) - self.carried(o, from);
+        if let Some(g) = self.group_of.get(o).copied().flatten() {
+            self.group_counts[g][from] -= 1;
+            self.group_counts[g][q] += 1;
+        }
         self.placement[o] = q;
+    }
+
+    /// The change of the objective if every object of `objects` moved to
+    /// `q` (infinite when that breaks the move budget); their stages'
+    /// loads copied once.
+    fn delta_all(&self, objects: &[usize], q: usize) -> f64 {
+        let moves: Vec<(usize, usize)> = objects.iter().map(|&o| (o, q)).collect();
+        if !self.within_budget(&moves) {
+            return f64::INFINITY;
+        }
+        let r = &self.inst.resources;
+        let mut stages: Vec<(usize, StageLoads)> = Vec::new();
+        let mut migration = 0.0;
+        for &o in objects {
+            let object = &self.inst.objects[o];
+            let s = object.stage;
+            let at = match stages.iter().position(|(t, _)| *t == s) {
+                Some(i) => i,
+                None => {
+                    stages.push((s, self.loads[s].clone()));
+                    stages.len() - 1
+                }
+            };
+            let loads = &mut stages[at].1;
+            loads.apply(r, object, self.inst.places[self.placement[o]], -1.0);
+            loads.apply(r, object, self.inst.places[q], 1.0);
+            migration +=
+                self.migration_seconds(o, q) - self.migration_seconds(o, self.placement[o]);
+        }
+        stages
+            .iter()
+            .map(|(s, loads)| loads.seconds(r).0 - self.stage_seconds[*s])
+            .sum::<f64>()
+            + migration
+    }
+
+    /// Moves of a constrained layer's experts at one place, all together,
+    /// to another place they may all use and that holds them: what changes
+    /// where a layer kept whole lives. Best first, per layer and place;
+    /// `exit_from` limits them to those leaving that place (capacity
+    /// repair), taken even when they cost.
+    fn group_moves(&mut self, deadline: Instant, exit_from: Option<usize>) -> bool {
+        let inst = self.inst;
+        let mut improved = false;
+        for (g, group) in inst.constraints.groups.iter().enumerate() {
+            if Instant::now() >= deadline && exit_from.is_none() {
+                break;
+            }
+            let froms: Vec<usize> = match exit_from {
+                Some(q) => vec![q],
+                None => (0..inst.places.len()).collect(),
+            };
+            for from in froms {
+                if self.group_counts[g][from] == 0 {
+                    continue;
+                }
+                let objects: Vec<usize> = (group.objects.iter().copied())
+                    .filter(|&o| self.placement[o] == from)
+                    .collect();
+                let best = (0..inst.places.len())
+                    .filter(|&to| {
+                        to != from
+                            && (objects.iter()).all(|&o| inst.allowed(o, inst.places[to]))
+                            && objects.iter().map(|&o| self.bytes(o, to)).sum::<i128>()
+                                <= self.free[to]
+                    })
+                    .map(|to| (self.delta_all(&objects, to), to))
+                    .filter(|(d, _)| d.is_finite())
+                    .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+                if let Some((d, to)) = best {
+                    if exit_from.is_some() || d < -EPSILON_SECONDS {
+                        for &o in &objects {
+                            self.apply(o, to);
+                        }
+                        improved = true;
+                    }
+                }
+                if exit_from.is_some_and(|q| self.free[q] >= 0) {
+                    return true;
+                }
+            }
+        }
+        improved
     }
 
     /// Moves what the placement reads from a drive into memory (a GPU or a
@@ -249,6 +445,10 @@ impl<'a> SearchState<'a> {
             }
             while self.free[q] < 0 {
                 let Some(candidate) = heap.pop() else {
+                    // Constrained layers leave whole, or not at all.
+                    if self.group_moves(Instant::now(), Some(q)) && self.free[q] >= 0 {
+                        break;
+                    }
                     return false;
                 };
                 // Re-evaluate: earlier moves may have changed this stage or
@@ -293,7 +493,8 @@ impl<'a> SearchState<'a> {
             let moved = self.single_moves(deadline)
                 | self.swaps(deadline)
                 | self.trades(deadline)
-                | self.trunk_swaps(deadline);
+                | self.trunk_swaps(deadline)
+                | self.group_moves(deadline, None);
             if !moved || Instant::now() >= deadline || self.objective() <= target_seconds {
                 return;
             }

@@ -83,7 +83,8 @@ fn schemas_are_pretty_json_with_a_trailing_newline() {
             "hardware-profile.schema.json",
             "model-description.schema.json",
             "kv-groups.schema.json",
-            "plan.schema.json"
+            "plan.schema.json",
+            "constraints.schema.json"
         ]
     );
     for (name, text) in &all {

@@ -2,6 +2,7 @@
 //! objects, places and capacities, KV groups added, expert rates set.
 
 use super::{Instance, Object, ObjectKind, Place, Resources, Stage, KV_STAGE};
+use crate::constraints::Compiled;
 use crate::heat::HeatTable;
 use crate::kv::KvGroup;
 use crate::model::{Model, StageKind};
@@ -90,6 +91,7 @@ impl Instance {
             expert_ids,
             trunk_ids,
             kv_ids: Vec::new(),
+            constraints: Compiled::default(),
         }
     }
 

@@ -16,9 +16,17 @@ impl Instance {
             .expect("place of this instance")
     }
 
-    /// Whether object `o` may live at `place`: experts anywhere but
-    /// recompute, trunk on GPUs and RAM, KV groups anywhere but disk.
+    /// Whether object `o` may live at `place`: where its kind may
+    /// (`allowed_kind`) and, when pinned, only at its pin.
     pub fn allowed(&self, o: usize, place: Place) -> bool {
+        self.allowed_kind(o, place)
+            && (self.constraints.pins.get(o)).is_none_or(|pin| pin.is_none_or(|p| p == place))
+    }
+
+    /// Whether an object of `o`'s kind may live at `place`: experts
+    /// anywhere but recompute, trunk on GPUs and RAM, KV groups anywhere
+    /// but disk.
+    pub fn allowed_kind(&self, o: usize, place: Place) -> bool {
         match place {
             Place::Gpu(_) | Place::Ram(_) => true,
             Place::Disk(_) => self.objects[o].is_expert(),
@@ -98,7 +106,9 @@ impl Instance {
         total
     }
 
-    /// Checks that a placement is complete, allowed and within capacities.
+    /// Checks that a placement is complete, allowed (pins included), within
+    /// capacities (budgets included) and spreads no constrained layer over
+    /// more places than allowed.
     pub fn check_feasible(&self, placement: &[usize]) -> std::result::Result<(), String> {
         if placement.len() != self.objects.len() {
             return Err(format!(
@@ -108,9 +118,22 @@ impl Instance {
             ));
         }
         for (o, &q) in placement.iter().enumerate() {
-            if q >= self.places.len() || !self.allowed(o, self.places[q]) {
+            if q >= self.places.len() || !self.allowed_kind(o, self.places[q]) {
                 return Err(format!("object {o} has an invalid place index {q}"));
             }
+            if !self.allowed(o, self.places[q]) {
+                return Err(format!(
+                    "{} is at {}, against a pin",
+                    crate::solution::describe(self, o),
+                    self.places[q]
+                ));
+            }
+        }
+        if let Some((group, n)) = self.constraints.broken_group(placement) {
+            return Err(format!(
+                "{} is broken: the experts use {n} places",
+                group.reason
+            ));
         }
         let over = self.evaluate(placement).overfull(&self.resources);
         match over.first() {

@@ -8,6 +8,7 @@ use super::join;
 use residency_core::cost::{Instance, Place};
 use residency_core::error::Result;
 use residency_core::plan::Plan;
+use residency_core::solution::describe;
 use residency_core::units::Bytes;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -148,8 +149,20 @@ fn fit_cards(
     }
     for g in 0..inst.resources.gpus() {
         let whole = load[g];
+        // A layer the constraints hold on this card (kept whole, or every
+        // expert pinned there) stays; the others make room.
+        let held = |l: usize| {
+            let c = &inst.constraints;
+            let ids = &inst.expert_ids[l];
+            c.groups
+                .iter()
+                .any(|group| group.max_places == 1 && group.objects == *ids)
+                || ids
+                    .iter()
+                    .all(|&o| c.pins.get(o).copied().flatten() == Some(Place::Gpu(g)))
+        };
         let mut on_card: Vec<usize> = (0..chosen.len())
-            .filter(|&l| chosen[l] == Buffer::Cuda(g))
+            .filter(|&l| chosen[l] == Buffer::Cuda(g) && !held(l))
             .collect();
         // Least planned mass on this card last, so it is popped first.
         let planned_mass = |l: usize| shares[l].get(&Buffer::Cuda(g)).map_or(0.0, |s| s.0);
@@ -233,6 +246,20 @@ fn price_lost_decisions(
                 m.1 += p;
             }
         }
+    }
+    let broken_pins: Vec<String> = (inst.expert_ids.iter().zip(chosen.iter()))
+        .flat_map(|(ids, &b)| ids.iter().map(move |&o| (o, b)))
+        .filter_map(|(o, b)| {
+            let pin = inst.constraints.pins.get(o).copied().flatten()?;
+            (Buffer::of(pin) != b)
+                .then(|| format!("{} (pinned to {pin}) on {b}", describe(inst, o)))
+        })
+        .collect();
+    if let Some(first) = broken_pins.first() {
+        warnings.push(format!(
+            "{layout}, so {} pinned expert(s) cannot stay where pinned, e.g. {first}; pin whole layers (L<n>.experts) or keep them whole (--keep-whole) for this engine",
+            broken_pins.len()
+        ));
     }
     if moved == 0 {
         return;

@@ -104,6 +104,7 @@ pub(super) fn plan_of(inst: &Instance, placement: Vec<usize>) -> Plan {
         },
         kv: None,
         context_tokens: None,
+        constraints: None,
     };
     Plan::new(inst, &solution, inputs, 1.0)
 }

@@ -489,3 +489,43 @@ fn export_llama_cpp_starts_with_the_reserved_context() {
         }
     }
 }
+
+/// A pin the engine cannot hold is said, and a layer kept whole is
+/// written where the plan put it with no note on lost decisions.
+#[test]
+fn export_llama_cpp_says_which_pins_it_cannot_hold() {
+    use residency_core::constraints::{parse_keep_whole, parse_pin, Sourced};
+    let mut inst = instance();
+    let sourced = |c| Sourced {
+        constraint: c,
+        source: "c.yaml".into(),
+    };
+    inst.constrain(&[
+        sourced(parse_pin("L1.experts.3=gpu:0").unwrap()),
+        sourced(parse_keep_whole("L2").unwrap()),
+    ])
+    .unwrap();
+    // L1 (l0): gpu:1 .9 + .5 + .4 = 1.8 against gpu:0 .2 -> CUDA1, so its
+    // expert 3, pinned to gpu:0, cannot stay. L2 whole on gpu:0 -> CUDA0
+    // (4 MB + attn L0, L1 4 MB <= 10 MB). L3 all RAM -> CPU.
+    let placement = placement(
+        [[G1, G1, G1, G0], [G0; 4], [RAM; 4]],
+        [G0, G0, RAM, RAM],
+        RAM,
+    );
+    let plan = plan_of(&inst, placement);
+    let dir = tempfile::tempdir().unwrap();
+    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    assert!(
+        text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
+        "{text}"
+    );
+    let all = out.warnings.join("\n");
+    assert!(
+        all.contains("1 pinned expert(s) cannot stay where pinned, e.g. expert 3 of MoE layer 0 (pinned to gpu:0) on CUDA1"),
+        "{all}"
+    );
+    // The only expert moved is that one (mass .2): layer 2 is not split.
+    assert!(all.contains("1 gpu:0 -> CUDA1 (mass 0.200)"), "{all}");
+}
