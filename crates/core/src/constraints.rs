@@ -326,6 +326,15 @@ fn distinct(values: impl Iterator<Item = usize>) -> usize {
     seen.len()
 }
 
+/// What the constraints say before they are compiled: each object's pin,
+/// the MoE ordinals kept whole and the tightest K, each with the
+/// constraint that set it, for messages.
+struct Gathered<'a> {
+    pinned_by: Vec<Option<&'a Sourced>>,
+    keep_whole: BTreeMap<usize, &'a Sourced>,
+    max_places: Option<(usize, &'a Sourced)>,
+}
+
 impl Instance {
     /// Compiles `constraints` onto this instance (replacing any before):
     /// checks each against the model and profile, lowers capacities to the
@@ -334,109 +343,22 @@ impl Instance {
     /// reserved.
     pub fn constrain(&mut self, constraints: &[Sourced]) -> Result<()> {
         let moe_layers = self.moe_layers()?;
+        let mut gathered = Gathered {
+            pinned_by: vec![None; self.objects.len()],
+            keep_whole: BTreeMap::new(),
+            max_places: None,
+        };
+        for c in constraints {
+            self.gather(c, &moe_layers, &mut gathered)?;
+        }
         let mut compiled = Compiled {
             given: constraints.to_vec(),
+            groups: self.layer_groups(&gathered, &moe_layers),
             ..Compiled::default()
         };
-        let mut pinned_by: Vec<Option<&Sourced>> = vec![None; self.objects.len()];
-        let mut keep_whole: BTreeMap<usize, &Sourced> = BTreeMap::new();
-        let mut max_places: Option<(usize, &Sourced)> = None;
-        for c in constraints {
-            let refuse = |problem: String, fix: &str| {
-                Err(PlannerError::input(
-                    Path::new(&c.source),
-                    c.constraint.to_string(),
-                    problem,
-                    fix,
-                ))
-            };
-            match &c.constraint {
-                Constraint::Pin { target, place } => {
-                    if !self.places.contains(place) {
-                        return refuse(
-                            format!("the profile has no place {place}"),
-                            "pin to a place of the profile (plans list them as gpu:0, ram:0, disk:0)",
-                        );
-                    }
-                    let objects = match self.target_objects(target, &moe_layers) {
-                        Ok(objects) => objects,
-                        Err(problem) => {
-                            return refuse(
-                                problem,
-                                "name a layer, expert or trunk component of the model",
-                            )
-                        }
-                    };
-                    for o in objects {
-                        if !self.allowed_kind(o, *place) {
-                            return refuse(
-                                format!(
-                                    "{} cannot live at {place}",
-                                    crate::solution::describe(self, o)
-                                ),
-                                "pin trunk components to a GPU or RAM place",
-                            );
-                        }
-                        if let Some(other) = pinned_by[o].filter(|other| {
-                            !matches!(other.constraint, Constraint::Pin { place: p, .. } if p == *place)
-                        }) {
-                            return Err(PlannerError::Infeasible(format!(
-                                "{c} and {other} pin {} to two places; drop one",
-                                crate::solution::describe(self, o)
-                            )));
-                        }
-                        pinned_by[o] = Some(c);
-                    }
-                }
-                Constraint::Budget { place, bytes } => {
-                    let capacity = match place {
-                        Place::Gpu(g) if *g < self.resources.gpus() => {
-                            &mut self.resources.gpu_capacity_bytes[*g]
-                        }
-                        Place::Ram(n) if *n < self.resources.numa_nodes() => {
-                            &mut self.resources.ram_capacity_bytes[*n]
-                        }
-                        _ => {
-                            return refuse(
-                                format!("{place} is not a GPU or RAM place of the profile (drives hold anything)"),
-                                "give budgets to gpu:N or ram:N places of the profile",
-                            )
-                        }
-                    };
-                    *capacity = (*capacity).min(bytes.0);
-                }
-                Constraint::KeepWhole { layer } => {
-                    let ordinals: Vec<usize> = match layer {
-                        None => (0..moe_layers.len()).collect(),
-                        Some(l) => match moe_layers.iter().position(|m| m == l) {
-                            Some(ordinal) => vec![ordinal],
-                            None => {
-                                return refuse(
-                                    format!(
-                                        "layer {l} has no routed experts (MoE layers: {})",
-                                        layer_list(&moe_layers)
-                                    ),
-                                    "name a MoE layer of the model",
-                                )
-                            }
-                        },
-                    };
-                    for m in ordinals {
-                        keep_whole.entry(m).or_insert(c);
-                    }
-                }
-                Constraint::MaxPlacesPerLayer { places } => {
-                    if *places == 0 {
-                        return refuse("is zero".into(), "give at least one place");
-                    }
-                    if max_places.is_none_or(|(k, _)| *places < k) {
-                        max_places = Some((*places, c));
-                    }
-                }
-            }
-        }
-        if pinned_by.iter().any(Option::is_some) {
-            compiled.pins = pinned_by
+        if gathered.pinned_by.iter().any(Option::is_some) {
+            compiled.pins = gathered
+                .pinned_by
                 .iter()
                 .map(|c| match c.map(|c| &c.constraint) {
                     Some(Constraint::Pin { place, .. }) => Some(*place),
@@ -444,8 +366,119 @@ impl Instance {
                 })
                 .collect();
         }
+        self.constraints = compiled;
+        self.check_constraints_holdable(&gathered.pinned_by)
+    }
+
+    /// Checks one constraint against the model and profile and adds it to
+    /// `gathered`; a budget lowers its place's capacity at once.
+    fn gather<'a>(
+        &mut self,
+        c: &'a Sourced,
+        moe_layers: &[usize],
+        gathered: &mut Gathered<'a>,
+    ) -> Result<()> {
+        let refuse = |problem: String, fix: &str| {
+            Err(PlannerError::input(
+                Path::new(&c.source),
+                c.constraint.to_string(),
+                problem,
+                fix,
+            ))
+        };
+        match &c.constraint {
+            Constraint::Pin { target, place } => {
+                if !self.places.contains(place) {
+                    return refuse(
+                        format!("the profile has no place {place}"),
+                        "pin to a place of the profile (plans list them as gpu:0, ram:0, disk:0)",
+                    );
+                }
+                let objects = match self.target_objects(target, moe_layers) {
+                    Ok(objects) => objects,
+                    Err(problem) => {
+                        return refuse(
+                            problem,
+                            "name a layer, expert or trunk component of the model",
+                        )
+                    }
+                };
+                for o in objects {
+                    if !self.allowed_kind(o, *place) {
+                        return refuse(
+                            format!(
+                                "{} cannot live at {place}",
+                                crate::solution::describe(self, o)
+                            ),
+                            "pin trunk components to a GPU or RAM place",
+                        );
+                    }
+                    if let Some(other) = gathered.pinned_by[o].filter(|other| {
+                        !matches!(other.constraint, Constraint::Pin { place: p, .. } if p == *place)
+                    }) {
+                        return Err(PlannerError::Infeasible(format!(
+                            "{c} and {other} pin {} to two places; drop one",
+                            crate::solution::describe(self, o)
+                        )));
+                    }
+                    gathered.pinned_by[o] = Some(c);
+                }
+            }
+            Constraint::Budget { place, bytes } => {
+                let capacity = match place {
+                    Place::Gpu(g) if *g < self.resources.gpus() => {
+                        &mut self.resources.gpu_capacity_bytes[*g]
+                    }
+                    Place::Ram(n) if *n < self.resources.numa_nodes() => {
+                        &mut self.resources.ram_capacity_bytes[*n]
+                    }
+                    _ => {
+                        return refuse(
+                            format!("{place} is not a GPU or RAM place of the profile (drives hold anything)"),
+                            "give budgets to gpu:N or ram:N places of the profile",
+                        )
+                    }
+                };
+                *capacity = (*capacity).min(bytes.0);
+            }
+            Constraint::KeepWhole { layer } => {
+                let ordinals: Vec<usize> = match layer {
+                    None => (0..moe_layers.len()).collect(),
+                    Some(l) => match moe_layers.iter().position(|m| m == l) {
+                        Some(ordinal) => vec![ordinal],
+                        None => {
+                            return refuse(
+                                format!(
+                                    "layer {l} has no routed experts (MoE layers: {})",
+                                    layer_list(moe_layers)
+                                ),
+                                "name a MoE layer of the model",
+                            )
+                        }
+                    },
+                };
+                for m in ordinals {
+                    gathered.keep_whole.entry(m).or_insert(c);
+                }
+            }
+            Constraint::MaxPlacesPerLayer { places } => {
+                if *places == 0 {
+                    return refuse("is zero".into(), "give at least one place");
+                }
+                if gathered.max_places.is_none_or(|(k, _)| *places < k) {
+                    gathered.max_places = Some((*places, c));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// One group a MoE layer kept whole (at most 1 place) or held to the
+    /// tightest K, where K is fewer than its experts.
+    fn layer_groups(&self, gathered: &Gathered<'_>, moe_layers: &[usize]) -> Vec<Group> {
+        let mut groups = Vec::new();
         for (m, ids) in self.expert_ids.iter().enumerate() {
-            let (limit, by) = match (keep_whole.get(&m), max_places) {
+            let (limit, by) = match (gathered.keep_whole.get(&m), gathered.max_places) {
                 (Some(c), _) => (1, *c),
                 (None, Some((k, c))) => (k, c),
                 (None, None) => continue,
@@ -453,14 +486,13 @@ impl Instance {
             if limit >= ids.len() {
                 continue;
             }
-            compiled.groups.push(Group {
+            groups.push(Group {
                 objects: ids.clone(),
                 max_places: limit,
                 reason: format!("{by} on L{}", moe_layers[m]),
             });
         }
-        self.constraints = compiled;
-        self.check_constraints_holdable(&pinned_by)
+        groups
     }
 
     /// The objects `target` names, or why it names none.

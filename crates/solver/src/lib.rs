@@ -138,42 +138,7 @@ fn search(
             break;
         }
         fruitless += 1;
-        let mut kicked = placement.clone();
-        let kicks = 2 + (rng.below(4) as usize);
-        for _ in 0..kicks {
-            if rng.below(2) == 0 && inst.trunk_ids.len() > 1 {
-                // Two trunk components trade places: packings of unequal
-                // sizes that no single move reaches.
-                let pick =
-                    |rng: &mut Lcg| inst.trunk_ids[rng.below(inst.trunk_ids.len() as u64) as usize];
-                let (a, b) = (pick(&mut rng), pick(&mut rng));
-                kicked.swap(a, b);
-            } else {
-                let o = rng.below(inst.objects.len() as u64) as usize;
-                let q = rng.below(inst.places.len() as u64) as usize;
-                if inst.allowed(o, inst.places[q]) {
-                    // An expert of a constrained layer moves with the
-                    // layer's others at its place: the layer keeps within
-                    // its places.
-                    let from = kicked[o];
-                    match inst
-                        .constraints
-                        .groups
-                        .iter()
-                        .find(|g| g.objects.contains(&o))
-                    {
-                        Some(g) => {
-                            for &x in &g.objects {
-                                if kicked[x] == from && inst.allowed(x, inst.places[q]) {
-                                    kicked[x] = q;
-                                }
-                            }
-                        }
-                        None => kicked[o] = q,
-                    }
-                }
-            }
-        }
+        let kicked = kick(inst, placement, &mut rng);
         let name = *name;
         if let Some(state) = improved(inst, kicked, migration, false, deadline, target) {
             if state.objective() < objective * (1.0 - 1e-12) {
@@ -206,6 +171,50 @@ fn search(
         ),
         priced.prices_seconds_per_byte,
     ))
+}
+
+/// The best placement so far with a few objects moved at random: two
+/// trunk components trading places (packings of unequal sizes no single
+/// move reaches), or an object to another allowed place, taking the other
+/// experts of its constrained layer at its place with it.
+fn kick(inst: &Instance, placement: &[usize], rng: &mut Lcg) -> Vec<usize> {
+    let mut kicked = placement.to_vec();
+    let kicks = 2 + (rng.below(4) as usize);
+    for _ in 0..kicks {
+        if rng.below(2) == 0 && inst.trunk_ids.len() > 1 {
+            // Two trunk components trade places: packings of unequal
+            // sizes that no single move reaches.
+            let pick =
+                |rng: &mut Lcg| inst.trunk_ids[rng.below(inst.trunk_ids.len() as u64) as usize];
+            let (a, b) = (pick(rng), pick(rng));
+            kicked.swap(a, b);
+        } else {
+            let o = rng.below(inst.objects.len() as u64) as usize;
+            let q = rng.below(inst.places.len() as u64) as usize;
+            if inst.allowed(o, inst.places[q]) {
+                // An expert of a constrained layer moves with the
+                // layer's others at its place: the layer keeps within
+                // its places.
+                let from = kicked[o];
+                match inst
+                    .constraints
+                    .groups
+                    .iter()
+                    .find(|g| g.objects.contains(&o))
+                {
+                    Some(g) => {
+                        for &x in &g.objects {
+                            if kicked[x] == from && inst.allowed(x, inst.places[q]) {
+                                kicked[x] = q;
+                            }
+                        }
+                    }
+                    None => kicked[o] = q,
+                }
+            }
+        }
+    }
+    kicked
 }
 
 /// `placement` repaired within capacities and improved by local search

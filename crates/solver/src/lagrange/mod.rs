@@ -227,31 +227,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     } = search;
     let priced = Priced::new(inst);
     let dims = priced.capacities.len();
-    let r = &inst.resources;
-    // A price above what any object could save per byte at a place buys
-    // nothing: the box of the search. Each object's worst seconds are found
-    // once, not once per price: at Kimi scale that scan dominated a re-plan.
-    let sync = r.gpu_sync_seconds.iter().copied().fold(0.0, f64::max);
-    let mut most_saved = vec![0.0f64; dims];
-    for (o, object) in inst.objects.iter().enumerate() {
-        let worst = inst
-            .places
-            .iter()
-            .filter(|&&q| inst.allowed(o, q))
-            .map(|&q| r.work(object, q).iter().map(|w| w.1).sum::<f64>())
-            .fold(0.0, f64::max);
-        for (i, most) in most_saved.iter_mut().enumerate() {
-            let place = capacity_place(r, i);
-            let bytes = object.bytes_at(place);
-            if bytes > 0 && inst.allowed(o, place) {
-                *most = most.max((worst + sync) / bytes as f64);
-            }
-        }
-    }
-    most_saved
-        .iter_mut()
-        .for_each(|p| *p *= 2.0 * BYTE_UNIT / TIME_UNIT);
-    let scaled = |p: &[f64]| -> Vec<f64> { p.iter().map(|x| x * TIME_UNIT / BYTE_UNIT).collect() };
+    let most_saved = price_box(inst, dims);
     let evaluate = |p: &[f64]| {
         let (value, g, fractional) = priced.evaluate(&scaled(p));
         (
@@ -281,37 +257,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             })
             .unzip(),
         _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
-            let stride = expert_stages.div_ceil(SAMPLED_STAGES);
-            let estimate = |p: &[f64]| {
-                let (value, g) = priced.estimate(&scaled(p), stride);
-                (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
-            };
-            // One evaluation of the whole function costs about `stride`
-            // estimates; two of them are left to the bound's own search,
-            // so that its first one, always made, keeps the deadline.
-            let now = Instant::now();
-            estimate(&vec![0.0; dims]);
-            let whole = now.elapsed().mul_f64(stride as f64);
-            let half = now + deadline.saturating_duration_since(now) / 2;
-            let sampled = Ascent {
-                deadline: half.min(deadline.checked_sub(whole * 2).unwrap_or(now)),
-                tolerance: tolerance.max(SAMPLED_TOLERANCE),
-                ..ascent
-            };
-            let climbed = sampled.climb(vec![0.0; dims], None, estimate);
-            // The estimate's best prices are near the whole function's: a
-            // step of an eighth of them cost five evaluations to shrink.
-            let largest = climbed.center.iter().copied().fold(0.0, f64::max);
-            let radius = if largest > 0.0 {
-                climbed
-                    .center
-                    .iter()
-                    .map(|p| (p / 32.0).max(largest / 256.0))
-                    .collect()
-            } else {
-                Vec::new()
-            };
-            (climbed.center, radius)
+            sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES))
         }
         _ => (vec![0.0; dims], Vec::new()),
     };
@@ -367,6 +313,78 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
         starts,
         prices_seconds_per_byte: scaled(&center),
     }
+}
+
+/// Prices in seconds per byte from the search's units.
+fn scaled(p: &[f64]) -> Vec<f64> {
+    p.iter().map(|x| x * TIME_UNIT / BYTE_UNIT).collect()
+}
+
+/// The box of the price search, in `TIME_UNIT` per `BYTE_UNIT`: a price
+/// above what any object could save per byte at a place buys nothing. Each
+/// object's worst seconds are found once, not once per price: at Kimi
+/// scale that scan dominated a re-plan.
+fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
+    let r = &inst.resources;
+    let sync = r.gpu_sync_seconds.iter().copied().fold(0.0, f64::max);
+    let mut most_saved = vec![0.0f64; dims];
+    for (o, object) in inst.objects.iter().enumerate() {
+        let worst = inst
+            .places
+            .iter()
+            .filter(|&&q| inst.allowed(o, q))
+            .map(|&q| r.work(object, q).iter().map(|w| w.1).sum::<f64>())
+            .fold(0.0, f64::max);
+        for (i, most) in most_saved.iter_mut().enumerate() {
+            let place = capacity_place(r, i);
+            let bytes = object.bytes_at(place);
+            if bytes > 0 && inst.allowed(o, place) {
+                *most = most.max((worst + sync) / bytes as f64);
+            }
+        }
+    }
+    most_saved
+        .iter_mut()
+        .for_each(|p| *p *= 2.0 * BYTE_UNIT / TIME_UNIT);
+    most_saved
+}
+
+/// A cold search's start: the estimate from every `stride`-th expert
+/// stage climbed for at most half the time, and a radius of a 32nd of its
+/// best prices.
+fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f64>, Vec<f64>) {
+    let (deadline, tolerance) = (ascent.deadline, ascent.tolerance);
+    let dims = priced.capacities.len();
+    let estimate = |p: &[f64]| {
+        let (value, g) = priced.estimate(&scaled(p), stride);
+        (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
+    };
+    // One evaluation of the whole function costs about `stride`
+    // estimates; two of them are left to the bound's own search,
+    // so that its first one, always made, keeps the deadline.
+    let now = Instant::now();
+    estimate(&vec![0.0; dims]);
+    let whole = now.elapsed().mul_f64(stride as f64);
+    let half = now + deadline.saturating_duration_since(now) / 2;
+    let sampled = Ascent {
+        deadline: half.min(deadline.checked_sub(whole * 2).unwrap_or(now)),
+        tolerance: tolerance.max(SAMPLED_TOLERANCE),
+        ..*ascent
+    };
+    let climbed = sampled.climb(vec![0.0; dims], None, estimate);
+    // The estimate's best prices are near the whole function's: a
+    // step of an eighth of them cost five evaluations to shrink.
+    let largest = climbed.center.iter().copied().fold(0.0, f64::max);
+    let radius = if largest > 0.0 {
+        climbed
+            .center
+            .iter()
+            .map(|p| (p / 32.0).max(largest / 256.0))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    (climbed.center, radius)
 }
 
 /// Each stage's solutions at the prices tried are columns of a
