@@ -338,6 +338,35 @@ fn replan_against_exhaustive_search_of_its_objective() {
     }
 }
 
+/// Bytes object `o` carries from its place in `current` to place `to`:
+/// none to stay or to a drive (it is dropped there), its size elsewhere.
+fn carried_bytes(inst: &Instance, current: &[usize], o: usize, to: usize) -> u64 {
+    match inst.places[to] {
+        _ if to == current[o] => 0,
+        Place::Disk(_) => 0,
+        place => inst.objects[o].bytes_at(place),
+    }
+}
+
+/// Seconds to carry `o` to `to`: objects are 80-200 MB; uploads 20 and 10
+/// GB/s, the drive 3 GB/s (RAM to RAM would be at the fastest drive's
+/// rate: one node here).
+fn carry_seconds(inst: &Instance, current: &[usize], o: usize, to: usize) -> f64 {
+    let r = &inst.resources;
+    let (a, b) = (inst.places[current[o]], inst.places[to]);
+    let source = match a {
+        Place::Disk(d) => r.drive_read_bytes_per_s[d],
+        Place::Gpu(g) => r.gpu_upload_bytes_per_s[g],
+        _ => f64::INFINITY,
+    };
+    let rate = match b {
+        Place::Gpu(g) => source.min(r.gpu_upload_bytes_per_s[g]),
+        _ if source.is_finite() => source,
+        _ => r.drive_read_bytes_per_s[0],
+    };
+    carried_bytes(inst, current, o, to) as f64 / rate
+}
+
 /// `incremental::replan` against exhaustive search of its objective under
 /// its move budget. The instance is solved for one heat, then the heat of
 /// every layer is reversed (the hottest expert becomes the coldest) and
@@ -381,30 +410,8 @@ fn incremental_replan_keeps_its_budget_and_bound_against_exhaustive_search() {
             .collect();
         inst.set_expert_rates(&reversed);
         let current = &warm.placement;
-        let r = &inst.resources;
-        let carried = |o: usize, to: usize| -> u64 {
-            match inst.places[to] {
-                _ if to == current[o] => 0,
-                Place::Disk(_) => 0,
-                place => inst.objects[o].bytes_at(place),
-            }
-        };
-        // Objects are 80-200 MB; uploads 20 and 10 GB/s, the drive 3 GB/s
-        // (RAM to RAM would be at the fastest drive's rate: one node here).
-        let move_seconds = |o: usize, to: usize| -> f64 {
-            let (a, b) = (inst.places[current[o]], inst.places[to]);
-            let source = match a {
-                Place::Disk(d) => r.drive_read_bytes_per_s[d],
-                Place::Gpu(g) => r.gpu_upload_bytes_per_s[g],
-                _ => f64::INFINITY,
-            };
-            let rate = match b {
-                Place::Gpu(g) => source.min(r.gpu_upload_bytes_per_s[g]),
-                _ if source.is_finite() => source,
-                _ => r.drive_read_bytes_per_s[0],
-            };
-            carried(o, to) as f64 / rate
-        };
+        let carried = |o: usize, to: usize| carried_bytes(&inst, current, o, to);
+        let move_seconds = |o: usize, to: usize| carry_seconds(&inst, current, o, to);
         let (horizon, hysteresis) = (200.0, 1.0);
         let mut unlimited = f64::NAN;
         for budget in [u64::MAX, 0, 100_000_000, 200_000_000] {
