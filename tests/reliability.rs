@@ -1,5 +1,5 @@
 //! One test per class of bad input that fuzzing found (the campaigns of
-//! tests/fuzz.rs, and a first campaign run by hand): the hand-made bad
+//! tests/fuzz/, and a first campaign run by hand): the hand-made bad
 //! input is refused in one line naming the file and the place, before
 //! anything is allocated from it or priced with it.
 
