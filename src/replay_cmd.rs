@@ -12,7 +12,7 @@ use anyhow::{bail, Context, Result};
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes};
-use residency_formats::heat::{read_trace, HeatContext, HeatFormat, TokenRoutes};
+use residency_formats::heat::{read_heat, read_trace, HeatContext, HeatFormat, TokenRoutes};
 use residency_policy::online::OnlineParams;
 use residency_policy::{PolicyKind, PolicyParams};
 use residency_runtime::checkpoint::Checkpoint;
@@ -30,7 +30,7 @@ use residency_sim::job::{cut_trace, Budget, Cut};
 use setup::{
     choose_pin_share, count_routes, drive_to_ram, ram_to_card, replay_per_category, split_held_out,
 };
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
 #[command(mut_arg(
@@ -66,6 +66,14 @@ pub struct ReplayArgs {
     /// the others; default: learn on the replayed tokens (in-sample).
     #[arg(long, value_delimiter = ',')]
     train_categories: Option<Vec<String>>,
+    /// Learn from this heat instead of training tokens: any format `heat`
+    /// reads (an importance matrix, SGLang's recorder, ...), counts per MoE
+    /// layer and expert rounded to whole requests.
+    #[arg(long)]
+    heat: Option<PathBuf>,
+    /// The heat's format, when detection is not wanted.
+    #[arg(long, value_parser = named::<HeatFormat>(), requires = "heat")]
+    heat_format: Option<HeatFormat>,
     /// Replay each category on its own (cold stores each time) and report
     /// it apart, for the "no category worse" check.
     #[arg(long)]
@@ -343,7 +351,10 @@ fn load_tokens(
     // they are checked too, not only the ones served.
     check_geometry(checkpoint, trace.tokens.iter())
         .with_context(|| args.trace.display().to_string())?;
-    let train_counts = count_routes(&train, checkpoint);
+    let train_counts = match &args.heat {
+        Some(file) => heat_counts(file, args.heat_format, model, checkpoint, notes)?,
+        None => count_routes(&train, checkpoint),
+    };
     let seed = seed_tokens(&trace.tokens, args)?;
     Ok(Tokens {
         eval,
@@ -351,6 +362,43 @@ fn load_tokens(
         train_counts,
         seed,
     })
+}
+
+/// `--heat`'s counts per (MoE layer, expert) of the checkpoint, rounded to
+/// whole requests: its first MoE layers, as the trace is cut to them.
+fn heat_counts(
+    file: &Path,
+    format: Option<HeatFormat>,
+    model: &Model,
+    checkpoint: &Checkpoint,
+    notes: &mut Vec<String>,
+) -> Result<Vec<u64>> {
+    let heat = read_heat(file, format, &HeatContext::for_model(model), notes)?;
+    let (layers, experts) = (
+        checkpoint.config.moe_layers().len(),
+        checkpoint.config.experts,
+    );
+    let rows = &heat.total.counts;
+    if rows.len() < layers || rows.iter().any(|row| row.len() != experts) {
+        bail!(
+            "{}: heat of {} MoE layers of {} experts, the checkpoint has {layers} of {experts}; give heat of the model the checkpoint was made for",
+            file.display(),
+            rows.len(),
+            rows.first().map_or(0, Vec::len)
+        );
+    }
+    let counts: Vec<u64> = rows[..layers]
+        .iter()
+        .flatten()
+        .map(|&c| c.round() as u64)
+        .collect();
+    if counts.iter().all(|&c| c == 0) {
+        bail!(
+            "{}: every count rounds to zero; give counts of requests, not rates",
+            file.display()
+        );
+    }
+    Ok(counts)
 }
 
 /// The replay's configuration from the flags, the checkpoint and the

@@ -537,3 +537,43 @@ fn no_online_arm_misses_less_than_the_offline_bound_on_the_same_tokens() {
         }
     }
 }
+
+/// `--heat` stands for training tokens. Heat on experts 0-3 of each layer
+/// (category a's) pins them for `plan`, so serving b (experts 4-7) it hits
+/// nothing, as after `--train-categories a`; heat on 4-7 pins b's own, so
+/// it hits. Heat of another shape is one line naming the file.
+#[test]
+fn the_learning_arms_learn_from_a_heat_file() {
+    let f = Fixture::new();
+    let plan_hits = |hot: [u32; 8]| {
+        let heat = f.path("heat.json");
+        let layers = serde_json::json!({ "layers": [hot, hot] });
+        std::fs::write(&heat, layers.to_string()).unwrap();
+        let (_, runs) = f.runs(
+            "heat-run.json",
+            &[
+                "--policy",
+                "plan",
+                "--ram-budget",
+                "25%",
+                "--categories",
+                "b",
+                "--heat",
+                s(&heat),
+            ],
+        );
+        runs[0]["hits"].as_u64().unwrap()
+    };
+    assert_eq!(plan_hits([30, 30, 30, 30, 0, 0, 0, 0]), 0);
+    assert!(plan_hits([0, 0, 0, 0, 30, 30, 30, 30]) > 0);
+    let heat = f.path("one-layer.json");
+    std::fs::write(&heat, r#"{"layers": [[1, 2, 3, 4, 5, 6, 7, 8]]}"#).unwrap();
+    let o = f.replay(&["--policy", "plan", "--heat", s(&heat)]);
+    let e = stderr(&o);
+    assert!(!o.status.success());
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("one-layer.json") && e.contains("MoE layers"),
+        "{e}"
+    );
+}
