@@ -12,6 +12,10 @@
 
 #[path = "../benches/support/instances.rs"]
 mod instances;
+#[path = "../benches/support/report.rs"]
+mod report;
+
+use report::{spread, thread_cpu_seconds};
 
 use residency_solver::incremental::{self, IncrementalOptions};
 use residency_solver::{replan, ReplanOptions};
@@ -20,28 +24,6 @@ use std::time::Instant;
 const RUNS: usize = 5;
 const HORIZON_TOKENS: f64 = 512.0;
 const HYSTERESIS: f64 = 2.0;
-
-/// CPU seconds this thread has used (the solver runs on one thread).
-fn thread_cpu_seconds() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
-/// Median and range of `xs`, as text with `unit` and `digits`.
-fn spread(mut xs: Vec<f64>, scale: f64, digits: usize) -> String {
-    xs.sort_by(f64::total_cmp);
-    format!(
-        "{:.digits$} ({:.digits$}-{:.digits$})",
-        xs[xs.len() / 2] * scale,
-        xs[0] * scale,
-        xs[xs.len() - 1] * scale
-    )
-}
 
 fn main() {
     let budget_gib: f64 = std::env::args()
@@ -107,11 +89,11 @@ fn print_row(name: &str, method: &str, limit: f64, rows: &[[f64; 6]]) {
     let col = |i: usize| rows.iter().map(|r| r[i]).collect::<Vec<f64>>();
     println!(
         "| {name} | {method} | {limit} s | {} | {} | {} | {} | {} % | {} |",
-        spread(col(0), 1e3, 1),
-        spread(col(1), 1e3, 1),
-        spread(col(2), 1e3, 4),
-        spread(col(3), 1e3, 4),
-        spread(col(4), 100.0, 3),
-        spread(col(5), 1.0 / (1u64 << 20) as f64, 0),
+        spread(&col(0), 1e3, 1),
+        spread(&col(1), 1e3, 1),
+        spread(&col(2), 1e3, 4),
+        spread(&col(3), 1e3, 4),
+        spread(&col(4), 100.0, 3),
+        spread(&col(5), 1.0 / (1u64 << 20) as f64, 0),
     );
 }

@@ -11,37 +11,15 @@
 
 #[path = "../benches/support/instances.rs"]
 mod instances;
+#[path = "../benches/support/report.rs"]
+mod report;
+
+use report::{spread, thread_cpu_seconds};
 
 use instances::Mix;
 use residency_core::cost::{Instance, Place};
 use residency_solver::{solve, SolveOptions};
 use std::time::Instant;
-
-/// CPU seconds this thread has used (the solver runs on one thread).
-fn thread_cpu_seconds() -> f64 {
-    let mut t = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `t` is a valid timespec for the call to fill.
-    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
-    t.tv_sec as f64 + t.tv_nsec as f64 * 1e-9
-}
-
-/// Median and range of `xs` times `scale`, with `digits` decimals; the
-/// median alone for one run.
-fn spread(mut xs: Vec<f64>, scale: f64, digits: usize) -> String {
-    xs.sort_by(f64::total_cmp);
-    let median = format!("{:.digits$}", xs[xs.len() / 2] * scale);
-    if xs.len() == 1 {
-        return median;
-    }
-    format!(
-        "{median} ({:.digits$}-{:.digits$})",
-        xs[0] * scale,
-        xs[xs.len() - 1] * scale
-    )
-}
 
 fn main() {
     let mut limits = Vec::new();
@@ -149,13 +127,13 @@ fn main() {
             let col = |i: usize| rows.iter().map(|r| r[i]).collect::<Vec<f64>>();
             println!(
                 "| {name} | {objects} | {limit} s | {} | {} | {} | {} | {} | {} % | {} % |",
-                spread(col(0), 1.0, 2),
-                spread(col(1), 1.0, 2),
-                spread(col(2), 1e3, 4),
-                spread(col(3), 1e3, 4),
-                spread(col(4), 1e3, 4),
-                spread(col(5), 100.0, 3),
-                spread(col(6), 100.0, 1),
+                spread(&col(0), 1.0, 2),
+                spread(&col(1), 1.0, 2),
+                spread(&col(2), 1e3, 4),
+                spread(&col(3), 1e3, 4),
+                spread(&col(4), 1e3, 4),
+                spread(&col(5), 100.0, 3),
+                spread(&col(6), 100.0, 1),
             );
         }
     }

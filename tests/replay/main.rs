@@ -114,11 +114,32 @@ impl Fixture {
         (stdout(&o), read_json(&json))
     }
 
+    /// `residency simulate` of the trace for the model with `extra`, its
+    /// JSON written to `name` and read back.
+    fn simulate(&self, name: &str, extra: &[&str]) -> Value {
+        let json = self.path(name);
+        let args = [
+            "simulate",
+            "--trace",
+            s(&self.trace),
+            "--model",
+            s(&self.yaml),
+        ];
+        run_ok(&[&args[..], extra, &["--json", s(&json)]].concat());
+        read_json(&json)
+    }
+
     /// `report`'s stdout and the JSON's runs.
     fn runs(&self, name: &str, extra: &[&str]) -> (String, Vec<Value>) {
         let (out, doc) = self.report(name, extra);
         (out, doc["runs"].as_array().unwrap().clone())
     }
+}
+
+/// The run of `policy` in a replay's or simulate's JSON.
+fn arm(doc: &Value, policy: &str) -> Value {
+    let runs = doc["runs"].as_array().unwrap();
+    runs.iter().find(|r| r["policy"] == policy).unwrap().clone()
 }
 
 #[test]
@@ -485,33 +506,18 @@ fn no_online_arm_misses_less_than_the_offline_bound_on_the_same_tokens() {
                 "0.5",
             ],
         );
-        let sim = f.path("bound.json");
-        run_ok(&[
-            "simulate",
-            "--trace",
-            s(&f.trace),
-            "--model",
-            s(&f.yaml),
-            "--policy",
-            "belady,lru",
-            "--budget",
-            budget,
-            "--categories",
-            "b",
-            "--json",
-            s(&sim),
-        ]);
-        let simulated = read_json(&sim);
-        let misses_of = |policy: &str| {
-            simulated["runs"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|r| r["policy"] == policy)
-                .unwrap()["misses"]
-                .as_u64()
-                .unwrap()
-        };
+        let simulated = f.simulate(
+            "bound.json",
+            &[
+                "--policy",
+                "belady,lru",
+                "--budget",
+                budget,
+                "--categories",
+                "b",
+            ],
+        );
+        let misses_of = |policy: &str| arm(&simulated, policy)["misses"].as_u64().unwrap();
         let lru = runs.iter().find(|r| r["policy"] == "lru").unwrap();
         assert_eq!(
             lru["misses"].as_u64().unwrap(),

@@ -2,8 +2,7 @@
 //! recency wins, a stable hot set pinned, seeded arms simulated after
 //! their seed, and the share `simulate` recommends.
 
-use super::Fixture;
-use crate::common::*;
+use super::{arm, Fixture};
 use serde_json::Value;
 
 /// A checkpoint of one MoE layer of 16 experts (`tiny_mixtral(16)` cut to
@@ -203,12 +202,6 @@ fn auto_pins_a_stable_hot_set() {
     assert_eq!(replan["misses"], 40, "{replan}");
 }
 
-/// The run of `policy` in a replay's JSON.
-fn arm(doc: &Value, policy: &str) -> Value {
-    let runs = doc["runs"].as_array().unwrap();
-    runs.iter().find(|r| r["policy"] == policy).unwrap().clone()
-}
-
 /// `auto` is `simulate --gate`'s recommendation for the training
 /// categories alone, at the same budget, cold for a cold replay and seeded
 /// for a seeded one: the held-out category c is not in what it simulates.
@@ -227,13 +220,7 @@ fn auto_is_what_simulate_recommends_on_the_training_categories() {
                 &[&TWO_EXPERTS[..], &["--policy", "replan"], replay_start].concat(),
             );
             assert_eq!(doc["pin_share"]["seeded"], !replay_start.is_empty());
-            let sim = fixture.path("sim.json");
-            let mut simulate = vec![
-                "simulate",
-                "--trace",
-                s(&fixture.trace),
-                "--model",
-                s(&fixture.yaml),
+            let gate = [
                 "--layers",
                 "1",
                 "--categories",
@@ -246,14 +233,11 @@ fn auto_is_what_simulate_recommends_on_the_training_categories() {
                 "24576",
                 "--gate",
                 "--no-sensitivity",
-                "--json",
-                s(&sim),
             ];
-            simulate.extend_from_slice(simulate_start);
-            run_ok(&simulate);
+            let simulated = fixture.simulate("sim.json", &[&gate[..], simulate_start].concat());
             assert_eq!(
                 doc["pin_share"]["recommendation"],
-                read_json(&sim)["pin_shares"][0]
+                simulated["pin_shares"][0]
             );
         }
     }

@@ -4,6 +4,16 @@
 use super::*;
 use crate::export::tests::{instance, placement, plan_of, scenario_a, DISK, G0, G1, RAM};
 
+/// The llama.cpp export of `placement`: its warnings and the
+/// `--override-tensor` rules file.
+fn exported_rules(inst: &Instance, placement: Vec<usize>) -> (Export, String) {
+    let plan = plan_of(inst, placement);
+    let dir = tempfile::tempdir().unwrap();
+    let out = llama_cpp(&plan, inst, dir.path(), ModelFacts::default()).unwrap();
+    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    (out, text)
+}
+
 /// Whether llama.cpp's `std::regex_search(name, regex)` finds `pattern` in
 /// `name`: our patterns use only anchors, literals, escaped dots, groups
 /// and alternation, on which ECMAScript and Rust's `regex` agree.
@@ -255,10 +265,7 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
         [G0, G0, RAM, RAM],
         RAM,
     );
-    let plan = plan_of(&inst, placement);
-    let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
-    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    let (out, text) = exported_rules(&inst, placement);
     assert!(
         text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
         "{text}"
@@ -513,10 +520,7 @@ fn export_llama_cpp_says_which_pins_it_cannot_hold() {
         [G0, G0, RAM, RAM],
         RAM,
     );
-    let plan = plan_of(&inst, placement);
-    let dir = tempfile::tempdir().unwrap();
-    let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
-    let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
+    let (out, text) = exported_rules(&inst, placement);
     assert!(
         text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
         "{text}"
