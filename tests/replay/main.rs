@@ -4,6 +4,7 @@
 
 #[path = "../common/mod.rs"]
 mod common;
+mod determinism;
 mod pin_share;
 mod vram;
 
