@@ -45,7 +45,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         ),
         (
             "bench-output.schema.json",
-            render(schema_for!(residency_hwprofile::bench::BenchReport)),
+            render(schema_for!(residency_lab::bench::BenchReport)),
         ),
         (
             "bench-sweep-output.schema.json",
