@@ -33,7 +33,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         ),
         (
             "replay-output.schema.json",
-            render(schema_for!(residency_runtime::serve::replay::ReplayReport)),
+            render(schema_for!(residency_lab::replay::ReplayReport)),
         ),
         (
             "kv-replay-output.schema.json",

@@ -3,7 +3,11 @@
 //! it. It drives those libraries through their public APIs, beside the
 //! simulator and the cost model.
 //!
+//! - `replay`: a routing trace through the store's real data path, one
+//!   arm a policy, beside the simulator's twin (`residency replay`); its
+//!   `card_window` picks the card's `lfru` window on the training tokens.
 //! - `bench`: a plan's tokens served where the plan puts the work, timed
 //!   beside `Instance::evaluate` (`residency bench`).
 
 pub mod bench;
+pub mod replay;
