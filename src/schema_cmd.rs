@@ -37,7 +37,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         ),
         (
             "kv-replay-output.schema.json",
-            render(schema_for!(residency_kv::replay::KvReplayReport)),
+            render(schema_for!(residency_lab::kv::replay::KvReplayReport)),
         ),
         (
             "apply-output.schema.json",

@@ -8,6 +8,10 @@
 //!   `card_window` picks the card's `lfru` window on the training tokens.
 //! - `bench`: a plan's tokens served where the plan puts the work, timed
 //!   beside `Instance::evaluate` (`residency bench`).
+//! - `kv`: Mooncake traces through the KV store's prefix index
+//!   (`residency kv-replay`) and their reused blocks as the planner's KV
+//!   groups (`residency kv-groups`).
 
 pub mod bench;
+pub mod kv;
 pub mod replay;
