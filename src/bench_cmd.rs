@@ -1,6 +1,6 @@
 //! `residency bench`: a plan applied to a checkpoint (`runtime::apply`),
 //! then decode tokens served on the CPU and CUDA GPUs as the plan places
-//! the work (`residency_hwprofile::bench`), measured beside the cost model;
+//! the work (`residency_lab::bench`), measured beside the cost model;
 //! with `--sweep`, the strategies' placements at several VRAM budgets
 //! (`sweep`).
 
@@ -13,7 +13,7 @@ use residency_core::heat::HeatTable;
 use residency_core::plan::Plan;
 use residency_formats::heat::{read_trace, HeatContext, HeatFormat, Trace};
 use residency_formats::inputs::{InputPaths, Inputs};
-use residency_hwprofile::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
+use residency_lab::bench::{bench, check_runnable, BenchOptions, BenchReport, Measured};
 use residency_runtime::apply::{apply, ApplyOptions};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::gpu::{GpuOptions, GpuTier};

@@ -1,9 +1,9 @@
 //! `residency kv-replay`: a prefix-block trace (the Mooncake FAST'25
 //! format) through the KV prefix index, per eviction policy and capacity:
 //! arguments, the table, `--json` and `--plot`. The replay itself is
-//! `residency_kv::replay`, on the block store's own index.
+//! `residency_lab::kv::replay`, on the block store's own index.
 //! `residency kv-groups`: the same trace's reused blocks as the planner's
-//! KV prefix groups (`residency_kv::groups`), for `plan --kv`.
+//! KV prefix groups (`residency_lab::kv::groups`), for `plan --kv`.
 //!
 //! docs/design.md §6's common options are not offered: `--layers` has no meaning for
 //! KV blocks, the traces have no categories, and a whole Mooncake trace
@@ -16,10 +16,10 @@ use residency_core::kv::KvGroupsFile;
 use residency_core::model::Model;
 use residency_core::units::{parse_size, Bytes, Seconds};
 use residency_formats::inputs::defaults;
-use residency_kv::groups::prefix_groups;
-use residency_kv::replay::{replay_grid, KvCostModel, KvReplayReport, ReplayRun};
-use residency_kv::trace::{read_mooncake, KvTrace};
 use residency_kv::EvictionPolicy;
+use residency_lab::kv::groups::prefix_groups;
+use residency_lab::kv::replay::{replay_grid, KvCostModel, KvReplayReport, ReplayRun};
+use residency_lab::kv::trace::{read_mooncake, KvTrace};
 use std::path::{Path, PathBuf};
 
 /// Prefill speed assumed without `--prefill-tokens-per-second`: a round

@@ -1,6 +1,6 @@
 //! `residency replay`: a routing trace through the executor's real data
 //! path against a checkpoint, per policy; arguments, the run's steps and
-//! `--json`. The work is `residency_runtime::serve::replay`; the tokens
+//! `--json`. The work is `residency_lab::replay`; the tokens
 //! and prices it is given are in `setup`, its tables in `table`.
 
 mod setup;
@@ -13,17 +13,17 @@ use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::heat::{read_heat, read_trace, HeatContext, HeatFormat, TokenRoutes};
-use residency_policy::online::OnlineParams;
-use residency_policy::{PolicyKind, PolicyParams};
-use residency_runtime::checkpoint::Checkpoint;
-use residency_runtime::serve::card_window::choose_card_window;
-use residency_runtime::serve::compute::ExpertKernel;
-use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
-use residency_runtime::serve::replan::ReplanParams;
-use residency_runtime::serve::replay::{
+use residency_lab::replay::card_window::choose_card_window;
+use residency_lab::replay::{
     check_geometry, expert_kernel, replay, PinShareChoice, ReplayConfig, ReplayReport, ReplayRun,
     ServePolicy,
 };
+use residency_policy::online::OnlineParams;
+use residency_policy::{PolicyKind, PolicyParams};
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::serve::compute::ExpertKernel;
+use residency_runtime::serve::gpu_tier::{VramAllocation, VramConfig};
+use residency_runtime::serve::replan::ReplanParams;
 use residency_runtime::serve::vram::VramPolicy;
 use residency_sim::felt::{fastest_drive, read_seconds};
 use residency_sim::job::{cut_trace, Budget, Cut};

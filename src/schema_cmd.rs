@@ -33,11 +33,11 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         ),
         (
             "replay-output.schema.json",
-            render(schema_for!(residency_runtime::serve::replay::ReplayReport)),
+            render(schema_for!(residency_lab::replay::ReplayReport)),
         ),
         (
             "kv-replay-output.schema.json",
-            render(schema_for!(residency_kv::replay::KvReplayReport)),
+            render(schema_for!(residency_lab::kv::replay::KvReplayReport)),
         ),
         (
             "apply-output.schema.json",
@@ -45,7 +45,7 @@ fn all_schemas() -> Vec<(&'static str, String)> {
         ),
         (
             "bench-output.schema.json",
-            render(schema_for!(residency_hwprofile::bench::BenchReport)),
+            render(schema_for!(residency_lab::bench::BenchReport)),
         ),
         (
             "bench-sweep-output.schema.json",

@@ -9,12 +9,12 @@ mod common;
 
 use common::{assert_bad_input, read_json, run, s, shared_data, stderr, stdout};
 use residency_core::kv::KvGroupsFile;
-use residency_kv::replay::{replay, KvCostModel};
-use residency_kv::trace::read_mooncake;
 use residency_kv::{
     block_keys, BlockKey, BlockStore, DiskConfig, EvictionPolicy, KvIdentity, KvStoreConfig,
     Sequence,
 };
+use residency_lab::kv::replay::{replay, KvCostModel};
+use residency_lab::kv::trace::read_mooncake;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -29,7 +29,7 @@ use residency_core::solution::Solution;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::export::baselines::{llama_cpp_strategies, LlamaCppStrategy};
 use residency_formats::inputs::{defaults, Inputs};
-use residency_hwprofile::bench::{check_runnable, BenchOptions, BenchReport};
+use residency_lab::bench::{check_runnable, BenchOptions, BenchReport};
 use residency_runtime::apply::ApplyOptions;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_solver::greedy::greedy;

@@ -7,11 +7,9 @@ use anyhow::{bail, Result};
 use residency_core::cost::{Place, Resources};
 use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{HeatFormat, TokenRoutes, Trace};
+use residency_lab::replay::{replay, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::replan::MoveLink;
-use residency_runtime::serve::replay::{
-    replay, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun,
-};
 use residency_sim::allocation::Allocation;
 use residency_sim::arms::{SimOptions, Start};
 use residency_sim::pin_share::recommend_held_out_pin_share;

@@ -7,11 +7,9 @@ use anyhow::Result;
 use residency_core::units::{Bytes, BytesPerSecond};
 use residency_formats::heat::TokenRoutes;
 use residency_hwprofile::Spread;
+use residency_lab::replay::card_window::CardWindowChoice;
+use residency_lab::replay::{predict, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun};
 use residency_runtime::checkpoint::Checkpoint;
-use residency_runtime::serve::card_window::CardWindowChoice;
-use residency_runtime::serve::replay::{
-    predict, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun,
-};
 
 /// The card's `lfru` window `auto` chose, and what each window computed.
 pub(super) fn print_card_window(choice: &CardWindowChoice) {

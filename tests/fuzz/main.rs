@@ -364,7 +364,7 @@ fn mooncake_traces() {
         "trace.jsonl",
         vec![seed.as_bytes().to_vec()],
         mutate_text,
-        &|p| match residency_kv::trace::read_mooncake(p, 16) {
+        &|p| match residency_lab::kv::trace::read_mooncake(p, 16) {
             Ok(t) if t.total_tokens() < u64::MAX => Verdict::Accepted,
             Ok(_) => Verdict::Invalid("the trace's token total overflows".into()),
             Err(e) => Verdict::Refused(e.to_string()),

@@ -112,7 +112,7 @@ impl From<residency_kv::KvError> for Failure {
         let status = match &e {
             KvError::Full { .. } => RESIDENCY_ERR_BUDGET,
             KvError::Argument(_) => RESIDENCY_ERR_ARGUMENT,
-            KvError::File { .. } | KvError::TraceLine { .. } => RESIDENCY_ERR_INPUT,
+            KvError::File { .. } => RESIDENCY_ERR_INPUT,
         };
         Failure::new(status, e.to_string())
     }

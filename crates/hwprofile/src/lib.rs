@@ -18,7 +18,6 @@
 //!   `[timers]` lines as profile values.
 //! - `spread`: median and range of repeated trials.
 
-pub mod bench;
 pub mod calibrate;
 pub mod cuda_bench;
 pub mod detect;

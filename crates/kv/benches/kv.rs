@@ -5,24 +5,19 @@
 //!   blocks are all in RAM, leases taken and released, per block;
 //! - `kv_insert`: 32 new blocks inserted as a chain into a full RAM tier
 //!   (each insert evicts one), per policy, per block;
-//! - `kv_replay`: the Mooncake conversation trace through the index at
-//!   10,000 blocks, per policy, per block reference (skipped without
-//!   `../shared/data`);
 //! - metadata: bytes of heap per block beyond its KV, counted by a global
 //!   allocator that tallies every allocation, full and in steady state
 //!   (with `utility`'s ghosts), printed once.
 //!
-//! `cargo bench -p residency-kv --bench kv`; numbers in docs/kv.md.
+//! `cargo bench -p residency-kv --bench kv`; numbers in docs/kv.md. The
+//! trace replay's speed is `residency-lab`'s `kv_replay` bench.
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};
-use residency_kv::replay::{replay, KvCostModel};
-use residency_kv::trace::read_mooncake;
 use residency_kv::{
     block_keys, BlockKey, BlockLease, BlockStore, EvictionPolicy, KvIdentity, KvStoreConfig,
 };
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::hint::black_box;
-use std::path::Path;
 use std::sync::atomic::{AtomicIsize, Ordering};
 use std::time::Duration;
 
@@ -154,29 +149,6 @@ fn insert_bench(c: &mut Criterion) {
     group.finish();
 }
 
-fn replay_bench(c: &mut Criterion) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/data/kv/mooncake-fast25/conversation_trace.jsonl");
-    let Ok(trace) = read_mooncake(&path, 512) else {
-        eprintln!("kv_replay skipped: {} is absent", path.display());
-        return;
-    };
-    let cost = KvCostModel {
-        prefill_tokens_per_second: 10_000.0,
-        kv_bytes_per_token: 70_272,
-    };
-    let mut group = c.benchmark_group("kv_replay");
-    group.throughput(Throughput::Elements(trace.block_references() as u64));
-    group.sample_size(10);
-    for policy in EvictionPolicy::ALL {
-        group.bench_function(
-            format!("conversation, {}, 10000 blocks", policy.name()),
-            |b| b.iter(|| replay(&trace, policy, 10_000, &cost)),
-        );
-    }
-    group.finish();
-}
-
 /// Heap bytes per block beyond the KV itself: a tier of 100,000 blocks
 /// filled, then pushed through another 100,000 inserts (steady state:
 /// `utility`'s ghosts are full too). Each block's KV costs its payload and
@@ -220,6 +192,6 @@ criterion_group! {
     config = Criterion::default()
         .measurement_time(Duration::from_secs(3))
         .warm_up_time(Duration::from_secs(1));
-    targets = metadata, keys_bench, lookup_bench, insert_bench, replay_bench
+    targets = metadata, keys_bench, lookup_bench, insert_bench
 }
 criterion_main!(benches);

@@ -1,6 +1,8 @@
 //! KV-prefix residency (design §8): blocks of attention KV keyed by
 //! their whole prefix and identity, kept in host RAM and on disk, shared
-//! between requests, evicted by a policy, and replayed on real traces.
+//! between requests and evicted by a policy. Replaying real traces through
+//! the index, and grouping their reused blocks for the planner, is
+//! `residency-lab`'s (`kv`).
 //!
 //! - `key`: block keys, a chained SHA-256 of (parent key, tokens, identity)
 //!   with the tenant salt in the first block.
@@ -15,20 +17,13 @@
 //!   private copy-on-write tail, sealed into blocks as it fills.
 //! - `route`: which of N engine slots a request goes to (the one owning
 //!   its longest prefix), copying only as a fallback.
-//! - `trace`, `replay`: Mooncake traces through the index
-//!   (`residency kv-replay`).
-//! - `groups`: a trace's reused blocks banded into the planner's KV prefix
-//!   groups (`residency kv-groups`, design §4.6).
 
 pub mod disk;
-pub mod groups;
 pub mod index;
 pub mod key;
-pub mod replay;
 pub mod route;
 pub mod sequence;
 pub mod store;
-pub mod trace;
 pub mod utility;
 
 pub use index::{EvictionPolicy, IndexConfig, PrefixIndex};
@@ -43,13 +38,6 @@ use std::path::{Path, PathBuf};
 /// the place and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum KvError {
-    #[error("{}:{line}: {problem}; {fix}", file.display())]
-    TraceLine {
-        file: PathBuf,
-        line: usize,
-        problem: String,
-        fix: String,
-    },
     #[error("{}: {problem}; {fix}", file.display())]
     File {
         file: PathBuf,

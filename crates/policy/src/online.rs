@@ -1,7 +1,7 @@
 //! Per-layer budgets re-allocated while serving (design §6 "dynamic",
 //! online): one allocator that the simulator
 //! (`residency_sim::replay::replay_online`) and the store
-//! (`residency_runtime::serve::replay`, `Store::set_capacities`) both run,
+//! (`residency_lab::replay`, `Store::set_capacities`) both run,
 //! so a simulated allocation is the one that serves.
 //!
 //! It keeps a sliding window of the last `window_accesses` requests of all

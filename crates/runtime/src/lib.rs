@@ -13,9 +13,9 @@
 //! - `sync`: the primitives the store synchronizes with.
 //!
 //! It uses the planner's plain data (plans, models, the move cost) and the
-//! cache policies of `residency-policy`; nothing here solves. The `lab`
-//! feature adds the replay harness (`serve::replay`, `serve::card_window`),
-//! which runs the simulator of `residency-sim` beside the store.
+//! cache policies of `residency-policy`; nothing here solves or simulates:
+//! the harness that replays traces through the store beside the simulator
+//! is `residency-lab`, which drives the public API of `serve` and `store`.
 
 pub mod apply;
 pub mod checkpoint;

@@ -671,7 +671,7 @@ fn drift_through_layered_store(policy: PolicyKind) -> (Vec<Vec<u64>>, u64) {
             (0..3).map(|i| (hot, ((3 * t + i) % 6) as u32)).collect();
         route.push((1 - hot, 0));
         // Each lease is released before the next acquire (a holder of
-        // leases must not wait for a load: `serve::replay::layer`).
+        // leases must not wait for a load: `residency_lab::replay`'s `layer`).
         let mut last = None;
         for (l, e) in route {
             drop(last.take());

@@ -2,7 +2,7 @@
 
 use super::*;
 
-fn read(text: &str, block_tokens: u32) -> Result<KvTrace, KvError> {
+fn read(text: &str, block_tokens: u32) -> Result<KvTrace, TraceError> {
     read_mooncake_str(text, Path::new("t.jsonl"), block_tokens)
 }
 

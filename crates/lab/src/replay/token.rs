@@ -3,10 +3,10 @@
 
 use super::card::object_of;
 use super::report::{ReplayError, ReplayRun, ServePolicy};
-use crate::serve::compute::{start_activation, ExpertKernel, LayerInput};
-use crate::store::{Lease, Store, StoreError};
 use residency_formats::heat::TokenRoutes;
 use residency_policy::ObjectIndex;
+use residency_runtime::serve::compute::{start_activation, ExpertKernel, LayerInput};
+use residency_runtime::store::{Lease, Store, StoreError};
 use sha2::Digest;
 use sha2::Sha256;
 use std::time::{Duration, Instant};

@@ -30,7 +30,6 @@ mod report;
 mod setup;
 mod stage;
 
-use crate::gemv::{Packing, GPU_BATCH};
 use cpu::Kernel;
 use report::report;
 use residency_core::cost::{Instance, ObjectKind, Place};
@@ -38,6 +37,7 @@ use residency_core::error::PlannerError;
 use residency_core::rng::Rng;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gemv::{Packing, GPU_BATCH};
 use residency_runtime::gpu::gemv::CudaGemv;
 use residency_runtime::store::StoreError;
 use setup::{hold_residents, node_threads, open_cards, prepare, seeded_inputs};

@@ -7,11 +7,11 @@
 //! served categories are never simulated, so the choice is as held out as
 //! the run.
 
-use super::gpu_tier::VramConfig;
-use super::replay::{card_knowledge, expert_sizes, layer_shapes, simulated_card};
-use super::replay::{ReplayConfig, ReplayError};
-use crate::checkpoint::Checkpoint;
+use super::{card_knowledge, expert_sizes, layer_shapes, simulated_card};
+use super::{ReplayConfig, ReplayError};
 use residency_formats::heat::TokenRoutes;
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::serve::gpu_tier::VramConfig;
 
 /// Windows tried, in tokens of the training data; each becomes requests
 /// at the training tokens' mean routes a token. From a window shorter

@@ -90,7 +90,7 @@ pub fn prefix_groups(trace: &KvTrace, sizing: &KvCostModel) -> Vec<KvGroup> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::read_mooncake_str;
+    use crate::kv::trace::read_mooncake_str;
     use std::path::Path;
 
     #[test]

@@ -19,24 +19,25 @@
 
 mod arm;
 mod card;
+pub mod card_window;
 mod replanning;
 mod report;
 mod store;
 mod token;
 mod twin;
 
-use super::compute::ExpertKernel;
-use crate::checkpoint::Checkpoint;
-use crate::identity::ObjectKey;
 use arm::run_arm;
-pub(in crate::serve) use card::{card_knowledge, simulated_card};
+use card::{card_knowledge, simulated_card};
 pub use report::{
     PinShareChoice, PinShareSource, ReplayConfig, ReplayError, ReplayReport, ReplayRun,
     ServePolicy, Simulated,
 };
 use residency_core::stats::upper_median;
 use residency_formats::heat::TokenRoutes;
-pub(in crate::serve) use store::layer_shapes;
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::identity::ObjectKey;
+use residency_runtime::serve::compute::ExpertKernel;
+use store::layer_shapes;
 pub use twin::predict;
 use twin::Predicted;
 
@@ -58,7 +59,7 @@ fn expert_keys(checkpoint: &Checkpoint) -> Vec<ObjectKey> {
 }
 
 /// Each served object's bytes, in [`expert_keys`] order.
-pub(super) fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
+fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
     expert_keys(checkpoint)
         .iter()
         .map(|k| checkpoint.object_bytes(k))
@@ -184,10 +185,39 @@ pub(super) struct CardShares {
 
 #[cfg(test)]
 mod tests {
+    use super::token::combine;
     use super::*;
-    use crate::serve::gpu_tier::VramConfig;
-    use crate::serve::replay::token::combine;
-    use crate::serve::vram::VramPolicy;
+    use residency_core::cost::{Place, Resources};
+    use residency_runtime::serve::gpu_tier::VramConfig;
+    use residency_runtime::serve::replan::{MoveLink, ReplanParams};
+    use residency_runtime::serve::vram::{CardKnowledge, VramPolicy};
+
+    /// RAM to card 0 at 1 GB/s, on a machine with room for everything.
+    fn upload_link() -> MoveLink {
+        let resources = Resources {
+            gpu_gemv_bytes_per_s: vec![1e12],
+            gpu_sync_seconds: vec![0.0],
+            gpu_gemv_seconds: vec![0.0],
+            gpu_upload_bytes_per_s: vec![1e9],
+            gpu_capacity_bytes: vec![1 << 40],
+            cpu_gemv_bytes_per_s: vec![1e9],
+            cpu_stage_seconds: vec![0.0],
+            ram_capacity_bytes: vec![1 << 40],
+            drive_numa: vec![],
+            drive_read_bytes_per_s: vec![],
+            drive_latency_seconds: vec![],
+            felt_fraction: 1.0,
+            fixed_token_seconds: 0.0,
+            gpu_hosts: vec![],
+            llama_cpp: None,
+            context: None,
+        };
+        MoveLink {
+            resources,
+            from: Place::Ram(0),
+            to: Place::Gpu(0),
+        }
+    }
 
     #[test]
     fn combine_folds_and_bounds() {
@@ -213,9 +243,20 @@ mod tests {
             allowance_bytes_per_token: 1 << 20,
             halve_every_ticks: 1 << 20,
             dynamic: None,
-            link: super::super::vram::tests::upload_link(1e9),
+            link: upload_link(),
         };
-        let knowledge = super::super::vram::tests::knowing(&[0; 4], 1.0);
+        // Untrained, each copy saving a second a request, re-planned every token.
+        let knowledge = CardKnowledge {
+            train_counts: vec![0; 4],
+            cpu_seconds: vec![1.0; 4],
+            link: upload_link(),
+            future: Vec::new(),
+            replan: ReplanParams {
+                every_tokens: 1,
+                ..ReplanParams::card()
+            },
+            heat_halve_every_tokens: 1024,
+        };
         let token = |route: Vec<u32>| TokenRoutes {
             seq: "s".into(),
             pos: 0,

@@ -10,11 +10,41 @@
 //! parent per id across the file (an id that follows two different blocks
 //! does not name a prefix).
 
-use super::KvError;
 use residency_core::error::PlannerError;
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+
+/// Why a trace could not be read: one line naming the file (and the line)
+/// and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum TraceError {
+    #[error("{}:{line}: {problem}; {fix}", file.display())]
+    Line {
+        file: PathBuf,
+        line: usize,
+        problem: String,
+        fix: String,
+    },
+    #[error("{}: {problem}; {fix}", file.display())]
+    File {
+        file: PathBuf,
+        problem: String,
+        fix: String,
+    },
+    #[error("{0}")]
+    Argument(String),
+}
+
+impl TraceError {
+    fn file(path: &Path, problem: impl Into<String>, fix: impl Into<String>) -> TraceError {
+        TraceError::File {
+            file: path.to_path_buf(),
+            problem: problem.into(),
+            fix: fix.into(),
+        }
+    }
+}
 
 /// One request: when it came, its prompt and output lengths, and the ids
 /// of its prompt's blocks.
@@ -65,33 +95,37 @@ struct Line {
 }
 
 /// Reads a Mooncake trace whose ids stand for blocks of `block_tokens`.
-pub fn read_mooncake(path: &Path, block_tokens: u32) -> Result<KvTrace, KvError> {
+pub fn read_mooncake(path: &Path, block_tokens: u32) -> Result<KvTrace, TraceError> {
     let text = residency_core::error::read_text(path).map_err(|e| match e {
         PlannerError::Input {
             place,
             problem,
             fix,
             ..
-        } => KvError::file(path, format!("{place}: {problem}"), fix),
-        PlannerError::Io { error, .. } => KvError::file(
+        } => TraceError::file(path, format!("{place}: {problem}"), fix),
+        PlannerError::Io { error, .. } => TraceError::file(
             path,
             format!("cannot read the trace ({error})"),
             "give --trace a readable Mooncake JSONL file",
         ),
-        e => KvError::Argument(e.to_string()),
+        e => TraceError::Argument(e.to_string()),
     })?;
     read_mooncake_str(&text, path, block_tokens)
 }
 
 /// [`read_mooncake`] of text already read; `path` names it in errors.
-pub fn read_mooncake_str(text: &str, path: &Path, block_tokens: u32) -> Result<KvTrace, KvError> {
+pub fn read_mooncake_str(
+    text: &str,
+    path: &Path,
+    block_tokens: u32,
+) -> Result<KvTrace, TraceError> {
     if block_tokens == 0 {
-        return Err(KvError::Argument(
+        return Err(TraceError::Argument(
             "--block-tokens 0: give the tokens per block of the trace's ids (512 for Mooncake)"
                 .into(),
         ));
     }
-    let bad = |line: usize, problem: String, fix: &str| KvError::TraceLine {
+    let bad = |line: usize, problem: String, fix: &str| TraceError::Line {
         file: path.to_path_buf(),
         line,
         problem,
@@ -164,7 +198,7 @@ pub fn read_mooncake_str(text: &str, path: &Path, block_tokens: u32) -> Result<K
         });
     }
     if requests.is_empty() {
-        return Err(KvError::file(
+        return Err(TraceError::file(
             path,
             "the trace has no requests",
             "give --trace a Mooncake JSONL file with one request per line",

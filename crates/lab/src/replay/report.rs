@@ -2,13 +2,13 @@
 //! configuration, every run's counters and the simulator's twin of it, and
 //! the errors.
 
-use crate::serve::gpu_tier::VramConfig;
-use crate::serve::replan::{MoveLink, ReplanParams};
-use crate::storage::{BackendKind, StorageError};
-use crate::store::StoreError;
 use residency_formats::heat::TokenRoutes;
 use residency_policy::online::{OnlineError, OnlineParams};
 use residency_policy::PolicyKind;
+use residency_runtime::serve::gpu_tier::VramConfig;
+use residency_runtime::serve::replan::{MoveLink, ReplanParams};
+use residency_runtime::storage::{BackendKind, StorageError};
+use residency_runtime::store::StoreError;
 use residency_sim::pin_share::PinShareRecommendation;
 use residency_sim::SimError;
 
@@ -123,7 +123,7 @@ pub struct ReplayReport {
     /// How the card's `lfru` window was chosen (`--vram-halve-every
     /// auto`); absent when it was given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub card_window: Option<crate::serve::card_window::CardWindowChoice>,
+    pub card_window: Option<super::card_window::CardWindowChoice>,
     pub runs: Vec<ReplayRun>,
 }
 

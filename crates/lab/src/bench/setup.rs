@@ -5,14 +5,14 @@
 use super::gpu::Card;
 use super::stage::Work;
 use super::{input, BenchError};
-use crate::gemv::{
-    projections_at, tensor_specs, NodeThreads, PackedRows, Packing, ProjectionAt, QuantizedInput,
-};
-use crate::system;
 use residency_core::cost::{Instance, ObjectKind, Place};
+use residency_hwprofile::system;
 use residency_policy::ObjectIndex;
 use residency_runtime::apply::Applied;
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gemv::{
+    projections_at, tensor_specs, NodeThreads, PackedRows, Packing, ProjectionAt, QuantizedInput,
+};
 use residency_runtime::identity::ObjectKey;
 use residency_runtime::storage::HostPool;
 use residency_runtime::store::Lease;

@@ -5,13 +5,13 @@ use super::card::{copy_from_ram, ram_share, routed_objects};
 use super::report::ReplayError;
 use super::store::Reallocator;
 use super::token::{layer, serve, LayerWaits, Served};
-use crate::serve::compute::{ExpertKernel, LayerInput};
-use crate::serve::gpu_tier::{GpuTier, Uploader};
-use crate::serve::heat::LiveHeat;
-use crate::serve::replan::{Moves, Replanner};
-use crate::store::{Store, StoreError};
 use residency_formats::heat::TokenRoutes;
 use residency_policy::ObjectIndex;
+use residency_runtime::serve::compute::{ExpertKernel, LayerInput};
+use residency_runtime::serve::gpu_tier::{GpuTier, Uploader};
+use residency_runtime::serve::heat::LiveHeat;
+use residency_runtime::serve::replan::{Moves, Replanner};
+use residency_runtime::store::{Store, StoreError};
 use std::cell::RefCell;
 use std::time::Instant;
 

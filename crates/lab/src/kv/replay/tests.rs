@@ -1,7 +1,7 @@
 //! Tests of `replay`.
 
 use super::*;
-use crate::trace::read_mooncake_str;
+use crate::kv::trace::read_mooncake_str;
 use std::path::Path;
 
 const COST: KvCostModel = KvCostModel {

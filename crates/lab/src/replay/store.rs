@@ -4,16 +4,16 @@
 use super::card::{copies_from_ram, object_of, ram_share, routed_objects};
 use super::report::{ReplayConfig, ReplayError, ServePolicy};
 use super::twin::simulator;
-use crate::apply::loader::CheckpointLoader;
-use crate::serve::gpu_tier::{GpuTier, Landed, Uploader};
-use crate::serve::heat::LiveHeat;
-use crate::store::Loader;
-use crate::store::{Homes, PlaceConfig, Store, StoreConfig, StoreError};
 use residency_formats::heat::TokenRoutes;
 use residency_policy::budget::uniform_slots;
 use residency_policy::knapsack;
 use residency_policy::online::{LayerShape, OnlineAllocator};
 use residency_policy::{Knowledge, ObjectIndex, PolicyParams};
+use residency_runtime::apply::loader::CheckpointLoader;
+use residency_runtime::serve::gpu_tier::{GpuTier, Landed, Uploader};
+use residency_runtime::serve::heat::LiveHeat;
+use residency_runtime::store::Loader;
+use residency_runtime::store::{Homes, PlaceConfig, Store, StoreConfig, StoreError};
 use residency_sim::allocation::Allocation;
 use std::sync::Arc;
 use std::time::Duration;
@@ -225,7 +225,7 @@ fn layer_capacities(
 
 /// Each MoE layer as the online allocator sees it: `tokens`' widest route
 /// in it (seed tokens included) is what it leases at once.
-pub(in crate::serve) fn layer_shapes(
+pub(super) fn layer_shapes(
     config: &ReplayConfig,
     sizes: &[u64],
     experts: usize,

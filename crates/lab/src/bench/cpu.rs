@@ -10,7 +10,7 @@
 //! outputs' buffers are kept from token to token (`Buffers`).
 
 use super::{Tally, Work};
-use crate::gemv::{NodeThreads, PackedView, Packing, QuantizedInput};
+use residency_runtime::gemv::{NodeThreads, PackedView, Packing, QuantizedInput};
 use std::collections::BTreeMap;
 use std::time::Instant;
 

@@ -13,8 +13,8 @@
 //! back is the checksum's, not the token's.
 
 use super::BenchError;
-use crate::gemv::{PackedRows, QuantizedInput};
 use cudarc::driver::{CudaEvent, CudaSlice};
+use residency_runtime::gemv::{PackedRows, QuantizedInput};
 use residency_runtime::gpu::gemv::{CudaGemv, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch};
 use std::collections::BTreeMap;
 

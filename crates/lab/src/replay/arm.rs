@@ -7,17 +7,17 @@ use super::replanning::{serve_replanning, Movers};
 use super::report::{ReplayConfig, ReplayError, ReplayRun, ServePolicy};
 use super::store::{layer_shapes, ArmStore, Reallocator};
 use super::token::{serve, LayerWaits, Served};
-use crate::apply::loader::{CheckpointLoader, RETAINED_BYTES};
-use crate::checkpoint::Checkpoint;
-use crate::serve::compute::ExpertKernel;
-use crate::serve::gpu_tier::GpuTier;
-use crate::serve::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
-use crate::serve::replan::Replanner;
-use crate::storage::{numa_nodes, open_backend, HostPool};
-use crate::store::Loader;
-use crate::store::{ObjectBytes, StoreError};
 use residency_formats::heat::TokenRoutes;
 use residency_policy::ObjectIndex;
+use residency_runtime::apply::loader::{CheckpointLoader, RETAINED_BYTES};
+use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::serve::compute::ExpertKernel;
+use residency_runtime::serve::gpu_tier::GpuTier;
+use residency_runtime::serve::heat::{LiveHeat, DEFAULT_HALVE_EVERY_TOKENS};
+use residency_runtime::serve::replan::Replanner;
+use residency_runtime::storage::{numa_nodes, open_backend, HostPool};
+use residency_runtime::store::Loader;
+use residency_runtime::store::{ObjectBytes, StoreError};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -95,8 +95,9 @@ pub(super) fn run_arm(
     };
     let served = serve_replanning(store, kernel, tokens, (experts, hidden), &mut heat, movers)?;
     let end = store.telemetry();
-    let hits =
-        |t: &crate::store::telemetry::Telemetry| t.tier_hits.iter().map(|h| h.1).sum::<u64>();
+    let hits = |t: &residency_runtime::store::telemetry::Telemetry| {
+        t.tier_hits.iter().map(|h| h.1).sum::<u64>()
+    };
     Ok(ReplayRun {
         read_service_seconds: end.read_service_seconds - startup.read_service_seconds,
         bytes_read: end.physical_bytes - startup.physical_bytes,

@@ -4,14 +4,16 @@
 
 use super::report::{ReplayConfig, ReplayError};
 use super::CardShares;
-use crate::gpu::DeviceBuffer;
-use crate::serve::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
-use crate::serve::replan::ReplanParams;
-use crate::serve::vram::{CardKnowledge, VramPolicy, VramResidency, CARD_HEAT_HALVE_EVERY_TOKENS};
-use crate::store::Store;
 use residency_formats::heat::TokenRoutes;
 use residency_policy::online::LayerShape;
 use residency_policy::ObjectIndex;
+use residency_runtime::gpu::DeviceBuffer;
+use residency_runtime::serve::gpu_tier::{GpuTier, Landed, Uploader, VramConfig};
+use residency_runtime::serve::replan::ReplanParams;
+use residency_runtime::serve::vram::{
+    CardKnowledge, VramPolicy, VramResidency, CARD_HEAT_HALVE_EVERY_TOKENS,
+};
+use residency_runtime::store::Store;
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -102,7 +104,7 @@ fn cpu_share(
 /// at the compute thread's rate), the upload link, `replan`'s card
 /// passes and heat window and,
 /// for `belady` alone, every expert routed in order.
-pub(in crate::serve) fn card_knowledge(
+pub(super) fn card_knowledge(
     config: &ReplayConfig,
     vram: &VramConfig,
     sizes: &[u64],
@@ -139,7 +141,7 @@ pub(in crate::serve) fn card_knowledge(
 /// expert on the CPU for a token more than this says. The run also skips
 /// the upload of an expert that has left RAM; the card here decides
 /// apart from the RAM tier and does not see those.
-pub(in crate::serve) fn simulated_card(
+pub(super) fn simulated_card(
     vram: &VramConfig,
     sizes: &[u64],
     layers: Vec<LayerShape>,

@@ -13,12 +13,12 @@
 //! 4. the request's cached blocks are released (touched) from last to
 //!    first, so its first block ends most recent.
 //!
-//! The index is the block store's own (`index.rs`), so the numbers are
+//! The index is the block store's own (`residency_kv::index`), so the numbers are
 //! about the code that serves.
 
-use super::index::{EvictionPolicy, IndexConfig, PrefixIndex};
 use super::trace::KvTrace;
 use rayon::prelude::*;
+use residency_kv::{EvictionPolicy, IndexConfig, PrefixIndex};
 
 /// What turns tokens into seconds and bytes.
 #[derive(Debug, Clone, Copy, PartialEq)]
