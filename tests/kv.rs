@@ -122,7 +122,7 @@ fn crate_lru_hit_tokens(
 }
 
 /// Five requests whose LRU replay at capacity 3 was worked by hand in
-/// `crates/kv/src/replay.rs` (8 hit tokens of 47).
+/// `crates/lab/src/kv/replay.rs` (8 hit tokens of 47).
 fn hand_trace() -> Vec<Request> {
     vec![
         (7, vec![1, 2]),
