@@ -40,7 +40,8 @@ binary_of() {
 }
 
 # A tiny Mixtral-shaped int4 model (two MoE layers of 8 experts, top-2),
-# a CPU-only profile and a 60-token routing trace in two categories.
+# the bench tests' CPU-only profile and a 60-token routing trace in two
+# categories.
 write_fixture() {
     cat > "$1/tiny.yaml" <<'YAML'
 name: Mixtral-tiny
@@ -58,26 +59,7 @@ trunk:
   - { name: attn, layers: "0..=1", bytes: 40960, stage: dense }
   - { name: lm_head, bytes: 12800, stage: head }
 YAML
-    cat > "$1/cpu.yaml" <<'YAML'
-name: cpu-test
-numa:
-  - id: 0
-    ram: 4 GiB
-    reserved: 0 GiB
-    staging: 1 MiB
-    cores: 1
-    gemv_bandwidth: 1 GB/s
-gpus: []
-drives:
-  - id: 0
-    name: test
-    numa: 0
-    read_bandwidth: 1 GB/s
-    read_latency: 1 ms
-io_overlaps_compute: true
-felt_fraction: 0.0
-fixed_token_seconds: 0 s
-YAML
+    cp "$repo/tests/bench/cpu-only.yaml" "$1/cpu.yaml"
     local t category base
     : > "$1/trace.jsonl"
     for t in $(seq 0 59); do

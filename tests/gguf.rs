@@ -227,19 +227,12 @@ fn heat_maps_onto_a_gguf_model_by_layer() {
     .unwrap();
     let profile_path = one_card(dir.path(), "48 MiB");
     let plan_path = dir.path().join("plan.json");
-    let o = run_ok(&[
-        "plan",
-        "--model",
+    let o = run_ok(&plan_with_heat(
         s(&model),
-        "--heat",
-        s(&heat),
-        "--profile",
-        s(&profile_path),
-        "--time-limit",
-        "2",
-        "--out",
-        s(&plan_path),
-    ]);
+        &heat,
+        &["--profile", s(&profile_path), "--time-limit", "2"],
+        &plan_path,
+    ));
     assert!(
         stdout(&o).contains("heat.json (1000 tokens)"),
         "{}",
@@ -542,17 +535,12 @@ fn an_imatrix_beside_the_gguf_is_heat_for_plan_heat_and_validate() {
     let v = run_ok(&["validate", s(&heat), "--model", s(&model)]);
     assert!(stdout(&v).contains("imatrix heat"), "{}", stdout(&v));
     let plan = dir.path().join("plan.json");
-    let o = run_ok(&[
-        "plan",
-        "--model",
+    let o = run_ok(&plan_with_heat(
         s(&model),
-        "--heat",
-        s(&heat),
-        "--time-limit",
-        "1",
-        "--out",
-        s(&plan),
-    ]);
+        &heat,
+        &["--time-limit", "1"],
+        &plan,
+    ));
     let all = format!("{}{}", stdout(&o), stderr(&o));
     assert!(all.contains("prefill routes"), "{all}");
     let plan = read_json(&plan);

@@ -13,7 +13,7 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{read_heat, HeatContext, HeatFormat};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_testkit::gguf::{qwen3moe, Kv};
-use residency_testkit::{TINY_KV, TINY_PROFILE};
+use residency_testkit::{write_tiny_inputs, TINY_PROFILE};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
@@ -154,12 +154,7 @@ struct Planned {
 
 fn planned() -> Planned {
     let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("profile.yaml");
-    let model = dir.path().join("model.yaml");
-    let kv = dir.path().join("kv.yaml");
-    std::fs::write(&profile, TINY_PROFILE).unwrap();
-    std::fs::write(&model, MODEL).unwrap();
-    std::fs::write(&kv, TINY_KV).unwrap();
+    let [profile, model, kv] = write_tiny_inputs(dir.path());
     let with_kv = dir.path().join("with-kv.json");
     let no_kv = dir.path().join("no-kv.json");
     let head = ["plan", "--profile", s(&profile), "--model", s(&model)];

@@ -21,26 +21,7 @@ fn model_yaml() -> String {
 
 /// Round rates for hand computation: the CPU streams 1 GB/s, the drive
 /// reads 1 GB/s after 1 ms, and reads are not felt.
-const CPU_ONLY: &str = r#"
-name: cpu-test
-numa:
-  - id: 0
-    ram: 4 GiB
-    reserved: 0 GiB
-    staging: 1 MiB
-    cores: 1
-    gemv_bandwidth: 1 GB/s
-gpus: []
-drives:
-  - id: 0
-    name: test
-    numa: 0
-    read_bandwidth: 1 GB/s
-    read_latency: 1 ms
-io_overlaps_compute: true
-felt_fraction: 0.0
-fixed_token_seconds: 0 s
-"#;
+const CPU_ONLY: &str = include_str!("cpu-only.yaml");
 
 /// An int4 expert: 3 x 64 x 32 parameters at half a byte, plus an F16
 /// scale per 32 of them.
@@ -115,14 +96,17 @@ fn experts_0_and_2_on_disk(su: &Setup) -> PathBuf {
 }
 
 fn bench_args<'a>(s_: &'a Setup, plan: &'a Path, json: &'a Path) -> Vec<&'a str> {
-    vec![
-        "bench",
-        "--plan",
-        s(plan),
-        "--checkpoint",
-        s(&s_.ckpt),
+    let mut args = vec!["bench", "--plan", s(plan), "--checkpoint", s(&s_.ckpt)];
+    args.extend(run_flags(&s_.profile, json));
+    args
+}
+
+/// What every bench run of these tests is given beside its plan or sweep:
+/// `profile`, 20 tokens, seed 5, and `--json` into `json`.
+fn run_flags<'a>(profile: &'a Path, json: &'a Path) -> [&'a str; 8] {
+    [
         "--profile",
-        s(&s_.profile),
+        s(profile),
         "--tokens",
         "20",
         "--seed",

@@ -2,7 +2,7 @@
 //! each budget set through the cards' reserve, a sweep stopped early
 //! keeping its rounds, and bad flags refused in one line.
 
-use super::{bench_args, close, setup, trunk_bytes, Setup, CPU_ONLY, EXPERT_BYTES};
+use super::{bench_args, close, run_flags, setup, trunk_bytes, Setup, CPU_ONLY, EXPERT_BYTES};
 use crate::common::*;
 use serde_json::Value;
 use std::path::Path;
@@ -32,20 +32,8 @@ fn sweep_args<'a>(
     json: &'a Path,
     extra: &[&'a str],
 ) -> Vec<&'a str> {
-    let mut args = vec![
-        "bench",
-        "--sweep",
-        "--checkpoint",
-        s(&su.ckpt),
-        "--profile",
-        s(profile),
-        "--tokens",
-        "20",
-        "--seed",
-        "5",
-        "--json",
-        s(json),
-    ];
+    let mut args = vec!["bench", "--sweep", "--checkpoint", s(&su.ckpt)];
+    args.extend(run_flags(profile, json));
     args.extend_from_slice(extra);
     args
 }

@@ -3,6 +3,7 @@
 //! re-plans under new constraints.
 
 use crate::common::*;
+use residency_testkit::file_in;
 use std::path::PathBuf;
 
 /// Index of `place` in a plan's `places`.
@@ -14,12 +15,11 @@ fn place_index(plan: &serde_json::Value, place: &str) -> u64 {
 #[test]
 fn constraints_are_recorded_and_honoured_by_every_command() {
     let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("constraints.yaml");
-    std::fs::write(
-        &file,
+    let file = file_in(
+        dir.path(),
+        "constraints.yaml",
         "pins:\n  L3.experts: gpu:1\n  lm_head: gpu:0\nbudgets:\n  gpu:0: 4 GiB\n",
-    )
-    .unwrap();
+    );
     let out = dir.path().join("plan.json");
     let o = run_ok(&[
         "plan",

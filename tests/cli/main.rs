@@ -198,22 +198,6 @@ fn bad_profiles_give_one_line_and_no_plan() {
     }
 }
 
-/// `plan` of the model `model` with `heat`, then `extra` arguments, into
-/// `out`.
-fn plan_with_heat<'a>(
-    model: &'a str,
-    heat: &'a Path,
-    extra: &[&'a str],
-    out: &'a Path,
-) -> Vec<&'a str> {
-    [
-        &["plan", "--model", model, "--heat", s(heat)],
-        extra,
-        &["--out", s(out)],
-    ]
-    .concat()
-}
-
 #[test]
 fn bad_models_and_heat_give_one_line_and_no_plan() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,5 @@
-//! Helpers shared by the end-to-end tests: run the binary, read its
+//! Helpers shared by the end-to-end tests: run the binary (a plan with heat
+//! among its commands), read its
 //! output, find profiles, and check the one-line bad-input contract.
 #![allow(dead_code)] // each test file uses a different subset
 
@@ -27,6 +28,22 @@ pub fn run_ok(args: &[&str]) -> Output {
 /// A path as an argument.
 pub fn s(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// `plan` of the model `model` with `heat`, then `extra` arguments, into
+/// `out`.
+pub fn plan_with_heat<'a>(
+    model: &'a str,
+    heat: &'a Path,
+    extra: &[&'a str],
+    out: &'a Path,
+) -> Vec<&'a str> {
+    [
+        &["plan", "--model", model, "--heat", s(heat)],
+        extra,
+        &["--out", s(out)],
+    ]
+    .concat()
 }
 
 /// A JSON file the binary wrote.

@@ -25,7 +25,7 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::heat::{write_heat, Heat, HeatContext, HeatFormat, HeatTable};
 use residency_formats::inputs::{InputPaths, Inputs};
 use residency_solver::SolveOptions;
-use residency_testkit::{TINY_KV, TINY_PROFILE};
+use residency_testkit::{write_tiny_inputs, TINY_KV, TINY_PROFILE};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -44,13 +44,8 @@ struct Fixture {
 
 fn fixture() -> Fixture {
     let dir = tempfile::tempdir().unwrap();
-    let profile = dir.path().join("profile.yaml");
-    let model = dir.path().join("model.yaml");
+    let [profile, model, kv] = write_tiny_inputs(dir.path());
     let heat = dir.path().join("heat.json");
-    let kv = dir.path().join("kv.yaml");
-    std::fs::write(&profile, TINY_PROFILE).unwrap();
-    std::fs::write(&model, TINY_MODEL).unwrap();
-    std::fs::write(&kv, TINY_KV).unwrap();
     write_tiny_heat(&heat, HeatFormat::Json);
     Fixture {
         _dir: dir,

@@ -20,6 +20,7 @@ use residency_formats::inputs::{InputPaths, Inputs, LoadedModel};
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::identity::ObjectKey;
 use residency_solver::{self as solve, SolveOptions};
+use std::ffi::OsString;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -193,8 +194,7 @@ fn line<'a>(output: &'a str, tag: &str, n: usize) -> &'a str {
 
 #[test]
 fn a_c_program_acquires_experts_through_the_header() {
-    if Command::new("cc").arg("--version").output().is_err() {
-        eprintln!("skipped: no C compiler (`cc`) on this machine");
+    if !have_cc() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -215,18 +215,14 @@ fn a_c_program_acquires_experts_through_the_header() {
 
     let program = dir.path().join("use_residency");
     compile_c("use_residency.c", &program);
-    let mut run = Command::new(&program);
-    run.arg(&plan_path).arg(&checkpoint.dir);
+    let mut args = vec![
+        plan_path.clone().into_os_string(),
+        checkpoint.dir.clone().into(),
+    ];
     for (layer, expert) in chosen {
-        run.arg(layer.to_string()).arg(expert.to_string());
+        args.extend([layer.to_string().into(), expert.to_string().into()]);
     }
-    let ran = run.output().unwrap();
-    let stdout = String::from_utf8(ran.stdout).unwrap();
-    assert!(
-        ran.status.success(),
-        "the C program failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    let stdout = run_c(&program, &args);
 
     // Each object the program acquired (the experts, then `lm_head`), what
     // it printed for it, and whether the plan leaves it on the disk.
@@ -295,6 +291,29 @@ fn a_c_program_acquires_experts_through_the_header() {
     assert!(stdout.ends_with("closed\n"), "{stdout}");
 }
 
+/// Whether there is a C compiler (`cc`) to build the test programs with;
+/// where there is none, says the test is skipped.
+fn have_cc() -> bool {
+    let found = Command::new("cc").arg("--version").output().is_ok();
+    if !found {
+        eprintln!("skipped: no C compiler (`cc`) on this machine");
+    }
+    found
+}
+
+/// Runs a compiled test program with `args`: its standard output, once it
+/// has exited successfully.
+fn run_c(program: &Path, args: &[OsString]) -> String {
+    let ran = Command::new(program).args(args).output().unwrap();
+    let stdout = String::from_utf8(ran.stdout).unwrap();
+    assert!(
+        ran.status.success(),
+        "the C program failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&ran.stderr)
+    );
+    stdout
+}
+
 /// Compiles `tests/c/<source>` against the header and the static library.
 fn compile_c(source: &str, program: &Path) {
     let compiled = Command::new("cc")
@@ -318,20 +337,13 @@ fn compile_c(source: &str, program: &Path) {
 fn a_c_program_uses_the_kv_prefix_cache() {
     use residency::RESIDENCY_ERR_ARGUMENT;
     use residency_kv::{block_keys, KvIdentity};
-    if Command::new("cc").arg("--version").output().is_err() {
-        eprintln!("skipped: no C compiler (`cc`) on this machine");
+    if !have_cc() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let program = dir.path().join("use_kv");
     compile_c("use_kv.c", &program);
-    let ran = Command::new(&program).output().unwrap();
-    let stdout = String::from_utf8(ran.stdout).unwrap();
-    assert!(
-        ran.status.success(),
-        "the C program failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    let stdout = run_c(&program, &[]);
     // The keys the Rust API makes of the same identity and tokens.
     let identity = KvIdentity {
         model: "sha256:model".into(),
@@ -364,20 +376,13 @@ fn a_c_program_uses_the_kv_prefix_cache() {
 
 #[test]
 fn every_entry_point_refuses_abuse_from_many_threads() {
-    if Command::new("cc").arg("--version").output().is_err() {
-        eprintln!("skipped: no C compiler (`cc`) on this machine");
+    if !have_cc() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
     let program = dir.path().join("abuse");
     compile_c("abuse.c", &program);
-    let ran = Command::new(&program).output().unwrap();
-    let stdout = String::from_utf8(ran.stdout).unwrap();
-    assert!(
-        ran.status.success(),
-        "the C program failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&ran.stderr)
-    );
+    let stdout = run_c(&program, &[]);
     // 16 threads x 50 rounds x the `CHECK`ed calls of a round.
     let source = std::fs::read_to_string(crate_dir().join("tests/c/abuse.c")).unwrap();
     let checks = source.matches("CHECK(residency_").count();

@@ -27,11 +27,28 @@ pub trait Named: Copy + Sized + Send + Sync + 'static {
     }
 }
 
-/// `named! { /// docs  #[derive(..)] pub enum Backend("backend") { /// docs
+/// `named! { /// docs  pub enum Backend("backend") { /// docs
 /// Pread = "pread", ... } }`: the enum with `ALL` (in order), `name`,
-/// `from_name`, `Display` (the name) and [`Named`].
+/// `from_name`, `Display` (the name) and [`Named`]. A member is a plain
+/// value, so the enum derives `Debug`, `Clone`, `Copy`, equality, `Hash`
+/// and the order of `ALL`; a set written with attributes other than docs
+/// (`#[derive(..)]`) gets those instead.
 #[macro_export]
 macro_rules! named {
+    (
+        $(#[doc = $doc:expr])*
+        $vis:vis enum $Enum:ident($what:literal) {
+            $( $(#[$vmeta:meta])* $Variant:ident = $name:literal ),+ $(,)?
+        }
+    ) => {
+        $crate::named! {
+            $(#[doc = $doc])*
+            #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+            $vis enum $Enum($what) {
+                $( $(#[$vmeta])* $Variant = $name ),+
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis enum $Enum:ident($what:literal) {
@@ -108,7 +125,7 @@ mod tests {
     use super::Named;
 
     crate::named! {
-        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        /// A doc comment on the set is kept.
         enum Colour("colour") {
             /// A doc comment on a member is kept.
             Red = "red",

@@ -273,64 +273,61 @@ fn time_pattern() -> String {
     format!("^{NUMBER_PATTERN}(s|ms|us|ns)\\s*$")
 }
 
-impl schemars::JsonSchema for Bytes {
-    fn schema_name() -> Cow<'static, str> {
-        "Bytes".into()
-    }
-    fn schema_id() -> Cow<'static, str> {
-        concat!(module_path!(), "::Bytes").into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "A size in bytes: a whole number of bytes, or a string `<number><unit>` \
-                (a space between is allowed) with B, KB, MB, GB, TB (powers of 1000) or \
-                KiB, MiB, GiB, TiB (powers of 1024), e.g. `8 GiB` = 8589934592 bytes; \
-                fractional sizes round down to whole bytes.",
-            "anyOf": [
-                { "type": "integer", "minimum": 0 },
-                { "type": "string", "pattern": size_pattern() }
-            ],
-            "examples": [4096, "128 MiB", "8 GiB", "3 GB"]
-        })
-    }
+/// `JsonSchema` for a unit read from text: the type's name and id, and
+/// `schema`, the JSON Schema of what it reads.
+macro_rules! text_schema {
+    ($Type:ident, $schema:tt) => {
+        impl schemars::JsonSchema for $Type {
+            fn schema_name() -> Cow<'static, str> {
+                stringify!($Type).into()
+            }
+            fn schema_id() -> Cow<'static, str> {
+                concat!(module_path!(), "::", stringify!($Type)).into()
+            }
+            fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+                schemars::json_schema!($schema)
+            }
+        }
+    };
 }
 
-impl schemars::JsonSchema for BytesPerSecond {
-    fn schema_name() -> Cow<'static, str> {
-        "BytesPerSecond".into()
+text_schema!(
+    Bytes,
+    {
+        "description": "A size in bytes: a whole number of bytes, or a string `<number><unit>` \
+            (a space between is allowed) with B, KB, MB, GB, TB (powers of 1000) or \
+            KiB, MiB, GiB, TiB (powers of 1024), e.g. `8 GiB` = 8589934592 bytes; \
+            fractional sizes round down to whole bytes.",
+        "anyOf": [
+            { "type": "integer", "minimum": 0 },
+            { "type": "string", "pattern": size_pattern() }
+        ],
+        "examples": [4096, "128 MiB", "8 GiB", "3 GB"]
     }
-    fn schema_id() -> Cow<'static, str> {
-        concat!(module_path!(), "::BytesPerSecond").into()
-    }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "A rate in bytes per second: a string `<number> <size unit>/s` with \
-                B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), \
-                e.g. `25 GB/s`; a bare number is rejected.",
-            "type": "string",
-            "pattern": rate_pattern(),
-            "examples": ["25 GB/s", "12 GiB/s", "350 GB/s"]
-        })
-    }
-}
+);
 
-impl schemars::JsonSchema for Seconds {
-    fn schema_name() -> Cow<'static, str> {
-        "Seconds".into()
+text_schema!(
+    BytesPerSecond,
+    {
+        "description": "A rate in bytes per second: a string `<number> <size unit>/s` with \
+            B, KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), \
+            e.g. `25 GB/s`; a bare number is rejected.",
+        "type": "string",
+        "pattern": rate_pattern(),
+        "examples": ["25 GB/s", "12 GiB/s", "350 GB/s"]
     }
-    fn schema_id() -> Cow<'static, str> {
-        concat!(module_path!(), "::Seconds").into()
+);
+
+text_schema!(
+    Seconds,
+    {
+        "description": "A duration: a string `<number> <unit>` with s, ms, us or ns, \
+            e.g. `120 us`; a bare number is rejected.",
+        "type": "string",
+        "pattern": time_pattern(),
+        "examples": ["120 us", "2 ms", "0 s"]
     }
-    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({
-            "description": "A duration: a string `<number> <unit>` with s, ms, us or ns, \
-                e.g. `120 us`; a bare number is rejected.",
-            "type": "string",
-            "pattern": time_pattern(),
-            "examples": ["120 us", "2 ms", "0 s"]
-        })
-    }
-}
+);
 
 #[cfg(test)]
 mod tests {

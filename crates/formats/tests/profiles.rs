@@ -39,53 +39,56 @@ fn trunk_bytes(m: &Model) -> u64 {
     m.trunk.iter().map(|t| t.bytes).sum()
 }
 
-#[test]
-fn every_hardware_profile_loads() {
-    let files = yaml_files("hardware");
-    let mut failures = Vec::new();
-    for path in &files {
-        if let Err(e) = HardwareProfile::from_yaml_file(path) {
-            failures.push(e.to_string());
-        }
-    }
+/// Checks that every `*.yaml` file of `profiles/<sub>` loads with `load`,
+/// and that the files `shipped` are among them.
+fn every_file_loads<T, E: std::fmt::Display>(
+    sub: &str,
+    load: impl Fn(&Path) -> Result<T, E>,
+    shipped: &[&str],
+) {
+    let files = yaml_files(sub);
+    let failures: Vec<String> = files
+        .iter()
+        .filter_map(|path| load(path).err().map(|e| e.to_string()))
+        .collect();
     assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for name in [
-        "threadripper-3945wx-rtx3070-quadro4000.yaml",
-        "desktop-1gpu-8gb.yaml",
-        "dual-socket-6gpu.yaml",
-        "h200-node.yaml",
-    ] {
+    for name in shipped {
         assert!(
-            files.iter().any(|p| p.file_name().unwrap() == name),
-            "profiles/hardware/{name} is missing"
+            files.iter().any(|p| p.file_name().unwrap() == *name),
+            "profiles/{sub}/{name} is missing"
         );
     }
 }
 
 #[test]
+fn every_hardware_profile_loads() {
+    every_file_loads(
+        "hardware",
+        HardwareProfile::from_yaml_file,
+        &[
+            "threadripper-3945wx-rtx3070-quadro4000.yaml",
+            "desktop-1gpu-8gb.yaml",
+            "dual-socket-6gpu.yaml",
+            "h200-node.yaml",
+        ],
+    );
+}
+
+#[test]
 fn every_model_description_loads() {
-    let files = yaml_files("models");
-    let mut failures = Vec::new();
-    for path in &files {
-        if let Err(e) = Model::from_yaml_file(path) {
-            failures.push(e.to_string());
-        }
-    }
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
-    for name in [
-        "deepseek-v2-lite.yaml",
-        "qwen3-30b-a3b.yaml",
-        "mixtral-8x7b.yaml",
-        "deepseek-v3.yaml",
-        "glm-5.2.yaml",
-        "kimi-scale.yaml",
-        "llama4-maverick.yaml",
-    ] {
-        assert!(
-            files.iter().any(|p| p.file_name().unwrap() == name),
-            "profiles/models/{name} is missing"
-        );
-    }
+    every_file_loads(
+        "models",
+        Model::from_yaml_file,
+        &[
+            "deepseek-v2-lite.yaml",
+            "qwen3-30b-a3b.yaml",
+            "mixtral-8x7b.yaml",
+            "deepseek-v3.yaml",
+            "glm-5.2.yaml",
+            "kimi-scale.yaml",
+            "llama4-maverick.yaml",
+        ],
+    );
 }
 
 #[test]

@@ -26,7 +26,6 @@ use std::hash::Hash;
 
 residency_core::named! {
     /// How the index chooses a victim.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum EvictionPolicy("KV policy") {
         Lru = "lru",
         LruLeaf = "lru-leaf",

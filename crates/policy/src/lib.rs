@@ -130,7 +130,6 @@ pub trait Policy {
 
 residency_core::named! {
     /// The policies by name (design §6).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum PolicyKind("policy") {
         Lru = "lru",
         Fifo = "fifo",

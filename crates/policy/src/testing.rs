@@ -16,6 +16,22 @@ pub(crate) fn setup(capacity: u64, objects: usize) -> PolicySetup {
     }
 }
 
+/// A setup over objects of `sizes` that knows what every policy may be
+/// given but pins: miss costs of 1 to `miss_classes` seconds by object
+/// (`1 + o % miss_classes`), hits of 0.1 s, a prior falling with the
+/// object's number, and counts halved every 1,000 ticks.
+pub(crate) fn knowing_setup(capacity: u64, sizes: &[u64], miss_classes: usize) -> PolicySetup {
+    let n = sizes.len();
+    let mut s = setup(capacity, n);
+    s.params.halve_every_ticks = 1_000;
+    let k = &mut s.knowledge;
+    k.sizes_bytes = sizes.to_vec();
+    k.miss_seconds = (0..n).map(|o| 1.0 + (o % miss_classes) as f64).collect();
+    k.hit_seconds = vec![0.1; n];
+    k.prior_rate = (0..n).map(|o| 0.01 / (o + 1) as f64).collect();
+    s
+}
+
 /// Unit-size requests for the given objects.
 pub(crate) fn unit(objects: &[ObjectIndex]) -> Vec<(ObjectIndex, u64)> {
     objects.iter().map(|&o| (o, 1)).collect()

@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 residency_core::named! {
     /// Tensor-naming family of a checkpoint (one adapter each).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Family("family") {
         Mixtral = "mixtral",
         DeepseekV2 = "deepseek-v2",

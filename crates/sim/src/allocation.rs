@@ -4,7 +4,6 @@
 //! splits themselves are `residency_policy::budget`'s.
 
 residency_core::named! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Allocation("allocation") {
         /// One cache for all layers.
         Global = "global",

@@ -12,23 +12,8 @@ use common::solve_feasible;
 use residency_core::cost::{Instance, Place};
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
+use residency_testkit::OneFormatModel;
 use std::path::Path;
-
-/// One MoE layer of 4 experts of 1 MB, top-2 (use rate 0.5 each), and a
-/// 1 MB attention in its dense stage.
-const MODEL: &str = r#"
-name: one-layer
-layers: 1
-moe_layers: [0]
-experts: 4
-top_k: 2
-hidden: 8
-expert_intermediate: 8
-formats: { q: 1 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: [0], bytes: 1 MB, stage: dense }
-"#;
 
 fn instance(stage_overhead: &str) -> Instance {
     let profile = format!(
@@ -41,7 +26,11 @@ gpus:
 "#
     );
     let profile = HardwareProfile::from_yaml_str(&profile, Path::new("box.yaml")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("one-layer.yaml")).unwrap();
+    // One MoE layer of 4 experts of 1 MB, top-2 (use rate 0.5 each), and a
+    // 1 MB attention in its dense stage.
+    let model = OneFormatModel::new("one-layer", 1, "[0]")
+        .yaml("  - { name: attn, layers: [0], bytes: 1 MB, stage: dense }\n");
+    let model = Model::from_yaml_str(&model, Path::new("one-layer.yaml")).unwrap();
     Instance::new(&profile, &model, &[vec![0.5; 4]])
 }
 

@@ -11,6 +11,7 @@ use residency_core::profile::HardwareProfile;
 use residency_core::units::{Bytes, Seconds};
 use residency_solver::greedy::greedy;
 use residency_solver::{lagrange, replan, solve, ReplanOptions, SolveOptions};
+use residency_testkit::OneFormatModel;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -486,21 +487,16 @@ fn incremental_replan_keeps_its_budget_and_bound_against_exhaustive_search() {
 /// a drive. Five stages with experts, so a cold price search first climbs
 /// its estimate from a sample of them (`lagrange::SAMPLED_STAGES`).
 fn streaming_model() -> Model {
-    let text = r#"
-name: tiny-streaming
-layers: 5
-moe_layers: [0, 1, 2, 3, 4]
-experts: 2
-top_k: 1
-hidden: 64
-expert_intermediate: 64
-formats: { q: 100 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+    let text = OneFormatModel::new("tiny-streaming", 5, "[0, 1, 2, 3, 4]")
+        .experts(2, 1)
+        .width(64)
+        .expert_size("100 MB")
+        .yaml(
+            "  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
   - { name: lm_head, bytes: 200 MB, stage: head }
-"#;
-    Model::from_yaml_str(text, Path::new("tiny-streaming.yaml")).unwrap()
+",
+        );
+    Model::from_yaml_str(&text, Path::new("tiny-streaming.yaml")).unwrap()
 }
 
 /// A box where at least 6 of the 10 experts stream from the drive (GPU and

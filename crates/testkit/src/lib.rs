@@ -1,7 +1,8 @@
 //! Fixtures shared by the workspace's tests: small model descriptions (a
 //! Mixtral-shaped one and a DeepSeek-V2-shaped one), generated checkpoints
-//! of them, GGUF files (`gguf`), the data sets under `../shared/data`, and
-//! a directory listing.
+//! of them, GGUF files (`gguf`), one-format models for the planner's tests
+//! (`OneFormatModel`), the data sets under `../shared/data`, files written
+//! for a test, and a directory listing.
 //!
 //! Unit tests inside `residency-runtime` link a second copy of that crate
 //! through this one, so what they take from here is plain data: YAML text
@@ -58,6 +59,79 @@ trunk:
   - { name: lm_head, bytes: 12800, stage: head }
 "#;
 
+/// A small MoE model description to build whose experts take one format,
+/// `q`, on every tier: the planner tests' models, which differ only in
+/// their layers, experts and trunk. 4 experts a MoE layer, top-2, 8 wide
+/// and 1 MB an expert unless a test says otherwise.
+#[derive(Debug, Clone)]
+pub struct OneFormatModel {
+    name: String,
+    layers: usize,
+    moe_layers: String,
+    experts: usize,
+    top_k: usize,
+    width: usize,
+    expert_size: String,
+}
+
+impl OneFormatModel {
+    /// `layers` layers, of which `moe_layers` (YAML: a list or a range of
+    /// layer numbers) are MoE layers.
+    pub fn new(name: &str, layers: usize, moe_layers: &str) -> Self {
+        Self {
+            name: name.into(),
+            layers,
+            moe_layers: moe_layers.into(),
+            experts: 4,
+            top_k: 2,
+            width: 8,
+            expert_size: "1 MB".into(),
+        }
+    }
+
+    /// `experts` experts a MoE layer, `top_k` of them chosen per token.
+    pub fn experts(self, experts: usize, top_k: usize) -> Self {
+        Self {
+            experts,
+            top_k,
+            ..self
+        }
+    }
+
+    /// `hidden` and `expert_intermediate` both.
+    pub fn width(self, width: usize) -> Self {
+        Self { width, ..self }
+    }
+
+    /// An expert's size in `q`, as YAML writes it (`100 MB`).
+    pub fn expert_size(self, size: &str) -> Self {
+        Self {
+            expert_size: size.into(),
+            ..self
+        }
+    }
+
+    /// The YAML description, `trunk` (the entries of its `trunk:` list,
+    /// one a line) as its trunk.
+    pub fn yaml(&self, trunk: &str) -> String {
+        let Self {
+            name,
+            layers,
+            moe_layers,
+            experts,
+            top_k,
+            width,
+            expert_size,
+        } = self;
+        format!(
+            "name: {name}\nlayers: {layers}\nmoe_layers: {moe_layers}\nexperts: {experts}\n\
+             top_k: {top_k}\nhidden: {width}\nexpert_intermediate: {width}\n\
+             formats: {{ q: {expert_size} }}\ntiers: {{ gpu: q, ram: q, disk: q }}\n\
+             trunk:\n{trunk}"
+        )
+    }
+}
+
 /// One node, one card and one drive, small enough that `SMALL_DEEPSEEK`'s
 /// experts compete for the card.
 pub const TINY_PROFILE: &str = "\
@@ -81,6 +155,22 @@ groups:
   - { name: system-prompt, bytes: 64 KiB, reuses_per_token: 0.01, prefill_seconds: 2 ms }
   - { name: few-shot, bytes: 200 KiB, reuses_per_token: 0.002, prefill_seconds: 9 ms }
 ";
+
+/// The tiny inputs written into `dir`: `TINY_PROFILE` as `profile.yaml`,
+/// `SMALL_DEEPSEEK` as `model.yaml` and `TINY_KV` as `kv.yaml`; their
+/// paths, in that order.
+pub fn write_tiny_inputs(dir: &Path) -> [PathBuf; 3] {
+    let files = [
+        ("profile.yaml", TINY_PROFILE),
+        ("model.yaml", SMALL_DEEPSEEK),
+        ("kv.yaml", TINY_KV),
+    ];
+    files.map(|(name, text)| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    })
+}
 
 /// Writes `yaml` to `dir/model.yaml` and generates every layer of it as
 /// bf16 in shards of at most 64 KiB into `dir/ckpt`: that directory.
@@ -118,6 +208,13 @@ pub fn shared_data(sub: &str) -> Option<PathBuf> {
         );
         None
     }
+}
+
+/// A file named `name` in `dir` holding `contents`: its path.
+pub fn file_in(dir: &Path, name: &str, contents: impl AsRef<[u8]>) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path
 }
 
 /// The names in `dir`, sorted: to see what a command wrote, and that it

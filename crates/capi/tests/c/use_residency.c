@@ -7,26 +7,11 @@
  * (transformer layers, as in the checkpoint). One line per step on stdout;
  * exit 1 after a line on stderr when a step that must work does not. */
 
-#include "residency.h"
+#include "test_program.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-
-static int fail(const char *what, int status) {
-    fprintf(stderr, "%s failed with status %d: %s\n", what, status, residency_last_error());
-    return 1;
-}
-
-/* FNV-1a, 64 bits: simple enough that the test recomputes it in Rust. */
-static uint64_t fnv1a64(const uint8_t *bytes, size_t len) {
-    uint64_t hash = 0xcbf29ce484222325ULL;
-    for (size_t i = 0; i < len; i++) {
-        hash ^= bytes[i];
-        hash *= 0x100000001b3ULL;
-    }
-    return hash;
-}
 
 /* Prints `what`, the length and the checksum of the bytes (or where they
  * are on a GPU), then releases the lease. */

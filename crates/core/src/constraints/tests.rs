@@ -1,28 +1,20 @@
 use super::*;
 use crate::model::Model;
 use crate::profile::HardwareProfile;
+use residency_testkit::{file_in, OneFormatModel};
 
 /// Two MoE layers (1 and 2) of 4 experts of 100 MB, attention on every
 /// layer (10 MB), a head of 50 MB; one card of 250 MB, RAM of 1 GB, a drive.
 fn instance(drive: bool) -> Instance {
-    let model = Model::from_yaml_str(
-        r#"
-name: two-layers
-layers: 3
-moe_layers: [1, 2]
-experts: 4
-top_k: 2
-hidden: 64
-expert_intermediate: 64
-formats: { q: 100 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: "0..=2", bytes: 10 MB, stage: dense }
+    let model = OneFormatModel::new("two-layers", 3, "[1, 2]")
+        .width(64)
+        .expert_size("100 MB")
+        .yaml(
+            r#"  - { name: attn, layers: "0..=2", bytes: 10 MB, stage: dense }
   - { name: lm_head, bytes: 50 MB, stage: head }
 "#,
-        Path::new("m.yaml"),
-    )
-    .unwrap();
+        );
+    let model = Model::from_yaml_str(&model, Path::new("m.yaml")).unwrap();
     let drives = if drive {
         "drives:\n  - { id: 0, name: d, numa: 0, read_bandwidth: 3 GB/s, read_latency: 100 us }\n"
     } else {
@@ -95,12 +87,11 @@ fn targets_and_constraints_print_as_they_parse() {
 #[test]
 fn a_file_round_trips_and_refuses_unknown_keys_with_the_nearest() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.yaml");
-    std::fs::write(
-        &path,
+    let path = file_in(
+        dir.path(),
+        "c.yaml",
         "pins:\n  L1.experts.2: gpu:0\n  lm_head: ram:0\nbudgets:\n  gpu:0: 200 MB\nkeep_whole: [L2]\nmax_places_per_layer: 2\n",
-    )
-    .unwrap();
+    );
     let read = ConstraintsFile::read(&path).unwrap();
     assert_eq!(read.len(), 5);
     assert!(read.iter().all(|c| c.source == path.display().to_string()));

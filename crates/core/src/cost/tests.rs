@@ -6,6 +6,7 @@ use crate::kv::KvGroup;
 use crate::model::Model;
 use crate::profile::HardwareProfile;
 use crate::units::{Bytes, Seconds};
+use residency_testkit::OneFormatModel;
 use std::path::Path;
 
 const PROFILE: &str = r#"
@@ -18,26 +19,22 @@ drives:
   - { id: 0, name: d, numa: 0, read_bandwidth: 1 GB/s, read_latency: 100 us }
 "#;
 
-const MODEL: &str = r#"
-name: tiny
-layers: 2
-moe_layers: [1]
-experts: 4
-top_k: 2
-hidden: 8
-expert_intermediate: 8
-formats: { q: 1 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: [0, 1], bytes: 2 MB, stage: dense }
+/// Two layers, MoE layer 1 of 4 experts (1 MB, top-2), attention on both
+/// and a head.
+fn model() -> Model {
+    let yaml = OneFormatModel::new("tiny", 2, "[1]").yaml(
+        "  - { name: attn, layers: [0, 1], bytes: 2 MB, stage: dense }
   - { name: lm_head, bytes: 4 MB, stage: head }
-"#;
+",
+    );
+    Model::from_yaml_str(&yaml, Path::new("m")).unwrap()
+}
 
 fn instance(extra_profile: &str, rates: [f64; 4]) -> Instance {
     let profile =
         HardwareProfile::from_yaml_str(&format!("{PROFILE}{extra_profile}"), Path::new("p"))
             .unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let model = model();
     Instance::new(&profile, &model, &[rates.to_vec()])
 }
 
@@ -240,7 +237,7 @@ fn cpu_stage_overhead_and_gpu_gemv_overhead_are_charged_where_they_take_part() {
             "sync_overhead: 100 us, gemv_overhead: 2 us }",
         );
     let profile = HardwareProfile::from_yaml_str(&text, Path::new("p")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let model = model();
     let inst = Instance::new(&profile, &model, &[vec![1.0, 0.5, 0.3, 0.2]]);
     let ev = inst.evaluate(&[GPU, RAM, DISK, DISK, GPU, RAM, GPU]);
     // L0.dense: attn on the GPU, one GEMV: 2e6/1e11 + 2e-6 + sync 1e-4 = 1.22e-4.

@@ -20,7 +20,6 @@ use residency_core::Result;
 residency_core::named! {
     /// Which of llama.cpp's ways a strategy is, for callers that pick one
     /// (`residency bench --strategies`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum LlamaCppStrategy("llama.cpp strategy") {
         /// `--n-cpu-moe N`.
         NCpuMoe = "n-cpu-moe",

@@ -63,7 +63,6 @@ pub struct Export {
 
 residency_core::named! {
     /// An engine we export to.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
     pub enum Engine("export") {
         ColiPlace = "coli-place",
         LlamaCpp = "llama-cpp",

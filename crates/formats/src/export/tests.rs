@@ -7,6 +7,7 @@ use residency_core::model::Model;
 use residency_core::plan::{HeatRef, InputRef, PlanInputs};
 use residency_core::profile::HardwareProfile;
 use residency_core::solution::Solution;
+use residency_testkit::OneFormatModel;
 
 pub(super) const PROFILE: &str = r#"
 name: two-cards
@@ -19,23 +20,24 @@ drives:
   - { id: 0, name: d, numa: 0, read_bandwidth: 1 GB/s, read_latency: 100 us }
 "#;
 
-pub(super) const MODEL: &str = r#"
-name: tiny
-layers: 4
-moe_layers: [1, 2, 3]
-experts: 4
-top_k: 2
-hidden: 8
-expert_intermediate: 8
-formats: { q: 1 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: "0..=3", bytes: 2 MB, stage: dense }
+/// Four layers, MoE layers 1..=3 of 4 experts (1 MB, top-2); a trunk of
+/// attention, a dense FFN, a shared expert, a head and a router bias.
+pub(super) fn model_yaml() -> String {
+    OneFormatModel::new("tiny", 4, "[1, 2, 3]").yaml(
+        r#"  - { name: attn, layers: "0..=3", bytes: 2 MB, stage: dense }
   - { name: dense_ffn, layers: [0], bytes: 3 MB, stage: dense }
   - { name: shared_expert, layers: "1..=3", bytes: 1 MB, stage: experts }
   - { name: lm_head, bytes: 4 MB, stage: head }
   - { name: router_bias, bytes: 1 MB, stage: head }
-"#;
+"#,
+    )
+}
+
+/// Asserts that `text` (a command, a file, the warnings) says `part`,
+/// showing all of it where it does not.
+pub(super) fn assert_mentions(text: &str, part: &str) {
+    assert!(text.contains(part), "{text}");
+}
 
 /// Places: 0 = gpu:0, 1 = gpu:1, 2 = ram:0, 3 = disk:0.
 pub(super) const G0: usize = 0;
@@ -60,7 +62,7 @@ pub(super) fn instance() -> Instance {
 /// The tiny model and its rates on another profile (YAML).
 pub(super) fn instance_on(profile: &str) -> Instance {
     let profile = HardwareProfile::from_yaml_str(profile, Path::new("p")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let model = Model::from_yaml_str(&model_yaml(), Path::new("m")).unwrap();
     let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
     Instance::new(&profile, &model, &rates)
 }

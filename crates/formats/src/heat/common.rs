@@ -5,8 +5,9 @@
 
 use super::{HeatContext, HeatTable};
 use residency_core::error::{split_serde_location, PlannerError, Result};
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
+use std::str::FromStr;
 
 /// At most this many characters of a bad field are quoted in an error.
 const QUOTE_MAX: usize = 40;
@@ -76,24 +77,18 @@ impl LineCtx<'_> {
 
     /// A non-negative whole number.
     pub fn uint(&self, field: usize, name: &str, text: &str) -> Result<u64> {
-        text.parse().map_err(|_| {
-            self.field_err(
-                field,
-                name,
-                format!("{} is not a non-negative whole number", quote(text)),
-            )
-        })
+        self.parsed(field, name, text, "a non-negative whole number")
     }
 
     /// A whole number that may be negative.
     pub fn int(&self, field: usize, name: &str, text: &str) -> Result<i64> {
-        text.parse().map_err(|_| {
-            self.field_err(
-                field,
-                name,
-                format!("{} is not a whole number", quote(text)),
-            )
-        })
+        self.parsed(field, name, text, "a whole number")
+    }
+
+    /// `text` as a `T`, or an error saying it is not `what`.
+    fn parsed<T: FromStr>(&self, field: usize, name: &str, text: &str, what: &str) -> Result<T> {
+        text.parse()
+            .map_err(|_| self.field_err(field, name, format!("{} is not {what}", quote(text))))
     }
 
     /// A finite number (decimal point allowed).
@@ -169,18 +164,20 @@ pub(crate) struct LayerMap<'a> {
 impl<'a> LayerMap<'a> {
     /// The map for a model, or the error "pass --model" when none is known.
     pub fn from_ctx(ctx: &'a HeatContext, file: &Path, what: &str) -> Result<Self> {
-        let moe_layers = ctx.moe_layers.as_deref().ok_or_else(|| {
+        Self::of_model(ctx).ok_or_else(|| {
             PlannerError::input(
                 file,
                 "layers",
                 format!("{what} numbers model layers (dense ones included), which only the model can map to MoE layers"),
                 "pass --model so that its moe_layers can be used",
             )
-        })?;
-        Ok(Self::new(
-            moe_layers,
-            ctx.model_name.as_deref().unwrap_or("the model"),
-        ))
+        })
+    }
+
+    /// The map for the model, when one is known.
+    pub fn of_model(ctx: &'a HeatContext) -> Option<Self> {
+        let model = ctx.model_name.as_deref().unwrap_or("the model");
+        Some(Self::new(ctx.moe_layers.as_deref()?, model))
     }
 
     pub fn new(moe_layers: &'a [usize], model: &'a str) -> Self {
@@ -366,6 +363,18 @@ impl CountTable {
     }
 }
 
+/// Each category's table in `shape`, without token counts (the wide CSV
+/// forms count no tokens per category).
+pub(crate) fn finish_categories(
+    parts: BTreeMap<String, CountTable>,
+    shape: &[usize],
+) -> BTreeMap<String, HeatTable> {
+    parts
+        .into_iter()
+        .map(|(k, t)| (k, t.finish(shape, None)))
+        .collect()
+}
+
 /// Checks that every count of a table is a whole number that fits in u32
 /// (the Colibri binary and text counters); names the first one that is not.
 pub(crate) fn whole_u32(table: &HeatTable, file: &Path, format: &str) -> Result<Vec<Vec<u32>>> {
@@ -430,7 +439,48 @@ pub(crate) fn warn_categories_dropped(
 
 #[cfg(test)]
 pub(crate) mod test_util {
-    use residency_core::error::PlannerError;
+    use super::HeatContext;
+    use residency_core::error::{PlannerError, Result};
+    use std::path::Path;
+
+    /// A model called `small`: layers 0..=2, MoE layers 1 and 2 of 3
+    /// experts each.
+    pub fn small() -> HeatContext {
+        HeatContext {
+            moe_layers: Some(vec![1, 2]),
+            model_name: Some("small".into()),
+            experts: Some(vec![3, 3]),
+            model_layers: Some(3),
+            engine: None,
+            allow_partial_heat: false,
+        }
+    }
+
+    /// A model called `m` with `experts[i]` experts in MoE layer
+    /// `moe_layers[i]`: what a file's layers and experts are checked against.
+    pub fn model_m(moe_layers: &[usize], experts: &[usize]) -> HeatContext {
+        HeatContext {
+            moe_layers: Some(moe_layers.to_vec()),
+            experts: Some(experts.to_vec()),
+            model_name: Some("m".into()),
+            ..Default::default()
+        }
+    }
+
+    /// Writes each case's text to `path` in turn and checks that `read`
+    /// refuses it, against the case's model, with a one-line input error
+    /// that names the file and the case's place.
+    pub fn each_refused_naming_its_place<T: std::fmt::Debug>(
+        path: &Path,
+        cases: &[(impl AsRef<[u8]>, &str, &HeatContext)],
+        read: fn(&Path, &HeatContext, &mut Vec<String>) -> Result<T>,
+    ) {
+        let file = path.file_name().unwrap().to_str().unwrap();
+        for (text, place, ctx) in cases {
+            std::fs::write(path, text).unwrap();
+            one_line(read(path, ctx, &mut vec![]).unwrap_err(), file, place);
+        }
+    }
 
     /// The message of an input error, asserting it is one line and names
     /// the file and the place.

@@ -12,7 +12,8 @@
 //! skipped. The csv form holds one table: categories are not written.
 
 use super::common::{
-    expert_problem, ordinal_problem, resolve_shape, warn_categories_dropped, CountTable, LineCtx,
+    expert_problem, finish_categories, ordinal_problem, resolve_shape, warn_categories_dropped,
+    CountTable, LineCtx,
 };
 use super::{Heat, HeatContext, HeatFormat};
 use residency_core::error::{read_text, write_atomic, PlannerError, Result};
@@ -302,10 +303,7 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         format: HeatFormat::Csv,
         source_layers: given,
         total: total.finish(&shape, tokens),
-        categories: parts
-            .into_iter()
-            .map(|(k, t)| (k, t.finish(&shape, None)))
-            .collect(),
+        categories: finish_categories(parts, &shape),
     })
 }
 

@@ -2,7 +2,7 @@
 //! `read_heat` / `read_trace` / `write_heat`, across formats and on the real
 //! data sets.
 
-use super::common::test_util::{one_line, shared_data};
+use super::common::test_util::{one_line, shared_data, small};
 use super::*;
 
 fn sample() -> Heat {
@@ -15,17 +15,6 @@ fn sample() -> Heat {
             tokens: Some(vec![2, 2]),
         },
         categories: BTreeMap::new(),
-    }
-}
-
-fn small() -> HeatContext {
-    HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        model_name: Some("small".into()),
-        experts: Some(vec![3, 3]),
-        model_layers: Some(3),
-        engine: None,
-        allow_partial_heat: false,
     }
 }
 

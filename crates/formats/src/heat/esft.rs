@@ -132,10 +132,7 @@ pub(crate) fn read_trace(
     _warnings: &mut Vec<String>,
 ) -> Result<Trace> {
     let tasks = tasks(path)?;
-    let map = match &ctx.moe_layers {
-        Some(_) => Some(LayerMap::from_ctx(ctx, path, "esft")?),
-        None => None,
-    };
+    let map = LayerMap::of_model(ctx);
     // Model layers expected in every task, in ordinal order.
     let expected: Vec<u64> = match &ctx.moe_layers {
         Some(m) => m.iter().map(|&l| l as u64).collect(),

@@ -73,10 +73,7 @@ pub(crate) fn read_trace(
     ctx: &HeatContext,
     _warnings: &mut Vec<String>,
 ) -> Result<Trace> {
-    let map = match &ctx.moe_layers {
-        Some(_) => Some(LayerMap::from_ctx(ctx, path, "mixtral-jsonl")?),
-        None => None,
-    };
+    let map = LayerMap::of_model(ctx);
     let mut index: HashMap<Key, usize> = HashMap::new();
     let mut tokens: Vec<(Key, TokenRoutes)> = Vec::new();
     let mut layers = map.as_ref().map_or(0, LayerMap::layers);

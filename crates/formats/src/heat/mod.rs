@@ -47,7 +47,6 @@ pub struct Heat {
 }
 
 residency_core::named! {
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum HeatFormat("heat format") {
         Json = "json",
         Jsonl = "jsonl",

@@ -13,7 +13,7 @@
 //! the total is the sum over categories, i.e. each (task, language) weighs
 //! the same (token totals are not published).
 
-use super::common::{resolve_shape, CountTable};
+use super::common::{finish_categories, resolve_shape, CountTable};
 use super::csv::{parse_wide, split, wide_tables};
 use super::{Heat, HeatContext, HeatFormat};
 use residency_core::error::{read_text, PlannerError, Result};
@@ -68,10 +68,7 @@ pub(crate) fn read(path: &Path, ctx: &HeatContext, _warnings: &mut Vec<String>) 
         format: HeatFormat::Qwen3Csv,
         source_layers: given,
         total: total.finish(&shape, None),
-        categories: parts
-            .into_iter()
-            .map(|(k, t)| (k, t.finish(&shape, None)))
-            .collect(),
+        categories: finish_categories(parts, &shape),
     })
 }
 

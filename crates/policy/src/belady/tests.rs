@@ -1,6 +1,6 @@
 //! Tests of `belady`.
 
-use super::super::testing::{misses, replay, setup, unit};
+use super::super::testing::{knowing_setup, misses, replay, setup, unit};
 use super::super::{build, lru::Lru, PolicyKind};
 use super::*;
 use Outcome::{Admitted as A, Bypassed as B, Hit as H};
@@ -140,16 +140,10 @@ fn misses_per_policy(
     sizes: &[u64],
     capacity: u64,
 ) -> (Vec<usize>, usize) {
-    let n = sizes.len();
-    let mut s = setup(capacity, n);
-    s.params.halve_every_ticks = 1000;
+    let mut s = knowing_setup(capacity, sizes, 3);
     s.params.move_seconds_per_byte = 1e-4;
     s.params.hysteresis = 1e-6;
     let k = &mut s.knowledge;
-    k.sizes_bytes = sizes.to_vec();
-    k.miss_seconds = (0..n).map(|o| 1.0 + (o % 3) as f64).collect();
-    k.hit_seconds = vec![0.1; n];
-    k.prior_rate = (0..n).map(|o| 0.01 / (o + 1) as f64).collect();
     // Pin the lowest objects (the popular ones) up to half the capacity.
     let mut pinned_bytes = 0;
     for (o, &size) in sizes.iter().enumerate() {

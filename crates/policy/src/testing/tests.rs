@@ -22,16 +22,10 @@ impl Lcg {
 /// What every policy may be given: sizes, miss and hit costs, a prior,
 /// and pins (every seventh object while they fit half the capacity).
 fn full_setup(capacity: u64, sizes: &[u64]) -> PolicySetup {
-    let n = sizes.len();
-    let mut s = setup(capacity, n);
-    s.params.halve_every_ticks = 1_000;
+    let mut s = knowing_setup(capacity, sizes, 4);
     let k = &mut s.knowledge;
-    k.sizes_bytes = sizes.to_vec();
-    k.miss_seconds = (0..n).map(|o| 1.0 + (o % 4) as f64).collect();
-    k.hit_seconds = vec![0.1; n];
-    k.prior_rate = (0..n).map(|o| 0.01 / (o + 1) as f64).collect();
     let mut pinned_bytes = 0;
-    for o in (0..n).step_by(7) {
+    for o in (0..sizes.len()).step_by(7) {
         if pinned_bytes + sizes[o] <= capacity / 2 {
             pinned_bytes += sizes[o];
             k.pinned.push(o as ObjectIndex);

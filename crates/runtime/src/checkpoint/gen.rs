@@ -37,7 +37,6 @@ pub const DEFAULT_VOCAB: usize = 32_000;
 
 residency_core::named! {
     /// Storage format of the generated experts (`--dtype`).
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum GenDtype("dtype") {
         Bf16 = "bf16",
         Int8 = "int8",

@@ -33,7 +33,6 @@ use std::sync::Arc;
 residency_core::named! {
     /// How the card's budget is held: one cache for every expert, or one a
     /// MoE layer whose budgets the online allocator moves.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum VramAllocation("VRAM allocation") {
         Global = "global",
         Dynamic = "dynamic",

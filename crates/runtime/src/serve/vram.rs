@@ -47,7 +47,6 @@ residency_core::named! {
     /// policies that can run there (by their simulator names), and the
     /// planner in the loop. `pinned-lru` is not one: its moving pins on
     /// the card are `replan`, its static ones `plan`.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum VramPolicy("VRAM policy") {
         Lru = "lru",
         Fifo = "fifo",

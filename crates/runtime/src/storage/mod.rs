@@ -71,7 +71,6 @@ pub enum StorageError {
 
 residency_core::named! {
     /// Which read path a backend uses.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum BackendKind("backend") {
         /// Buffered `pread` through the page cache.
         Pread = "pread",

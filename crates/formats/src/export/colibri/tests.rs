@@ -4,11 +4,12 @@
 use super::warm_start::{coli_fill, coli_heat_values, gib_text, ALLOWANCE_SLACK};
 use super::*;
 use crate::export::tests::{
-    instance, plan_of, scenario_a, scenario_b, G0, G1, MODEL, PROFILE, RAM,
+    assert_mentions, instance, model_yaml, plan_of, scenario_a, scenario_b, G0, G1, PROFILE, RAM,
 };
 use crate::heat::read_heat;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
+use residency_testkit::OneFormatModel;
 
 fn env_vars(path: &Path) -> BTreeMap<String, String> {
     std::fs::read_to_string(path)
@@ -227,11 +228,11 @@ fn export_coli_place_pins_experts_and_ranks_gpu_experts_first() {
     let all = out.warnings.join("\n");
     assert!(!all.contains("COLI_GPUS:"), "{all}");
     assert!(!all.contains("warm start"), "{all}");
-    assert!(
-        all.contains("`attn`, `dense_ffn`, `shared_expert`, `router_bias` passed through"),
-        "{all}"
+    assert_mentions(
+        &all,
+        "`attn`, `dense_ffn`, `shared_expert`, `router_bias` passed through",
     );
-    assert!(all.contains("RAM: 1 experts are on disk"), "{all}");
+    assert_mentions(&all, "RAM: 1 experts are on disk");
     assert_eq!(out.warnings.len(), 2, "{all}");
 }
 
@@ -260,14 +261,8 @@ fn export_coli_place_says_what_colibri_does_with_experts_off_their_home() {
     // Planned card kept: l0e0, l2e0, l0e1 (3); moved: l1e0 to 0, l1e1 to
     // 1 (2); none left in RAM; 1 added (l2e3).
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("gives expert e the home card [0, 1][e % 2] and cannot choose a card per expert: 2 of the plan's 5 GPU experts are planned on another card than their home"),
-        "{all}"
-    );
-    assert!(
-        all.contains("load 3 of the plan's 5 GPU experts on the planned card, 2 on another card, leave 0 in RAM, and add 1 experts"),
-        "{all}"
-    );
+    assert_mentions(&all, "gives expert e the home card [0, 1][e % 2] and cannot choose a card per expert: 2 of the plan's 5 GPU experts are planned on another card than their home");
+    assert_mentions(&all, "load 3 of the plan's 5 GPU experts on the planned card, 2 on another card, leave 0 in RAM, and add 1 experts");
     assert!(!all.contains("out of expert placement"), "{all}");
     let resident: Vec<bool> = placement.iter().map(|&q| q <= G1).collect();
     let values = coli_heat_values(&inst, &resident).unwrap();
@@ -302,36 +297,17 @@ fn export_coli_place_models_the_role_split_of_a_trunk_card() {
     // l1e0 (2); added: 1.
     assert_eq!(env["CUDA_EXPERT_GB"], "0.005589");
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("puts every expert on card 0 and cannot choose a card per expert: 2 of the plan's 5 GPU experts"),
-        "{all}"
-    );
-    assert!(
-        all.contains("takes card(s) 1 out of expert placement because COLI_PLACE gives them lmhead/dnproj/dnout/attnproj"),
-        "{all}"
-    );
-    assert!(
-        all.contains("load 3 of the plan's 5 GPU experts on the planned card, 2 on another card, leave 0 in RAM, and add 1 experts"),
-        "{all}"
-    );
+    assert_mentions(&all, "puts every expert on card 0 and cannot choose a card per expert: 2 of the plan's 5 GPU experts");
+    assert_mentions(&all, "takes card(s) 1 out of expert placement because COLI_PLACE gives them lmhead/dnproj/dnout/attnproj");
+    assert_mentions(&all, "load 3 of the plan's 5 GPU experts on the planned card, 2 on another card, leave 0 in RAM, and add 1 experts");
 }
 
 #[test]
 fn export_coli_place_flags_what_its_grammar_cannot_hold() {
     let profile = HardwareProfile::from_yaml_str(PROFILE, Path::new("p")).unwrap();
     let model = Model::from_yaml_str(
-        r#"
-name: wide
-layers: 10
-moe_layers: [1, 2]
-experts: 4
-top_k: 2
-hidden: 8
-expert_intermediate: 8
-formats: { q: 1 MB }
-tiers: { gpu: q, ram: q, disk: q }
-trunk:
-  - { name: attn, layers: "0..=9", bytes: 1 MB, stage: dense }
+        &OneFormatModel::new("wide", 10, "[1, 2]").yaml(
+            r#"  - { name: attn, layers: "0..=9", bytes: 1 MB, stage: dense }
   - { name: lm_head, bytes: 1 MB, stage: head }
   - { name: a1, bytes: 1 MB, stage: head }
   - { name: a2, bytes: 1 MB, stage: head }
@@ -341,6 +317,7 @@ trunk:
   - { name: a6, bytes: 1 MB, stage: head }
   - { name: a7, bytes: 1 MB, stage: head }
 "#,
+        ),
         Path::new("m"),
     )
     .unwrap();
@@ -364,19 +341,19 @@ trunk:
     );
     assert_round_trip(&inst, &p, &env["COLI_PLACE"]);
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("COLI_PLACE has 10 items; Colibri reads the first 8 and keeps `a6`, `a7` at the default"),
-        "{all}"
+    assert_mentions(
+        &all,
+        "COLI_PLACE has 10 items; Colibri reads the first 8 and keeps `a6`, `a7` at the default",
     );
     // The first 8 segments cover layers 0..8; layer 8's gpu:0 is lost.
-    assert!(
-        all.contains("`attn` changes place 8 times over the layers, which is not expressible as a split Colibri reads (8 segments, 63 characters): it keeps at most the first 8 segments, and layers from 8 on may stay on the CPU"),
-        "{all}"
-    );
+    assert_mentions(&all, "`attn` changes place 8 times over the layers, which is not expressible as a split Colibri reads (8 segments, 63 characters): it keeps at most the first 8 segments, and layers from 8 on may stay on the CPU");
 
     // Different expert counts per layer cannot be a HEAT_FILE.
     let uneven = Model::from_yaml_str(
-        &format!("{MODEL}per_layer:\n  - {{ layer: 2, experts: 2 }}\n"),
+        &format!(
+            "{}per_layer:\n  - {{ layer: 2, experts: 2 }}\n",
+            model_yaml()
+        ),
         Path::new("m"),
     )
     .unwrap();
@@ -391,8 +368,8 @@ trunk:
     let err = coli_place(&plan, &inst, dir.path())
         .unwrap_err()
         .to_string();
-    assert!(
-        err.contains("2 or 4 experts; a HEAT_FILE holds the same number in every layer"),
-        "{err}"
+    assert_mentions(
+        &err,
+        "2 or 4 experts; a HEAT_FILE holds the same number in every layer",
     );
 }

@@ -4,7 +4,8 @@
 
 use super::*;
 use crate::export::tests::{
-    instance, instance_on, placement, plan_of, scenario_a, DISK, G0, G1, PROFILE, RAM,
+    assert_mentions, instance, instance_on, placement, plan_of, scenario_a, DISK, G0, G1, PROFILE,
+    RAM,
 };
 
 fn read_back(dir: &Path) -> (KtKernelGpuExperts, String) {
@@ -60,10 +61,7 @@ fn export_kt_kernel_writes_the_plans_gpu_experts_per_layer() {
             ],
         }
     );
-    assert!(
-        command.contains("--kt-gpu-experts-ratio 0.4583333333333333 "),
-        "{command}"
-    );
+    assert_mentions(&command, "--kt-gpu-experts-ratio 0.4583333333333333 ");
     // The counts the server reads: [1, 4 layers, 4 experts], layer 0
     // dense (zeros), 2 on the masks above and 1 elsewhere in MoE layers.
     let pt = d.join(KT_KERNEL_COUNTS_FILE);
@@ -88,23 +86,14 @@ fn export_kt_kernel_writes_the_plans_gpu_experts_per_layer() {
     );
     assert!(!command.contains("python -\n"), "no snippet: {command}");
     let pt = pt.display().to_string();
-    assert!(
-        command.contains(&format!("--init-expert-location '{pt}'\n")),
-        "{command}"
-    );
-    assert!(
-        command.contains("--model-path MODEL_DIR --trust-remote-code --kt-weight-path KT_WEIGHTS_DIR --kt-method AMXINT4 --kt-cpuinfer CPU_THREADS --kt-threadpool-count 1 --tensor-parallel-size 2 --kt-gpu-experts-ratio"),
-        "{command}"
-    );
-    assert!(
-        command.contains("--kt-expert-placement-strategy frequency"),
-        "{command}"
-    );
+    assert_mentions(&command, &format!("--init-expert-location '{pt}'\n"));
+    assert_mentions(&command, "--model-path MODEL_DIR --trust-remote-code --kt-weight-path KT_WEIGHTS_DIR --kt-method AMXINT4 --kt-cpuinfer CPU_THREADS --kt-threadpool-count 1 --tensor-parallel-size 2 --kt-gpu-experts-ratio");
+    assert_mentions(&command, "--kt-expert-placement-strategy frequency");
 
     let all = out.warnings.join("\n");
     // Two cards: each holds half of the 5 x 1 MB of GPU experts, 2.38 MiB,
     // where the plan puts all 5 MB (4.77 MiB) on gpu:0.
-    assert!(all.contains("each card holds 1/2 of the 5 GPU experts (2.38 MiB of expert weights) instead of the plan's cards per expert (gpu:0 4.77 MiB, gpu:1 0 B)"), "{all}");
+    assert_mentions(&all, "each card holds 1/2 of the 5 GPU experts (2.38 MiB of expert weights) instead of the plan's cards per expert (gpu:0 4.77 MiB, gpu:1 0 B)");
     // Upstream's prefix: K = 5 / 3 = 1, expert 0 of every layer: L1 e1 and
     // L3 e2 leave gpu:0 for RAM.
     let prefix = placement(
@@ -124,17 +113,14 @@ fn export_kt_kernel_writes_the_plans_gpu_experts_per_layer() {
         )),
         "{all}"
     );
-    assert!(all.contains("no disk tier: the 1 experts"), "{all}");
-    assert!(all.contains("SGLang runs the trunk"), "{all}");
-    assert!(
-        all.contains("`--model-path MODEL_DIR` stands for it"),
-        "{all}"
-    );
+    assert_mentions(&all, "no disk tier: the 1 experts");
+    assert_mentions(&all, "SGLang runs the trunk");
+    assert_mentions(&all, "`--model-path MODEL_DIR` stands for it");
     // SGLang keeps the whole trunk on the cards: 4 x 2 MB attention, 3 MB
     // dense FFN, 3 x 1 MB shared experts, 4 MB lm_head and 1 MB router bias,
     // 19 MB; with the 5 MB of experts, 12 MB a card, past both cards' 10 MB.
     for g in 0..2 {
-        assert!(all.contains(&format!("gpu:{g} gets 11.44 MiB (12000000 bytes): 1/2 of the GPU experts and of the whole trunk")), "{all}");
+        assert_mentions(&all, &format!("gpu:{g} gets 11.44 MiB (12000000 bytes): 1/2 of the GPU experts and of the whole trunk"));
     }
     assert_eq!(out.warnings.len(), 7, "{all}");
 }
@@ -175,12 +161,12 @@ fn export_kt_kernel_merges_cards_into_one_mask_and_counts_per_layer() {
         )),
         "{command}"
     );
-    assert!(
-        command.contains("--tensor-parallel-size 2 --kt-num-gpu-experts 2 --kt-expert-placement-strategy frequency"),
-        "{command}"
+    assert_mentions(
+        &command,
+        "--tensor-parallel-size 2 --kt-num-gpu-experts 2 --kt-expert-placement-strategy frequency",
     );
     let all = out.warnings.join("\n");
-    assert!(all.contains("(gpu:0 2.86 MiB, gpu:1 2.86 MiB)"), "{all}");
+    assert_mentions(&all, "(gpu:0 2.86 MiB, gpu:1 2.86 MiB)");
     // Upstream's K = 2 keeps experts 0 and 1: L2 e0 and L3 e1 come to the
     // card with most of their layer's GPU experts (a tie: gpu:0), L2 e2 and
     // L3 e3 go to RAM.
@@ -198,10 +184,7 @@ fn export_kt_kernel_merges_cards_into_one_mask_and_counts_per_layer() {
     );
     assert!(!all.contains("MODEL_DIR"), "{all}");
     // (6 MB of experts + 19 MB of trunk) / 2 = 12.5 MB on each 10 MB card.
-    assert!(
-        all.contains("gpu:1 gets 11.92 MiB (12500000 bytes)"),
-        "{all}"
-    );
+    assert_mentions(&all, "gpu:1 gets 11.92 MiB (12500000 bytes)");
     assert_eq!(out.warnings.len(), 5, "{all}");
 }
 
@@ -231,10 +214,7 @@ fn export_kt_kernel_says_nothing_of_upstream_or_cards_for_a_prefix_plan_on_one_c
     assert!(file.layers.iter().all(|l| l.gpu_experts == [0, 1]));
     assert!(command.contains("--tensor-parallel-size 1 --kt-num-gpu-experts 2 "));
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("gpu:0 gets 23.84 MiB (25000000 bytes)"),
-        "{all}"
-    );
+    assert_mentions(&all, "gpu:0 gets 23.84 MiB (25000000 bytes)");
     assert_eq!(out.warnings.len(), 3, "{all}");
 }
 

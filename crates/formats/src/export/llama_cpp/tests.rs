@@ -2,7 +2,9 @@
 //! with ktransformers).
 
 use super::*;
-use crate::export::tests::{instance, placement, plan_of, scenario_a, DISK, G0, G1, RAM};
+use crate::export::tests::{
+    assert_mentions, instance, placement, plan_of, scenario_a, DISK, G0, G1, RAM,
+};
 
 /// The llama.cpp export of `placement`: its warnings and the
 /// `--override-tensor` rules file.
@@ -187,18 +189,12 @@ fn the_lost_decisions_are_priced(warnings: &[String], inst: &Instance, plan: &Pl
     // l2e2 .6 (gpu:0 -> CPU): 5 experts, mass 2.7 of 6.0 = 45%. The disk
     // expert l2e1 stays with its layer on the CPU.
     let all = warnings.join("\n");
-    assert!(
-        all.contains("3 of 3 MoE layers mix places in the plan, and 5 experts whose per-expert decision cannot be expressed move (use-rate mass 2.700 of 6.000 per token, 45.0%; "),
-        "{all}"
+    assert_mentions(&all, "3 of 3 MoE layers mix places in the plan, and 5 experts whose per-expert decision cannot be expressed move (use-rate mass 2.700 of 6.000 per token, 45.0%; ");
+    assert_mentions(
+        &all,
+        " ms): 3 gpu:0 -> CPU (mass 2.100), 2 ram:0 -> CUDA0 (mass 0.600)",
     );
-    assert!(
-        all.contains(" ms): 3 gpu:0 -> CPU (mass 2.100), 2 ram:0 -> CUDA0 (mass 0.600)"),
-        "{all}"
-    );
-    assert!(
-        all.contains("CUDA0 cannot hold the whole layers of its majority: 11.44 MiB (12000000 bytes) with its trunk, more than gpu:0's capacity 9.54 MiB (10000000 bytes); the routed experts of the layers with the least of the plan's gpu:0 mass go to the next buffer of their mass with room instead: layer(s) 3 to CPU"),
-        "{all}"
-    );
+    assert_mentions(&all, "CUDA0 cannot hold the whole layers of its majority: 11.44 MiB (12000000 bytes) with its trunk, more than gpu:0's capacity 9.54 MiB (10000000 bytes); the routed experts of the layers with the least of the plan's gpu:0 mass go to the next buffer of their mass with room instead: layer(s) 3 to CPU");
     // What llama.cpp runs, by hand: L1 all on gpu:0, L2 and L3 on the
     // CPU (their gpu:0 experts in RAM, the disk one still streamed).
     let exported = placement(
@@ -219,14 +215,14 @@ fn the_lost_decisions_are_priced(warnings: &[String], inst: &Instance, plan: &Pl
         )),
         "{all}"
     );
-    assert!(all.contains("trunk component(s) `router_bias`"), "{all}");
-    assert!(all.contains("no disk tier: the 1 experts"), "{all}");
-    assert!(all.contains("mmap"), "{all}");
+    assert_mentions(&all, "trunk component(s) `router_bias`");
+    assert_mentions(&all, "no disk tier: the 1 experts");
+    assert_mentions(&all, "mmap");
     assert!(!all.contains("CUDA1"), "{all}");
-    assert!(all.contains("`-m MODEL.gguf` stands for it"), "{all}");
-    assert!(
-        all.contains("-c is left out: the model description has no kv_bytes_per_token"),
-        "{all}"
+    assert_mentions(&all, "`-m MODEL.gguf` stands for it");
+    assert_mentions(
+        &all,
+        "-c is left out: the model description has no kv_bytes_per_token",
     );
     assert_eq!(warnings.len(), 6, "{all}");
 }
@@ -266,27 +262,24 @@ fn export_llama_cpp_moves_an_overflowing_layer_to_a_card_with_room() {
         RAM,
     );
     let (out, text) = exported_rules(&inst, placement);
-    assert!(
-        text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
-        "{text}"
+    assert_mentions(
+        &text,
+        r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'",
     );
-    assert!(
-        text.contains(r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1'"),
-        "{text}"
+    assert_mentions(
+        &text,
+        r"-ot '^blk\.(1)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA1'",
     );
-    assert!(
-        text.contains(r"-ot '^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU'"),
-        "{text}"
+    assert_mentions(
+        &text,
+        r"-ot '^blk\.(3)\.ffn_(gate|up|down|gate_up)_exps\.=CPU'",
     );
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("with room instead: layer(s) 1 to CUDA1"),
-        "{all}"
-    );
+    assert_mentions(&all, "with room instead: layer(s) 1 to CUDA1");
     // Moved: l0e0 .9, l0e3 .2 (gpu:0 -> CUDA1), l1e2 .3, l1e3 .3 (ram -> CUDA0).
-    assert!(
-        all.contains("2 gpu:0 -> CUDA1 (mass 1.100), 2 ram:0 -> CUDA0 (mass 0.600)"),
-        "{all}"
+    assert_mentions(
+        &all,
+        "2 gpu:0 -> CUDA1 (mass 1.100), 2 ram:0 -> CUDA0 (mass 0.600)",
     );
     assert!(!all.contains("out-of-memory"), "{all}");
 }
@@ -367,9 +360,9 @@ fn export_llama_cpp_splits_layers_where_their_attention_is() {
     let out = llama_cpp(&plan, &inst, dir.path(), ModelFacts::default()).unwrap();
     let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
     assert_eq!(tensor_split_of(&commands), Some("1,4"), "{commands}");
-    assert!(
-        commands.contains("llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 1/4 -ot '"),
-        "{commands}"
+    assert_mentions(
+        &commands,
+        "llama-bench -m MODEL.gguf -ngl 999 -sm layer -ts 1/4 -ot '",
     );
     let all = out.warnings.join("\n");
     assert!(!all.contains("split mode"), "{all}");
@@ -382,14 +375,11 @@ fn export_llama_cpp_splits_layers_where_their_attention_is() {
     let commands = std::fs::read_to_string(dir.path().join(LLAMA_COMMAND_FILE)).unwrap();
     assert_eq!(tensor_split_of(&commands), Some("3,2"), "{commands}");
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("(-sm layer -ts 3,2), but the plan's attention is not in such runs: layer(s) 1 (CUDA1, default CUDA0) have their KV cache"),
-        "{all}"
-    );
+    assert_mentions(&all, "(-sm layer -ts 3,2), but the plan's attention is not in such runs: layer(s) 1 (CUDA1, default CUDA0) have their KV cache");
     // The rules still pin every attention tensor where the plan has it.
     let text = std::fs::read_to_string(dir.path().join(LLAMA_OT_FILE)).unwrap();
-    assert!(text.contains(r"-ot '^blk\.(0|2)\.(attn_|"), "{text}");
-    assert!(text.contains(r"-ot '^blk\.(1)\.(attn_|"), "{text}");
+    assert_mentions(&text, r"-ot '^blk\.(0|2)\.(attn_|");
+    assert_mentions(&text, r"-ot '^blk\.(1)\.(attn_|");
 }
 
 #[test]
@@ -431,14 +421,11 @@ fn export_llama_cpp_sizes_the_context_by_the_tightest_cards_kv_room() {
         line.starts_with("llama-server -m MODEL.gguf -ngl 999 -sm layer -ts 2,3 -c 768 -ot '"),
         "{line}"
     );
-    assert!(
-        all.contains("-c 768, less than the model's context of 40960 tokens: CUDA1 keeps 1.91 MiB (2000000 bytes) beside the rules' weights, and a token's KV cache of its 2 layer(s) is 2000 bytes"),
-        "{all}"
-    );
+    assert_mentions(&all, "-c 768, less than the model's context of 40960 tokens: CUDA1 keeps 1.91 MiB (2000000 bytes) beside the rules' weights, and a token's KV cache of its 2 layer(s) is 2000 bytes");
     // A context below the room is the model's own, with no note.
     let out = llama_cpp(&plan, &inst, dir.path(), facts(Some(500))).unwrap();
     let (line, all) = server(&out);
-    assert!(line.contains(" -ts 2,3 -c 500 -ot '"), "{line}");
+    assert_mentions(&line, " -ts 2,3 -c 500 -ot '");
     assert!(!all.contains("-c "), "{all}");
 
     // The head on CUDA0 too (4 + 4 = 8 MB there, 4 on CUDA1) moves the
@@ -448,8 +435,8 @@ fn export_llama_cpp_sizes_the_context_by_the_tightest_cards_kv_room() {
     let plan = plan_of(&inst, placement([[RAM; 4]; 3], [G0, G0, G1, G1], G0));
     let out = llama_cpp(&plan, &inst, dir.path(), facts(None)).unwrap();
     let (line, all) = server(&out);
-    assert!(line.contains(" -sm layer -ts 3,2 -c 512 -ot '"), "{line}");
-    assert!(all.contains("layer(s) 2 (CUDA1, default CUDA0)"), "{all}");
+    assert_mentions(&line, " -sm layer -ts 3,2 -c 512 -ot '");
+    assert_mentions(&all, "layer(s) 2 (CUDA1, default CUDA0)");
     assert!(!all.contains("-c 512"), "{all}");
 }
 
@@ -478,10 +465,7 @@ fn export_llama_cpp_starts_with_the_reserved_context() {
         });
         let out = llama_cpp(&plan, &inst, dir.path(), facts()).unwrap();
         let line = server_line();
-        assert!(
-            line.contains(&format!(" -ts 2,3 -c {tokens} -ot '")),
-            "{line}"
-        );
+        assert_mentions(&line, &format!(" -ts 2,3 -c {tokens} -ot '"));
         let all = out.warnings.join("\n");
         assert!(!all.contains("less than the model's context"), "{all}");
         // llama.cpp pads -c to 256 tokens: the extra cache is not reserved.
@@ -521,15 +505,12 @@ fn export_llama_cpp_says_which_pins_it_cannot_hold() {
         RAM,
     );
     let (out, text) = exported_rules(&inst, placement);
-    assert!(
-        text.contains(r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'"),
-        "{text}"
+    assert_mentions(
+        &text,
+        r"-ot '^blk\.(2)\.ffn_(gate|up|down|gate_up)_exps\.=CUDA0'",
     );
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("1 pinned expert(s) cannot stay where pinned, e.g. expert 3 of MoE layer 0 (pinned to gpu:0) on CUDA1"),
-        "{all}"
-    );
+    assert_mentions(&all, "1 pinned expert(s) cannot stay where pinned, e.g. expert 3 of MoE layer 0 (pinned to gpu:0) on CUDA1");
     // The only expert moved is that one (mass .2): layer 2 is not split.
-    assert!(all.contains("1 gpu:0 -> CUDA1 (mass 0.200)"), "{all}");
+    assert_mentions(&all, "1 gpu:0 -> CUDA1 (mass 0.200)");
 }

@@ -2,7 +2,9 @@
 //! vLLM).
 
 use super::*;
-use crate::export::tests::{instance, plan_of, ranks_of, scenario_b, G1, MODEL, PROFILE, RATES};
+use crate::export::tests::{
+    assert_mentions, instance, model_yaml, plan_of, ranks_of, scenario_b, G1, PROFILE, RATES,
+};
 use residency_core::cost::Place;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
@@ -54,8 +56,8 @@ fn export_sglang_maps_each_card_to_its_planned_experts() {
     );
     // Moved: 7 experts, mass .4 + .2 + .3 + .3 + .6 + .6 + .1 = 2.5.
     let all = out.warnings.join("\n");
-    assert!(all.contains("SGLang keeps every expert on a GPU: the 7 experts the plan leaves in RAM or on disk (use-rate mass 2.500 per token)"), "{all}");
-    assert!(all.contains("trunk placement is not expressed"), "{all}");
+    assert_mentions(&all, "SGLang keeps every expert on a GPU: the 7 experts the plan leaves in RAM or on disk (use-rate mass 2.500 per token)");
+    assert_mentions(&all, "trunk placement is not expressed");
     assert_eq!(out.warnings.len(), 2, "{all}");
 }
 
@@ -68,12 +70,12 @@ fn export_expert_parallel_needs_a_gpu() {
         .collect::<Vec<_>>()
         .join("\n");
     let profile = HardwareProfile::from_yaml_str(&profile, Path::new("p")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let model = Model::from_yaml_str(&model_yaml(), Path::new("m")).unwrap();
     let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
     let inst = Instance::new(&profile, &model, &rates);
     // Places: ram:0 (0), disk:0 (1); everything in RAM.
     let plan = plan_of(&inst, vec![0; inst.objects.len()]);
     let dir = tempfile::tempdir().unwrap();
     let err = sglang(&plan, &inst, dir.path()).unwrap_err().to_string();
-    assert!(err.contains("exports need at least one GPU"), "{err}");
+    assert_mentions(&err, "exports need at least one GPU");
 }

@@ -1,7 +1,7 @@
 //! Tests of the `vllm` export: ranks by host, replicas, the map read back.
 
 use super::*;
-use crate::export::tests::{plan_of, ranks_of, MODEL, RATES};
+use crate::export::tests::{assert_mentions, model_yaml, plan_of, ranks_of, RATES};
 use residency_core::cost::Place;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
@@ -26,7 +26,7 @@ drives:
   - { id: 0, name: d, numa: 0, read_bandwidth: 1 GB/s, read_latency: 100 us }
 "#;
     let profile = HardwareProfile::from_yaml_str(profile, Path::new("p")).unwrap();
-    let model = Model::from_yaml_str(MODEL, Path::new("m")).unwrap();
+    let model = Model::from_yaml_str(&model_yaml(), Path::new("m")).unwrap();
     let rates: Vec<Vec<f64>> = RATES.iter().map(|r| r.to_vec()).collect();
     let inst = Instance::new(&profile, &model, &rates);
     // Places: gpu:0, gpu:1, gpu:2, ram:0, ram:1, disk:0.
@@ -92,10 +92,7 @@ drives:
         format!("# host b: {eplb} --data-parallel-size-local 2 --data-parallel-start-rank 0\n# host a: {eplb} --data-parallel-size-local 1 --data-parallel-start-rank 2\n")
     );
     let all = out.warnings.join("\n");
-    assert!(
-        all.contains("vLLM keeps every expert on a GPU: the 7 experts"),
-        "{all}"
-    );
-    assert!(all.contains("no option to load an expert map"), "{all}");
+    assert_mentions(&all, "vLLM keeps every expert on a GPU: the 7 experts");
+    assert_mentions(&all, "no option to load an expert map");
     assert_eq!(out.warnings.len(), 3, "{all}");
 }

@@ -2,8 +2,9 @@
 //! layer mapping, and every bad input named by its byte, line or field.
 
 use super::*;
-use crate::heat::common::test_util::{one_line, shared_data};
+use crate::heat::common::test_util::{one_line, shared_data, small};
 use crate::heat::{Heat, HeatFormat, HeatTable};
+use residency_testkit::file_in;
 
 /// GLM-5.2: 78 layers, 0..=2 dense, MoE 3..=77, 256 experts (the MTP
 /// head is row 78 in usage files and not an MoE layer of the model).
@@ -13,17 +14,6 @@ fn glm() -> HeatContext {
         model_name: Some("glm-5.2".into()),
         experts: Some(vec![256; 75]),
         model_layers: Some(78),
-        engine: None,
-        allow_partial_heat: false,
-    }
-}
-
-fn small() -> HeatContext {
-    HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        model_name: Some("small".into()),
-        experts: Some(vec![3, 3]),
-        model_layers: Some(3),
         engine: None,
         allow_partial_heat: false,
     }
@@ -226,12 +216,11 @@ fn usage_legacy_and_iku1_map_model_layers() {
 #[test]
 fn usage_engine_mismatch_is_a_warning() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("u");
-    std::fs::write(
-        &path,
+    let path = file_in(
+        dir.path(),
+        "u",
         format!("-1 3 3\n-2 1 {}\n1 0 1\n", engine_id("olmoe")),
-    )
-    .unwrap();
+    );
     let ctx = HeatContext {
         engine: Some("glm_moe_dsa".into()),
         ..small()

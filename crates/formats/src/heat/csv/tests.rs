@@ -1,8 +1,9 @@
 //! Tests of `csv`.
 
 use super::*;
-use crate::heat::common::test_util::one_line;
+use crate::heat::common::test_util::{each_refused_naming_its_place, model_m};
 use crate::heat::HeatTable;
+use residency_testkit::file_in;
 
 fn heat(counts: Vec<Vec<f64>>, tokens: Option<Vec<u64>>) -> Heat {
     Heat {
@@ -59,12 +60,11 @@ fn sparse_long_form_pads_to_the_model() {
 #[test]
 fn wide_form_with_categories() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("w.csv");
-    std::fs::write(
-        &path,
+    let path = file_in(
+        dir.path(),
+        "w.csv",
         "Layer,Split,Expert_0,Expert_1\n0,a,1,2\n0,b,3,4\n1,a,0,1\n",
-    )
-    .unwrap();
+    );
     let h = read(&path, &HeatContext::default(), &mut vec![]).unwrap();
     // Total = a + b per layer: L0 = [1+3, 2+4], L1 = [0, 1] (b has no layer-1 row).
     assert_eq!(h.total.counts, vec![vec![4.0, 6.0], vec![0.0, 1.0]]);
@@ -82,12 +82,7 @@ fn wide_form_with_categories() {
 fn bad_inputs_name_the_place() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.csv");
-    let ctx = HeatContext {
-        moe_layers: Some(vec![0, 1]),
-        experts: Some(vec![2, 2]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let ctx = model_m(&[0, 1], &[2, 2]);
     let none = HeatContext::default();
     let cases: &[(&str, &str, &HeatContext)] = &[
         ("", "line 1: no header", &none),
@@ -146,8 +141,5 @@ fn bad_inputs_name_the_place() {
             &ctx,
         ),
     ];
-    for (text, place, ctx) in cases {
-        std::fs::write(&path, text).unwrap();
-        one_line(read(&path, ctx, &mut vec![]).unwrap_err(), "bad.csv", place);
-    }
+    each_refused_naming_its_place(&path, cases, read);
 }

@@ -1,7 +1,7 @@
 //! Tests of `esft`.
 
 use super::*;
-use crate::heat::common::test_util::{one_line, shared_data};
+use crate::heat::common::test_util::{model_m, one_line, shared_data};
 
 /// Writes a task folder with `layers` files, each `lines`.
 fn task(root: &Path, name: &str, files: &[(u64, &str)]) -> PathBuf {
@@ -46,12 +46,7 @@ fn small_data_set() {
 #[test]
 fn bad_inputs_name_the_place() {
     let root = tempfile::tempdir().unwrap();
-    let ctx = HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        experts: Some(vec![8, 8]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let ctx = model_m(&[1, 2], &[8, 8]);
     let none = HeatContext::default();
     // (task folder, layer files, file named by the error, place, model)
     type Case<'a> = (

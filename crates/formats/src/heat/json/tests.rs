@@ -1,7 +1,7 @@
 //! Tests of `json`.
 
 use super::*;
-use crate::heat::common::test_util::one_line;
+use crate::heat::common::test_util::{each_refused_naming_its_place, model_m};
 
 fn sample() -> Heat {
     let mut categories = BTreeMap::new();
@@ -67,12 +67,7 @@ fn tokens_number_array_or_null() {
 fn bad_inputs_name_the_place() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.json");
-    let ctx = HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        experts: Some(vec![2, 2]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let ctx = model_m(&[1, 2], &[2, 2]);
     let cases: &[(&str, &str, &HeatContext)] = &[
         (
             "{\"layers\": [[1, 2], [3, \"x\"]]}",
@@ -107,9 +102,5 @@ fn bad_inputs_name_the_place() {
         ("{\"layers\": [[1, 2], [1, 2, 3]]}", "layers[1]", &ctx),
         ("{\"layers\": [[1, 2]", "EOF", &HeatContext::default()),
     ];
-    for (text, place, ctx) in cases {
-        std::fs::write(&path, text).unwrap();
-        let err = read(&path, ctx, &mut vec![]).unwrap_err();
-        one_line(err, "bad.json", place);
-    }
+    each_refused_naming_its_place(&path, cases, read);
 }

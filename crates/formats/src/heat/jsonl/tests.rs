@@ -1,7 +1,7 @@
 //! Tests of `jsonl`.
 
 use super::*;
-use crate::heat::common::test_util::one_line;
+use crate::heat::common::test_util::{each_refused_naming_its_place, model_m};
 
 #[test]
 fn round_trip_and_heat() {
@@ -50,12 +50,7 @@ fn null_short_and_defaults() {
 fn bad_inputs_name_the_line() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad.jsonl");
-    let ctx = HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        experts: Some(vec![4, 4]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let ctx = model_m(&[1, 2], &[4, 4]);
     let good = "{\"routes\":[[0],[1]]}\n";
     let cases: &[(&str, &str, &HeatContext)] = &[
         (
@@ -89,12 +84,10 @@ fn bad_inputs_name_the_line() {
             &HeatContext::default(),
         ),
     ];
-    for (line, place, ctx) in cases {
-        std::fs::write(&path, format!("{good}{line}\n")).unwrap();
-        one_line(
-            read_trace(&path, ctx, &mut vec![]).unwrap_err(),
-            "bad.jsonl",
-            place,
-        );
-    }
+    // Each bad line follows a good one.
+    let cases: Vec<_> = cases
+        .iter()
+        .map(|&(line, place, ctx)| (format!("{good}{line}\n"), place, ctx))
+        .collect();
+    each_refused_naming_its_place(&path, &cases, read_trace);
 }

@@ -1,7 +1,9 @@
 //! Tests of `llama4`.
 
 use super::*;
-use crate::heat::common::test_util::{one_line, shared_data};
+use crate::heat::common::test_util::{
+    each_refused_naming_its_place, model_m, one_line, shared_data,
+};
 
 /// Layers "0".."3", MoE on 1 and 3; a prefill of 2 tokens and one decode step.
 const QUERY: &str =
@@ -42,17 +44,12 @@ fn small_data_set() {
 fn bad_inputs_name_the_place() {
     let root = tempfile::tempdir().unwrap();
     let path = root.path().join("bad.json");
+    // The model's expert counts are not given.
     let ctx = HeatContext {
-        moe_layers: Some(vec![1, 2]),
-        model_name: Some("m".into()),
-        ..Default::default()
+        experts: None,
+        ..model_m(&[1, 2], &[])
     };
-    let small = HeatContext {
-        moe_layers: Some(vec![1, 3]),
-        experts: Some(vec![6, 6]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let small = model_m(&[1, 3], &[6, 6]);
     let none = HeatContext::default();
     let cases: &[(&str, &str, &HeatContext)] = &[
         ("[]", "top level: has no steps", &none),
@@ -81,14 +78,7 @@ fn bad_inputs_name_the_place() {
             &small,
         ),
     ];
-    for (text, place, ctx) in cases {
-        std::fs::write(&path, text).unwrap();
-        one_line(
-            read_trace(&path, ctx, &mut vec![]).unwrap_err(),
-            "bad.json",
-            place,
-        );
-    }
+    each_refused_naming_its_place(&path, cases, read_trace);
     let empty = tempfile::tempdir().unwrap();
     one_line(
         read_trace(empty.path(), &none, &mut vec![]).unwrap_err(),

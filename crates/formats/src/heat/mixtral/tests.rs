@@ -1,7 +1,9 @@
 //! Tests of `mixtral`.
 
 use super::*;
-use crate::heat::common::test_util::{one_line, shared_data};
+use crate::heat::common::test_util::{
+    each_refused_naming_its_place, model_m, one_line, shared_data,
+};
 
 fn row(dataset: &str, problem: u64, layer: u64, experts: [u32; 2], token: u64) -> String {
     format!(
@@ -50,12 +52,7 @@ fn joins_rows_into_tokens() {
 fn bad_inputs_name_the_place() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("bad_routing.jsonl");
-    let ctx = HeatContext {
-        moe_layers: Some(vec![0, 1]),
-        experts: Some(vec![8, 8]),
-        model_name: Some("m".into()),
-        ..Default::default()
-    };
+    let ctx = model_m(&[0, 1], &[8, 8]);
     let good = row("gsm8k", 0, 0, [1, 2], 0);
     let none = HeatContext::default();
     let cases: Vec<(String, &str, &HeatContext)> = vec![
@@ -81,14 +78,12 @@ fn bad_inputs_name_the_place() {
             &ctx,
         ),
     ];
-    for (line, place, ctx) in cases {
-        std::fs::write(&path, format!("{good}{line}\n")).unwrap();
-        one_line(
-            read_trace(&path, ctx, &mut vec![]).unwrap_err(),
-            "bad_routing.jsonl",
-            place,
-        );
-    }
+    // Each bad line follows a good one.
+    let cases: Vec<_> = cases
+        .into_iter()
+        .map(|(line, place, ctx)| (format!("{good}{line}\n"), place, ctx))
+        .collect();
+    each_refused_naming_its_place(&path, &cases, read_trace);
     let out = dir.path().join("x_outputs.jsonl");
     std::fs::write(&out, "{}").unwrap();
     let msg = one_line(
