@@ -188,32 +188,25 @@ mod tests {
     use super::token::combine;
     use super::*;
     use residency_core::cost::{Place, Resources};
+    use residency_core::profile::HardwareProfile;
     use residency_runtime::serve::gpu_tier::VramConfig;
     use residency_runtime::serve::replan::{MoveLink, ReplanParams};
     use residency_runtime::serve::vram::{CardKnowledge, VramPolicy};
 
     /// RAM to card 0 at 1 GB/s, on a machine with room for everything.
     fn upload_link() -> MoveLink {
-        let resources = Resources {
-            gpu_gemv_bytes_per_s: vec![1e12],
-            gpu_sync_seconds: vec![0.0],
-            gpu_gemv_seconds: vec![0.0],
-            gpu_upload_bytes_per_s: vec![1e9],
-            gpu_capacity_bytes: vec![1 << 40],
-            cpu_gemv_bytes_per_s: vec![1e9],
-            cpu_stage_seconds: vec![0.0],
-            ram_capacity_bytes: vec![1 << 40],
-            drive_numa: vec![],
-            drive_read_bytes_per_s: vec![],
-            drive_latency_seconds: vec![],
-            felt_fraction: 1.0,
-            fixed_token_seconds: 0.0,
-            gpu_hosts: vec![],
-            llama_cpp: None,
-            context: None,
-        };
+        let profile = HardwareProfile::from_yaml_str(
+            "name: link
+numa: [{ id: 0, ram: 1024 GiB, cores: 1, gemv_bandwidth: 1 GB/s }]
+gpus: [{ id: 0, name: g, vram: 1024 GiB, numa: 0, gemv_bandwidth: 1 TB/s, upload_bandwidth: 1 GB/s, sync_overhead: 0 s }]
+drives: []
+felt_fraction: 1.0
+",
+            std::path::Path::new("link.yaml"),
+        )
+        .unwrap();
         MoveLink {
-            resources,
+            resources: Resources::from_profile(&profile),
             from: Place::Ram(0),
             to: Place::Gpu(0),
         }
