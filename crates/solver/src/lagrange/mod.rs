@@ -34,7 +34,8 @@ mod stage;
 use microlp::{ComparisonOp, OptimizationDirection, Problem};
 use priced::Priced;
 use residency_core::cost::{Instance, Place, Resources};
-use std::time::Instant;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 /// Units of the price master problem: microseconds and GiB keep its
 /// coefficients near 1.
@@ -228,8 +229,13 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     let priced = Priced::new(inst);
     let dims = priced.capacities.len();
     let most_saved = price_box(inst, dims);
+    // Each evaluation of the whole function sets the time another must
+    // find left: its own.
+    let reserve = Cell::new(Duration::ZERO);
     let evaluate = |p: &[f64]| {
+        let started = Instant::now();
         let (value, g, fractional) = priced.evaluate(&scaled(p));
+        reserve.set(started.elapsed());
         (
             value / TIME_UNIT,
             g.iter().map(|x| x / BYTE_UNIT).collect::<Vec<f64>>(),
@@ -241,6 +247,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
         tolerance,
         good_enough: good_enough / TIME_UNIT,
         most: &most_saved,
+        reserve: Some(&reserve),
     };
     // Warm prices are kept inside the box; the first step around them is
     // small, as the best prices move little when the inputs do. A cold
@@ -355,20 +362,26 @@ fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
 fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f64>, Vec<f64>) {
     let (deadline, tolerance) = (ascent.deadline, ascent.tolerance);
     let dims = priced.capacities.len();
+    // One evaluation of the whole function costs about `stride` times
+    // `WHOLE_PER_ESTIMATE` estimates (the estimate's searches are coarse,
+    // and cost more as the prices rise); two of them are left to the
+    // bound's own search, so that its first one, always made, keeps the
+    // deadline; and the estimate's climb stops at half the time.
+    let now = Instant::now();
+    let half = deadline.saturating_duration_since(now) / 2;
+    let reserve = Cell::new(half);
     let estimate = |p: &[f64]| {
+        let started = Instant::now();
         let (value, g) = priced.estimate(&scaled(p), stride);
+        let whole = started
+            .elapsed()
+            .mul_f64(WHOLE_PER_ESTIMATE * stride as f64);
+        reserve.set((whole * 2).max(half));
         (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
     };
-    // One evaluation of the whole function costs about `stride`
-    // estimates; two of them are left to the bound's own search,
-    // so that its first one, always made, keeps the deadline.
-    let now = Instant::now();
-    estimate(&vec![0.0; dims]);
-    let whole = now.elapsed().mul_f64(stride as f64);
-    let half = now + deadline.saturating_duration_since(now) / 2;
     let sampled = Ascent {
-        deadline: half.min(deadline.checked_sub(whole * 2).unwrap_or(now)),
         tolerance: tolerance.max(SAMPLED_TOLERANCE),
+        reserve: Some(&reserve),
         ..*ascent
     };
     let climbed = sampled.climb(vec![0.0; dims], None, estimate);
@@ -461,6 +474,9 @@ fn combine(capacities: &[f64], starts: &[Fractional], deadline: Instant) -> Opti
     Some(Fractional { stages })
 }
 
+/// How many coarse estimates of a stage one whole evaluation of it costs
+/// (Kimi streaming ~5 %: 2.7 at the prices of a 2-s climb).
+const WHOLE_PER_ESTIMATE: f64 = 3.0;
 /// Stages with experts whose estimate a cold price search climbs first
 /// (`Priced::estimate`): enough for their mean to be near the whole's.
 const SAMPLED_STAGES: usize = 4;
@@ -479,6 +495,11 @@ struct Ascent<'a> {
     /// the first step aims.
     good_enough: f64,
     most: &'a [f64],
+    /// Time that must be left before the deadline for another step, as
+    /// the function being climbed last set it (its own cost, or what
+    /// must follow it): a step at Kimi scale with felt reads costs more
+    /// than a short limit's whole bound time, and was taken past it.
+    reserve: Option<&'a Cell<Duration>>,
 }
 
 /// Where an ascent ended: the best prices, their value, and the index of
@@ -523,7 +544,10 @@ impl Ascent<'_> {
         let mut best = 0;
         let mut evaluations = 1;
         let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
-        while Instant::now() < self.deadline && center_value < self.good_enough && dims > 0 {
+        while Instant::now() + self.reserve.map_or(Duration::ZERO, Cell::get) < self.deadline
+            && center_value < self.good_enough
+            && dims > 0
+        {
             let Some((next, predicted)) = master(&cuts, &center, &radius, most) else {
                 break;
             };
