@@ -242,7 +242,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             fractional,
         )
     };
-    let ascent = Ascent {
+    let mut ascent = Ascent {
         deadline,
         tolerance,
         good_enough: good_enough / TIME_UNIT,
@@ -264,7 +264,17 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             })
             .unzip(),
         _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
-            sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES))
+            match sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES)) {
+                Some(start) => start,
+                // No time for two whole evaluations: the one always made,
+                // at zero prices, is the bound (a second, a blind step
+                // from zero, cost a 2-s limit a third of its time at Kimi
+                // scale with felt reads, and bound less).
+                None => {
+                    ascent.deadline = Instant::now();
+                    (vec![0.0; dims], Vec::new())
+                }
+            }
         }
         _ => (vec![0.0; dims], Vec::new()),
     };
@@ -358,8 +368,13 @@ fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
 
 /// A cold search's start: the estimate from every `stride`-th expert
 /// stage climbed for at most half the time, and a radius of a 32nd of its
-/// best prices.
-fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f64>, Vec<f64>) {
+/// best prices; `None` when not even its first step had the time that two
+/// whole evaluations need.
+fn sampled_start(
+    priced: &Priced,
+    ascent: &Ascent<'_>,
+    stride: usize,
+) -> Option<(Vec<f64>, Vec<f64>)> {
     let (deadline, tolerance) = (ascent.deadline, ascent.tolerance);
     let dims = priced.capacities.len();
     // One evaluation of the whole function costs about `stride` times
@@ -385,6 +400,9 @@ fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f6
         ..*ascent
     };
     let climbed = sampled.climb(vec![0.0; dims], None, estimate);
+    if climbed.evaluations == 1 && Instant::now() + reserve.get() >= deadline {
+        return None;
+    }
     // The estimate's best prices are near the whole function's: a
     // step of an eighth of them cost five evaluations to shrink.
     let largest = climbed.center.iter().copied().fold(0.0, f64::max);
@@ -397,7 +415,7 @@ fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f6
     } else {
         Vec::new()
     };
-    (climbed.center, radius)
+    Some((climbed.center, radius))
 }
 
 /// Each stage's solutions at the prices tried are columns of a
@@ -508,6 +526,8 @@ struct Climbed {
     center: Vec<f64>,
     value: f64,
     best: usize,
+    /// Evaluations made, the first included.
+    evaluations: usize,
 }
 
 impl Ascent<'_> {
@@ -583,6 +603,7 @@ impl Ascent<'_> {
             center,
             value: center_value,
             best,
+            evaluations,
         }
     }
 }
