@@ -75,8 +75,8 @@ pub fn solve_warm(inst: &Instance, options: SolveOptions) -> Result<(Solution, i
 /// instances under a short limit the greedy start can end better), then
 /// the relaxations at the other prices tried and the balanced start
 /// (`balanced`), while time is left and the gap is not yet reached; where
-/// the relaxed placement overfills a place, the balanced start and the
-/// greedy one come first. The plan is never worse than the greedy one.
+/// the prices never left zero and the relaxed placement overfills a place,
+/// the balanced start and the greedy one come first. The plan is never worse than the greedy one.
 /// Returns the prices of the bound beside it.
 fn search(
     inst: &Instance,
@@ -114,8 +114,8 @@ fn search(
         .starts
         .iter()
         .map(|f| (PRICED_START, rounding::round(inst, &priced.expert_order, f)));
-    // Where the relaxed placement at the best prices overfills a place
-    // (at zero prices every expert is on the GPUs), the balanced start
+    // Where the prices never left zero and their relaxed placement
+    // overfills a place (every expert on the GPUs), the balanced start
     // and the greedy one go first: rounding and repairing that placement
     // took a short limit's whole time and ended above the greedy plan.
     // Elsewhere the balanced start comes last. Every start but the first
@@ -291,15 +291,20 @@ fn improved<'a>(
 /// as overfilled (`unclimbed`).
 const OVERFILLED: f64 = 0.01;
 
-/// Whether the relaxed placement at the bound's best prices holds more
-/// than `OVERFILLED` over what some GPU or RAM node takes: the price
-/// search had no time to climb (at zero prices every expert is on the
-/// GPUs), and its start needs heavy repair.
+/// Whether the bound's prices are all zero while the relaxed placement at
+/// them holds more than `OVERFILLED` over what some GPU or RAM node takes:
+/// the price search had no time to climb (every expert is on the GPUs),
+/// and its start needs heavy repair. With prices above zero the relaxed
+/// placement may overfill as much (GLM real heat, 6 GPUs: 6 times a
+/// card) and still be the best start.
 fn unclimbed(inst: &Instance, priced: &lagrange::Bound) -> bool {
     let r = &inst.resources;
     let Some(first) = priced.starts.first() else {
         return false;
     };
+    if priced.prices_seconds_per_byte.iter().any(|&p| p > 0.0) {
+        return false;
+    }
     let capacities: Vec<u64> = (0..r.gpus())
         .map(|g| r.gpu_capacity_bytes[g])
         .chain((0..r.numa_nodes()).map(|n| r.ram_capacity_bytes[n]))
