@@ -270,8 +270,8 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
         _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
             match sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES)) {
                 Some(start) => start,
-                // No time for two whole evaluations: the one always made,
-                // at zero prices, is the bound (a second, a blind step
+                // No time for whole evaluations at climbed prices: the one
+                // always made, at zero prices, is the bound (a second, a blind step
                 // from zero, cost a 2-s limit a third of its time at Kimi
                 // scale with felt reads, and bound less).
                 None => {
@@ -373,7 +373,8 @@ fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
 /// A cold search's start: the estimate from every `stride`-th expert
 /// stage climbed for at most half the time, and a radius of a 32nd of its
 /// best prices; `None` when not even its first step had the time that two
-/// whole evaluations need.
+/// whole evaluations need, or when one at the climbed prices no longer
+/// fits.
 fn sampled_start(
     priced: &Priced,
     ascent: &Ascent<'_>,
@@ -390,6 +391,7 @@ fn sampled_start(
     let half = deadline.saturating_duration_since(now) / 2;
     let reserve = Cell::new(half);
     let counted = Cell::new(false);
+    let latest = Cell::new(Duration::ZERO);
     let estimate = |p: &[f64]| {
         let started = Instant::now();
         let (value, g) = priced.estimate(&scaled(p), stride);
@@ -397,10 +399,11 @@ fn sampled_start(
         // each latest (dearer as the prices rise), the climb stopped
         // earlier and the bound at 10 s on Kimi streaming ~20 % fell
         // from 35-36.7 ms to 17.7.
+        let whole = started
+            .elapsed()
+            .mul_f64(WHOLE_PER_ESTIMATE * stride as f64);
+        latest.set(whole);
         if !counted.replace(true) {
-            let whole = started
-                .elapsed()
-                .mul_f64(WHOLE_PER_ESTIMATE * stride as f64);
             reserve.set((whole * 2).max(half));
         }
         (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
@@ -411,7 +414,14 @@ fn sampled_start(
         ..*ascent
     };
     let climbed = sampled.climb(vec![0.0; dims], None, estimate);
-    if climbed.evaluations == 1 && Instant::now() + reserve.get() >= deadline {
+    // Where two whole evaluations as the latest estimate counts them (about
+    // one: the estimate's searches are coarse) no longer fit, the climbed
+    // prices are given up for zero prices, whose one evaluation is
+    // cheaper: at 2 s a climb begun on a cheap first estimate left a
+    // whole evaluation of 1.6 s at its prices, and the plan at greedy.
+    if (climbed.evaluations == 1 && Instant::now() + reserve.get() >= deadline)
+        || Instant::now() + latest.get() * 2 >= deadline
+    {
         return None;
     }
     // The estimate's best prices are near the whole function's: a
