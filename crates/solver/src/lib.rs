@@ -5,6 +5,7 @@
 //! enough. `replan` starts instead from a current placement and charges
 //! every move away from it (design §4.5).
 
+pub mod balanced;
 pub mod explain;
 pub mod greedy;
 pub mod incremental;
@@ -41,6 +42,7 @@ impl Default for SolveOptions {
 const OPTIMAL_GAP: f64 = 1e-6;
 
 const PRICED_START: &str = "priced-relaxation rounding + local search";
+const BALANCED_START: &str = "balanced shares + local search";
 
 /// Kicks in a row that find nothing better before the search gives up.
 const FRUITLESS_KICKS: usize = 100;
@@ -71,8 +73,11 @@ pub fn solve_warm(inst: &Instance, options: SolveOptions) -> Result<(Solution, i
 /// first starts, the current placement when re-planning, the relaxation
 /// mixed over the prices tried and the greedy placement (on large
 /// instances under a short limit the greedy start can end better), then
-/// the relaxations at the other prices tried, while time is left and the
-/// gap is not yet reached. Returns the prices of the bound beside it.
+/// the relaxations at the other prices tried and the balanced start
+/// (`balanced`), while time is left and the gap is not yet reached; where
+/// the prices never left zero and the relaxed placement overfills a place,
+/// the balanced start and the greedy one come first. The plan is never worse than the greedy one.
+/// Returns the prices of the bound beside it.
 fn search(
     inst: &Instance,
     options: SolveOptions,
@@ -109,11 +114,24 @@ fn search(
         .starts
         .iter()
         .map(|f| (PRICED_START, rounding::round(inst, &priced.expert_order, f)));
-    starts.extend(relaxed.next());
+    // Where the prices never left zero and their relaxed placement
+    // overfills a place (every expert on the GPUs), the balanced start
+    // and the greedy one go first: rounding and repairing that placement
+    // took a short limit's whole time and ended above the greedy plan.
+    // Elsewhere the balanced start comes last. Every start but the first
+    // gives up its repair at the deadline.
+    let balanced = (BALANCED_START, balanced::balanced(inst, &greedy_placement));
+    let mut last = None;
+    if unclimbed(inst, &priced) {
+        starts.push(balanced);
+    } else {
+        starts.extend(relaxed.next());
+        last = Some(balanced);
+    }
     starts.push(("greedy + local search", greedy_placement.clone()));
     let mut best: Option<(f64, &'static str, Vec<usize>)> = None;
     let mut tried = 0;
-    for (name, placement) in starts.into_iter().chain(relaxed) {
+    for (name, placement) in starts.into_iter().chain(relaxed).chain(last) {
         let reached = best.as_ref().is_some_and(|b| b.0 <= target);
         if tried > 0 && (reached || Instant::now() >= deadline) {
             break;
@@ -121,12 +139,27 @@ fn search(
         tried += 1;
         let until = Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
         let from_current = migration.is_some() && tried == 1;
-        let Some(state) = improved(inst, placement, migration, from_current, until, target) else {
+        let repair_by = (tried > 1).then_some(deadline);
+        let Some(state) = improved(
+            inst,
+            placement,
+            migration,
+            (from_current, repair_by),
+            until,
+            target,
+        ) else {
             continue;
         };
         if best.as_ref().is_none_or(|b| state.objective() < b.0) {
             best = Some((state.objective(), name, state.placement));
         }
+    }
+    // Never worse than the greedy plan, whose start may not have had its turn.
+    if migration.is_none()
+        && inst.check_feasible(&greedy_placement).is_ok()
+        && best.as_ref().is_some_and(|b| greedy_token_seconds < b.0)
+    {
+        best = Some((greedy_token_seconds, "greedy", greedy_placement.clone()));
     }
     // Then kicks while time is left: a few objects of the best placement
     // moved at random, repaired and improved again, kept when better;
@@ -140,7 +173,14 @@ fn search(
         fruitless += 1;
         let kicked = kick(inst, placement, &mut rng);
         let name = *name;
-        if let Some(state) = improved(inst, kicked, migration, false, deadline, target) {
+        if let Some(state) = improved(
+            inst,
+            kicked,
+            migration,
+            (false, Some(deadline)),
+            deadline,
+            target,
+        ) {
             if state.objective() < objective * (1.0 - 1e-12) {
                 best = Some((state.objective(), name, state.placement));
                 fruitless = 0;
@@ -217,8 +257,9 @@ fn kick(inst: &Instance, placement: &[usize], rng: &mut Lcg) -> Vec<usize> {
     kicked
 }
 
-/// `placement` repaired within capacities and improved by local search
-/// until `until` or `target`; `None` when it cannot be repaired. When
+/// `placement` repaired within capacities (given up at `repair_by`) and
+/// improved by local search until `until` or `target`; `None` when it
+/// cannot be repaired. When
 /// re-planning, a fresh start is first improved on token time alone, then
 /// with its moves priced (priced from the start, the search stalls near
 /// where it began); the current placement is priced from the start.
@@ -226,7 +267,7 @@ fn improved<'a>(
     inst: &'a Instance,
     placement: Vec<usize>,
     migration: Option<&search::Migration>,
-    from_current: bool,
+    (from_current, repair_by): (bool, Option<Instant>),
     until: Instant,
     target: f64,
 ) -> Option<SearchState<'a>> {
@@ -235,7 +276,7 @@ fn improved<'a>(
         state = state.with_migration(m.clone());
     }
     state.enforce_constraints();
-    if !state.repair() {
+    if !state.repair_until(repair_by) {
         return None;
     }
     state.improve(until, target);
@@ -244,6 +285,38 @@ fn improved<'a>(
         state.improve(until, target);
     }
     Some(state)
+}
+
+/// Share over a place's capacity beyond which the relaxed placement counts
+/// as overfilled (`unclimbed`).
+const OVERFILLED: f64 = 0.01;
+
+/// Whether the bound's prices are all zero while the relaxed placement at
+/// them holds more than `OVERFILLED` over what some GPU or RAM node takes:
+/// the price search had no time to climb (every expert is on the GPUs),
+/// and its start needs heavy repair. With prices above zero the relaxed
+/// placement may overfill as much (GLM real heat, 6 GPUs: 6 times a
+/// card) and still be the best start.
+fn unclimbed(inst: &Instance, priced: &lagrange::Bound) -> bool {
+    let r = &inst.resources;
+    let Some(first) = priced.starts.first() else {
+        return false;
+    };
+    if priced.prices_seconds_per_byte.iter().any(|&p| p > 0.0) {
+        return false;
+    }
+    let capacities: Vec<u64> = (0..r.gpus())
+        .map(|g| r.gpu_capacity_bytes[g])
+        .chain((0..r.numa_nodes()).map(|n| r.ram_capacity_bytes[n]))
+        .collect();
+    capacities.iter().enumerate().any(|(i, &c)| {
+        first
+            .stages
+            .iter()
+            .map(|s| s.bytes.get(i).copied().unwrap_or(0.0))
+            .sum::<f64>()
+            > c as f64 * (1.0 + OVERFILLED)
+    })
 }
 
 /// What a plan says of its bound: the priced relaxation, and whether it

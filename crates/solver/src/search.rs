@@ -433,6 +433,13 @@ impl<'a> SearchState<'a> {
     /// Moves objects out of over-full places, cheapest loss per freed byte
     /// first (lazy greedy). Returns false when some place stays over-full.
     pub fn repair(&mut self) -> bool {
+        self.repair_until(None)
+    }
+
+    /// `repair`, given up (false) once `deadline` passes: a relaxed
+    /// placement with every expert on the GPUs took a short limit's
+    /// whole time to repair at Kimi scale.
+    pub fn repair_until(&mut self, deadline: Option<Instant>) -> bool {
         for q in 0..self.inst.places.len() {
             if self.free[q] >= 0 {
                 continue;
@@ -444,6 +451,9 @@ impl<'a> SearchState<'a> {
                 }
             }
             while self.free[q] < 0 {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    return false;
+                }
                 let Some(candidate) = heap.pop() else {
                     // Constrained layers leave whole, or not at all.
                     if self.group_moves(Instant::now(), Some(q)) && self.free[q] >= 0 {

@@ -34,7 +34,8 @@ mod stage;
 use microlp::{ComparisonOp, OptimizationDirection, Problem};
 use priced::Priced;
 use residency_core::cost::{Instance, Place, Resources};
-use std::time::Instant;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 /// Units of the price master problem: microseconds and GiB keep its
 /// coefficients near 1.
@@ -228,19 +229,29 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     let priced = Priced::new(inst);
     let dims = priced.capacities.len();
     let most_saved = price_box(inst, dims);
+    // Each evaluation of the whole function sets the time another must
+    // find left: its own, less half the bound's time (the search after it
+    // absorbs that much; a step past the deadline that cheap is what the
+    // climb on DeepSeek-V3 on two cards lives on, and at 10 s on Kimi
+    // streaming ~20 %, whose bound stayed at 17.7 ms with a quarter).
+    let grace = deadline.saturating_duration_since(Instant::now()) / 2;
+    let reserve = Cell::new(Duration::ZERO);
     let evaluate = |p: &[f64]| {
+        let started = Instant::now();
         let (value, g, fractional) = priced.evaluate(&scaled(p));
+        reserve.set(started.elapsed().saturating_sub(grace));
         (
             value / TIME_UNIT,
             g.iter().map(|x| x / BYTE_UNIT).collect::<Vec<f64>>(),
             fractional,
         )
     };
-    let ascent = Ascent {
+    let mut ascent = Ascent {
         deadline,
         tolerance,
         good_enough: good_enough / TIME_UNIT,
         most: &most_saved,
+        reserve: Some(&reserve),
     };
     // Warm prices are kept inside the box; the first step around them is
     // small, as the best prices move little when the inputs do. A cold
@@ -257,7 +268,17 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             })
             .unzip(),
         _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
-            sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES))
+            match sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES)) {
+                Some(start) => start,
+                // No time for whole evaluations at climbed prices: the one
+                // always made, at zero prices, is the bound (a second, a blind step
+                // from zero, cost a 2-s limit a third of its time at Kimi
+                // scale with felt reads, and bound less).
+                None => {
+                    ascent.deadline = Instant::now();
+                    (vec![0.0; dims], Vec::new())
+                }
+            }
         }
         _ => (vec![0.0; dims], Vec::new()),
     };
@@ -351,27 +372,58 @@ fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
 
 /// A cold search's start: the estimate from every `stride`-th expert
 /// stage climbed for at most half the time, and a radius of a 32nd of its
-/// best prices.
-fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f64>, Vec<f64>) {
+/// best prices; `None` when not even its first step had the time that two
+/// whole evaluations need, or when one at the climbed prices no longer
+/// fits.
+fn sampled_start(
+    priced: &Priced,
+    ascent: &Ascent<'_>,
+    stride: usize,
+) -> Option<(Vec<f64>, Vec<f64>)> {
     let (deadline, tolerance) = (ascent.deadline, ascent.tolerance);
     let dims = priced.capacities.len();
+    // One evaluation of the whole function costs about `stride` times
+    // `WHOLE_PER_ESTIMATE` estimates (the estimate's searches are coarse,
+    // and cost more as the prices rise); two of them are left to the
+    // bound's own search, so that its first one, always made, keeps the
+    // deadline; and the estimate's climb stops at half the time.
+    let now = Instant::now();
+    let half = deadline.saturating_duration_since(now) / 2;
+    let reserve = Cell::new(half);
+    let counted = Cell::new(false);
+    let latest = Cell::new(Duration::ZERO);
     let estimate = |p: &[f64]| {
+        let started = Instant::now();
         let (value, g) = priced.estimate(&scaled(p), stride);
+        // Counted from the first estimate, at zero prices: counted from
+        // each latest (dearer as the prices rise), the climb stopped
+        // earlier and the bound at 10 s on Kimi streaming ~20 % fell
+        // from 35-36.7 ms to 17.7.
+        let whole = started
+            .elapsed()
+            .mul_f64(WHOLE_PER_ESTIMATE * stride as f64);
+        latest.set(whole);
+        if !counted.replace(true) {
+            reserve.set((whole * 2).max(half));
+        }
         (value / TIME_UNIT, g.iter().map(|x| x / BYTE_UNIT).collect())
     };
-    // One evaluation of the whole function costs about `stride`
-    // estimates; two of them are left to the bound's own search,
-    // so that its first one, always made, keeps the deadline.
-    let now = Instant::now();
-    estimate(&vec![0.0; dims]);
-    let whole = now.elapsed().mul_f64(stride as f64);
-    let half = now + deadline.saturating_duration_since(now) / 2;
     let sampled = Ascent {
-        deadline: half.min(deadline.checked_sub(whole * 2).unwrap_or(now)),
         tolerance: tolerance.max(SAMPLED_TOLERANCE),
+        reserve: Some(&reserve),
         ..*ascent
     };
     let climbed = sampled.climb(vec![0.0; dims], None, estimate);
+    // Where two whole evaluations as the latest estimate counts them (about
+    // one: the estimate's searches are coarse) no longer fit, the climbed
+    // prices are given up for zero prices, whose one evaluation is
+    // cheaper: at 2 s a climb begun on a cheap first estimate left a
+    // whole evaluation of 1.6 s at its prices, and the plan at greedy.
+    if (climbed.evaluations == 1 && Instant::now() + reserve.get() >= deadline)
+        || Instant::now() + latest.get() * 2 >= deadline
+    {
+        return None;
+    }
     // The estimate's best prices are near the whole function's: a
     // step of an eighth of them cost five evaluations to shrink.
     let largest = climbed.center.iter().copied().fold(0.0, f64::max);
@@ -384,7 +436,7 @@ fn sampled_start(priced: &Priced, ascent: &Ascent<'_>, stride: usize) -> (Vec<f6
     } else {
         Vec::new()
     };
-    (climbed.center, radius)
+    Some((climbed.center, radius))
 }
 
 /// Each stage's solutions at the prices tried are columns of a
@@ -461,6 +513,12 @@ fn combine(capacities: &[f64], starts: &[Fractional], deadline: Instant) -> Opti
     Some(Fractional { stages })
 }
 
+/// How many coarse estimates of a stage one whole evaluation of it costs,
+/// as the estimate's climb counts it (Kimi streaming ~5 %: 2.7 at the
+/// prices of a 2-s climb; taken as 1, as before the estimate was coarse:
+/// at 1.5 or 3 the climb on DeepSeek-V3 on two cards stopped earlier and
+/// its 2-s gap rose from 0.07 % to 0.21 % and 13 %).
+const WHOLE_PER_ESTIMATE: f64 = 1.0;
 /// Stages with experts whose estimate a cold price search climbs first
 /// (`Priced::estimate`): enough for their mean to be near the whole's.
 const SAMPLED_STAGES: usize = 4;
@@ -479,6 +537,11 @@ struct Ascent<'a> {
     /// the first step aims.
     good_enough: f64,
     most: &'a [f64],
+    /// Time that must be left before the deadline for another step, as
+    /// the function being climbed last set it (its own cost, or what
+    /// must follow it): a step at Kimi scale with felt reads costs more
+    /// than a short limit's whole bound time, and was taken past it.
+    reserve: Option<&'a Cell<Duration>>,
 }
 
 /// Where an ascent ended: the best prices, their value, and the index of
@@ -487,6 +550,8 @@ struct Climbed {
     center: Vec<f64>,
     value: f64,
     best: usize,
+    /// Evaluations made, the first included.
+    evaluations: usize,
 }
 
 impl Ascent<'_> {
@@ -523,7 +588,10 @@ impl Ascent<'_> {
         let mut best = 0;
         let mut evaluations = 1;
         let mut cuts: Vec<(f64, Vec<f64>, Vec<f64>)> = vec![(center_value, g, center.clone())];
-        while Instant::now() < self.deadline && center_value < self.good_enough && dims > 0 {
+        while Instant::now() + self.reserve.map_or(Duration::ZERO, Cell::get) < self.deadline
+            && center_value < self.good_enough
+            && dims > 0
+        {
             let Some((next, predicted)) = master(&cuts, &center, &radius, most) else {
                 break;
             };
@@ -559,6 +627,7 @@ impl Ascent<'_> {
             center,
             value: center_value,
             best,
+            evaluations,
         }
     }
 }

@@ -275,7 +275,7 @@ impl<'a> Priced<'a> {
             } else {
                 1.0
             };
-            let solution = self.stage(stage, data, prices);
+            let solution = self.stage(stage, data, prices, true);
             value += weight * solution.bound;
             for (g, b) in subgradient.iter_mut().zip(&solution.shares.bytes) {
                 *g += weight * b;
@@ -297,7 +297,7 @@ impl<'a> Priced<'a> {
         let mut used = vec![0.0; self.capacities.len()];
         let mut fractional = Fractional::default();
         for (stage, data) in self.stages.iter().enumerate() {
-            let solution = self.stage(stage, data, prices);
+            let solution = self.stage(stage, data, prices, false);
             bound += solution.bound;
             for (u, b) in used.iter_mut().zip(&solution.shares.bytes) {
                 *u += b;
@@ -346,8 +346,15 @@ impl<'a> Priced<'a> {
         solution
     }
 
-    /// One stage's priced problem.
-    pub(super) fn stage(&self, stage: usize, data: &StageData, prices: &[f64]) -> StageSolution {
+    /// One stage's priced problem; `coarse`: its searches to wider
+    /// brackets (`StageProblem::coarse`).
+    pub(super) fn stage(
+        &self,
+        stage: usize,
+        data: &StageData,
+        prices: &[f64],
+        coarse: bool,
+    ) -> StageSolution {
         if !data.kv.is_empty() {
             return self.kv_stage(&data.kv, prices);
         }
@@ -363,7 +370,7 @@ impl<'a> Priced<'a> {
         let combinations = self.trunk_combinations(data, prices);
         match &data.experts {
             None => self.trunk_only(stage, &combinations),
-            Some(experts) => self.with_experts(stage, experts, &combinations, prices),
+            Some(experts) => self.with_experts(stage, experts, &combinations, prices, coarse),
         }
     }
 
@@ -421,6 +428,7 @@ impl<'a> Priced<'a> {
         experts: &Experts,
         combinations: &[TrunkLoads],
         prices: &[f64],
+        coarse: bool,
     ) -> StageSolution {
         let r = self.resources();
         let empty = TrunkLoads::empty(r);
@@ -431,6 +439,7 @@ impl<'a> Priced<'a> {
             slots: &slots,
             participation: &self.participation[participation],
             trunk,
+            coarse,
         };
         let mut heap = BinaryHeap::new();
         for (p, set) in self.participation.iter().enumerate() {

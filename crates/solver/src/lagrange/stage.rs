@@ -16,6 +16,11 @@ const GOLDEN_WIDTH: f64 = 1e-7;
 /// share (the stage value's slope in the drive seconds is below one), and
 /// each step saves a whole stage-time search.
 const DRIVE_GOLDEN_WIDTH: f64 = 1e-4;
+/// The widths of a coarse search (`StageProblem::coarse`): the estimate
+/// only steers where the bound's own search starts, and at these widths a
+/// stage costs a few times less.
+const COARSE_GOLDEN_WIDTH: f64 = 1e-4;
+const COARSE_DRIVE_GOLDEN_WIDTH: f64 = 1e-2;
 /// Most whole-count vectors a stage's bound tries.
 const WHOLE_COUNT_VECTORS: f64 = 2000.0;
 
@@ -28,6 +33,9 @@ pub(super) struct StageProblem<'a> {
     pub(super) slots: &'a [(Place, f64)],
     pub(super) participation: &'a [bool],
     pub(super) trunk: &'a TrunkLoads,
+    /// Searches to wider brackets (`COARSE_GOLDEN_WIDTH`): still a valid
+    /// bound, a looser one, for the estimate that is no bound anyway.
+    pub(super) coarse: bool,
 }
 
 /// The result of one stage search: a valid bound on `T + price(T)` (trunk
@@ -167,7 +175,12 @@ impl StageProblem<'_> {
         let first = self.search_time(0.0)?;
         let mut points = vec![(0.0, first.bound, first.value)];
         let mut best = first;
-        golden(0.0, points[0].2, DRIVE_GOLDEN_WIDTH, |d| {
+        let width = if self.coarse {
+            COARSE_DRIVE_GOLDEN_WIDTH
+        } else {
+            DRIVE_GOLDEN_WIDTH
+        };
+        golden(0.0, points[0].2, width, |d| {
             let searched = self.search_time(d)?;
             points.push((d, searched.bound, searched.value));
             let value = searched.value;
@@ -194,11 +207,16 @@ impl StageProblem<'_> {
             self.least_rows()
         };
         // Below `floor` no time is feasible; `low` is the first that is.
-        let (floor, low) = least_time(rows, |t| value(t).is_some())?;
+        let (width, bisected) = if self.coarse {
+            (COARSE_GOLDEN_WIDTH, COARSE_GOLDEN_WIDTH / 10.0)
+        } else {
+            (GOLDEN_WIDTH, 1e-9)
+        };
+        let (floor, low) = least_time_within(rows, bisected, |t| value(t).is_some())?;
         let first = value(low)?;
         let mut points = vec![(low, first, first)];
         // Every time above `first` costs more than `first` itself.
-        golden(low, first, GOLDEN_WIDTH, |t| {
+        golden(low, first, width, |t| {
             let f = value(t)?;
             points.push((t, f, f));
             Some(f)
@@ -382,6 +400,15 @@ impl StageProblem<'_> {
 /// when it is feasible) and the least found feasible; `None` when doubling
 /// finds no feasible time.
 pub(super) fn least_time(low: f64, feasible: impl Fn(f64) -> bool) -> Option<(f64, f64)> {
+    least_time_within(low, 1e-9, feasible)
+}
+
+/// `least_time`, bisected until the bracket is `width` of its end wide.
+pub(super) fn least_time_within(
+    low: f64,
+    width: f64,
+    feasible: impl Fn(f64) -> bool,
+) -> Option<(f64, f64)> {
     if feasible(low) {
         return Some((low, low));
     }
@@ -396,7 +423,7 @@ pub(super) fn least_time(low: f64, feasible: impl Fn(f64) -> bool) -> Option<(f6
             return None;
         }
     }
-    while high - below > 1e-9 * high {
+    while high - below > width * high {
         let mid = 0.5 * (below + high);
         if feasible(mid) {
             high = mid;
@@ -575,6 +602,7 @@ mod tests {
                         slots: &slots,
                         participation,
                         trunk: &trunk,
+                        coarse: false,
                     };
                     let split = problem.search_split().unwrap();
                     let whole = problem.whole_counts(&split).unwrap();
