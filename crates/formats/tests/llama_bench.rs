@@ -75,6 +75,8 @@ fn ngl_puts_the_head_and_the_last_layers_on_the_gpu_and_rules_win() {
     assert_eq!(w.gpu_layers, 2.0);
     assert_eq!(w.cpu_bytes, 25600.0);
     assert_eq!(w.crossings, 2.0);
+    // Two CPU layers x 3 expert tensors x top-2 = 12 expert matrices.
+    assert_eq!(w.cpu_matrices, 12.0);
     // GPU: two layers and the head (6800 + 256) at 1 MB/s.
     let gpu_bytes = 2.0 * (5888.0 + 3.0 * 2304.0) + 7056.0;
     assert!((w.fixed_seconds - gpu_bytes / 1e6).abs() < 1e-12);
@@ -88,6 +90,8 @@ fn ngl_puts_the_head_and_the_last_layers_on_the_gpu_and_rules_win() {
     let w = run_work(&g, &run, &[1e6]).unwrap();
     assert_eq!(w.cpu_bytes, 6912.0 + 2304.0);
     assert_eq!(w.crossings, 6.0);
+    // Layer 0's 3 expert tensors and layer 3's down, top-2 each.
+    assert_eq!(w.cpu_matrices, 8.0);
     assert_eq!(w.gpu_layers, 4.0);
     assert_eq!(w.cpu_layers, 0.0);
 }
@@ -187,6 +191,9 @@ fn an_instance_and_a_runs_flags_give_the_same_work() {
         assert_eq!(instance.gpu_layers, run.gpu_layers);
         assert_eq!(instance.cpu_layers, run.cpu_layers);
         assert_eq!(instance.crossings, run.crossings);
+        // From the flags top_k per expert tensor on the CPU; from the
+        // instance each expert's use rate times its 3 projections.
+        assert!((instance.cpu_matrices - run.cpu_matrices).abs() < 1e-9);
         assert!(
             (instance.cpu_bytes / run.cpu_bytes.max(1.0) - 1.0).abs() < 1e-9
                 || run.cpu_bytes == 0.0
@@ -198,6 +205,8 @@ fn an_instance_and_a_runs_flags_give_the_same_work() {
         of("-ngl 999 -ot exps=CPU"),
         run_work(&g, expscpu, &rate).unwrap(),
     );
+    // By hand: 48 layers x 3 expert tensors x top-8 = 1152 CPU matrices.
+    assert_eq!(run_work(&g, expscpu, &rate).unwrap().cpu_matrices, 1152.0);
     let gpuall = &runs_of(&runs, "gpuall")[0].1;
     // The card holds the whole model: `--n-cpu-moe 0` is everything on it.
     check(
