@@ -3,7 +3,8 @@
 //! CPU cost included; on the H200 machine's runs of `q` (Qwen3-30B-A3B
 //! geometry) and `g2` (24 layers, top-4 of 64, hidden 3072) the fit
 //! predicts the held-out placements of both (docs/gguf.md, "Predicting
-//! llama.cpp"); a file neither names is refused.
+//! llama.cpp"); a run of no given file, or of one of two files of its size
+//! that neither has its name, is refused.
 
 use residency_core::profile::{HardwareProfile, LlamaCppTiming};
 use residency_core::units::{BytesPerSecond, Seconds};
@@ -248,5 +249,35 @@ fn runs_of_q_alone_cannot_fit_the_matrix_cost_and_miss_g2() {
     assert!(
         g2.iter().filter(|(e, _)| *e > 0.13).count() == 3,
         "{lines:?}"
+    );
+}
+
+#[test]
+fn files_of_one_size_are_told_apart_by_the_runs_file_name_or_refused() {
+    // Two headers of q's geometry hold the same bytes: the run (of
+    // `/tmp/m.gguf`) goes to the one named `m.gguf`; without one of that
+    // name, it is refused in one line, not guessed.
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str| {
+        let path = dir.path().join(name);
+        Qwen3MoeGeometry::QWEN3_30B_A3B.gguf().write(&path);
+        GgufModel::open(&path).unwrap()
+    };
+    let (q, m, other) = (open("q.gguf"), open("m.gguf"), open("other.gguf"));
+    let size = tensor_bytes(&q);
+    let run = read_one(
+        &dir.path().join("run.json"),
+        &bench_json(size, 99, "none", 0.003),
+    );
+    let runs = [run];
+    let c = calibrate(&[q, m], &profile(), &runs, &[]).unwrap();
+    assert_eq!(c.rows[0].model, "m.gguf");
+    let q = open("q.gguf");
+    let e = calibrate(&[q, other], &profile(), &runs, &[])
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("run.json") && e.contains("model_filename") && !e.contains('\n'),
+        "{e}"
     );
 }
