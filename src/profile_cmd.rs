@@ -66,6 +66,8 @@ enum ProfileCommand {
         /// card).
         #[arg(long, value_parser = parse_size, conflicts_with = "from_log")]
         span: Option<Bytes>,
+        // `ModelArg`'s description, repeated: `--model` is given once per
+        // file here (tests/cli checks that the descriptions agree).
         /// Model description (YAML, docs/design.md §3.2), checkpoint
         /// directory (config.json and safetensors shards) or GGUF file (a
         /// split model by its first shard); its geometry and tier formats
