@@ -7,7 +7,7 @@
 //! (written atomically, after the planner's reader has read it back), else
 //! to standard output.
 
-use crate::flags::{more_help, ModelArg};
+use crate::flags::ModelArg;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use residency_core::units::{parse_size, Bytes};
@@ -45,9 +45,6 @@ enum ProfileCommand {
     /// Measure a profile's rates on this machine: CPU GEMV per NUMA node,
     /// drive bandwidth and latency (O_DIRECT), GPU GEMV, upload and sync;
     /// or take them from a Colibri log with --from-log.
-    #[command(mut_arg("model", more_help(
-        "its geometry and tier formats size the generated experts, and a log's per-token figures"
-    )))]
     Calibrate {
         /// The profile to calibrate (from `residency profile detect`).
         profile: PathBuf,
@@ -69,16 +66,25 @@ enum ProfileCommand {
         /// card).
         #[arg(long, value_parser = parse_size, conflicts_with = "from_log")]
         span: Option<Bytes>,
-        #[command(flatten)]
-        model: ModelArg,
+        // `ModelArg`'s description, repeated: `--model` is given once per
+        // file here (tests/cli checks that the descriptions agree).
+        /// Model description (YAML, docs/design.md §3.2), checkpoint
+        /// directory (config.json and safetensors shards) or GGUF file (a
+        /// split model by its first shard); its geometry and tier formats
+        /// size the generated experts, and a log's per-token figures. With
+        /// llama-bench runs, the GGUF files they ran: give --model once per
+        /// file (each run is matched to the file of its `model_size`).
+        #[arg(long = "model", value_name = "MODEL")]
+        model: Vec<PathBuf>,
         /// Take the values from this Colibri log (`[PROF] expert I/O:`,
         /// `PROFILE: expert-disk`, `[timers]`) instead of measuring.
         #[arg(long, conflicts_with = "from_llama_bench")]
         from_log: Option<PathBuf>,
         /// Fit the profile's `llama_cpp` timing to these llama-bench
-        /// `-o json` runs of --model (the GGUF file they ran) instead of
-        /// measuring: a few placements, e.g. `-ngl 99`, `-ngl 99 -ot
-        /// exps=CPU`, `-ngl 99 -ot ffn_down_exps=CPU` and `-ngl 0`.
+        /// `-o json` runs of the --model files instead of measuring: a few
+        /// placements, e.g. `-ngl 99`, `-ngl 99 -ot exps=CPU`, `-ngl 99 -ot
+        /// ffn_down_exps=CPU` and `-ngl 0`; runs of two geometries fit a
+        /// per-expert-matrix CPU cost too.
         #[arg(long, num_args = 1.., value_name = "JSON")]
         from_llama_bench: Vec<PathBuf>,
         /// llama-bench runs of --model to predict, not fit to: with
@@ -132,6 +138,16 @@ pub fn run(args: ProfileArgs) -> Result<()> {
                 }
                 return emit(&doc, out.as_deref(), &lines, &[]);
             }
+            let model = match model.as_slice() {
+                [] => ModelArg { path: None },
+                [one] => ModelArg {
+                    path: Some(one.clone()),
+                },
+                [_, second, ..] => anyhow::bail!(
+                    "--model {}: several models are for llama-bench runs only; give one --model",
+                    second.display()
+                ),
+            };
             let model = model.load()?;
             if let Some(log) = from_log {
                 let c = calibrate_from_log(doc, &log, model.as_ref())?;
@@ -161,23 +177,27 @@ pub fn run(args: ProfileArgs) -> Result<()> {
 }
 
 /// The profile with its `llama_cpp` timing fitted to the `fit` runs of the
-/// GGUF `model`, and the lines saying what was fitted and how each run
+/// GGUF `models`, and the lines saying what was fitted and how each run
 /// (the `check` runs too) is predicted.
 fn from_llama_bench_runs(
     mut doc: ProfileDoc,
-    model: &ModelArg,
+    models: &[PathBuf],
     fit: &[PathBuf],
     check: &[PathBuf],
 ) -> Result<(ProfileDoc, Vec<String>)> {
-    let Some(path) = model.path.as_deref().filter(|p| gguf::is_gguf(p)) else {
-        let given = model.path.as_deref().map_or("no --model".to_string(), |p| {
+    let not_gguf = models.iter().find(|p| !gguf::is_gguf(p));
+    if models.is_empty() || not_gguf.is_some() {
+        let given = not_gguf.map_or("no --model".to_string(), |p| {
             format!("--model {}", p.display())
         });
         anyhow::bail!(
             "{given}: llama-bench runs need --model FILE.gguf, the model file they ran: they name its tensors"
         );
-    };
-    let gguf = GgufModel::open(path)?;
+    }
+    let ggufs = models
+        .iter()
+        .map(|p| GgufModel::open(p))
+        .collect::<Result<Vec<_>, _>>()?;
     let read = |files: &[PathBuf]| -> Result<Vec<(String, BenchRun)>> {
         let mut runs = Vec::new();
         for file in files {
@@ -187,13 +207,15 @@ fn from_llama_bench_runs(
         }
         Ok(runs)
     };
-    let c = calibrate(&gguf, &doc.profile, &read(fit)?, &read(check)?)?;
+    let c = calibrate(&ggufs, &doc.profile, &read(fit)?, &read(check)?)?;
     let mut timing = c.fit.timing.clone();
     timing.cpu_bandwidth = round_rate(timing.cpu_bandwidth.0);
     for t in [
         &mut timing.gpu_layer_overhead,
         &mut timing.cpu_layer_overhead,
         &mut timing.crossing_overhead,
+        &mut timing.cpu_matrix_overhead,
+        &mut timing.token_overhead,
     ] {
         if t.0 > 0.0 {
             *t = round_time(t.0);
@@ -220,14 +242,20 @@ fn from_llama_bench_runs(
             ),
         );
     }
-    let lines = calibration_lines(&c, fitted_runs, fit.is_empty());
+    let lines = calibration_lines(&c, fitted_runs, fit.is_empty(), ggufs.len() > 1);
     doc.profile.llama_cpp = Some(timing);
     Ok((doc, lines))
 }
 
 /// What `calibrate` fitted (or that it only checked), then one line per
-/// placement: its runs, the median and range measured, the prediction.
-fn calibration_lines(c: &Calibration, fitted_runs: usize, checking_only: bool) -> Vec<String> {
+/// placement (after its model's file name when there are several): its
+/// runs, the median and range measured, the prediction.
+fn calibration_lines(
+    c: &Calibration,
+    fitted_runs: usize,
+    checking_only: bool,
+    several_models: bool,
+) -> Vec<String> {
     let kept = match c.fit.kept.as_slice() {
         [] => "none".to_string(),
         kept => join_keys(kept),
@@ -247,10 +275,16 @@ fn calibration_lines(c: &Calibration, fitted_runs: usize, checking_only: bool) -
         ),
     ];
     for r in &c.rows {
-        let flags = if r.flags.len() > 44 {
-            format!("{}...", &r.flags[..41])
+        let flags = if several_models {
+            format!("{}: {}", r.model, r.flags)
         } else {
             r.flags.clone()
+        };
+        // By characters: a file name may be of any script.
+        let flags = if flags.chars().count() > 44 {
+            format!("{}...", flags.chars().take(41).collect::<String>())
+        } else {
+            flags
         };
         let tok_s = |s: f64| 1.0 / s;
         let (fastest, slowest) = r

@@ -318,8 +318,12 @@ fn from_llama_bench_fits_a_timing_that_plan_prices_llama_cpp_with() {
     let o = run_ok(&args);
     let text = stdout(&o);
     // Four placements that differ in GPU layers, CPU bytes, crossings and
-    // CPU layers determine all four terms.
-    assert!(text.contains("kept from the profile: none"), "{text}");
+    // CPU layers determine those four terms; runs of one file cannot tell
+    // the per-matrix and per-token costs apart.
+    assert!(
+        text.contains("kept from the profile: cpu_matrix_overhead, token_overhead"),
+        "{text}"
+    );
     assert!(
         text.contains("-ngl 99 -ncmoe 24") && !text.contains("-ncmoe 24 (fit)"),
         "{text}"
@@ -359,4 +363,76 @@ fn from_llama_bench_fits_a_timing_that_plan_prices_llama_cpp_with() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn from_llama_bench_fits_runs_of_two_files_and_refuses_a_run_of_neither() {
+    // The H200 runs of `q` (Qwen3-30B-A3B geometry) and `g2` (24 layers,
+    // top-4 of 64), against the headers of both files: each run is matched
+    // to its file by `model_size`, and two geometries fit every term.
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("q.gguf");
+    let g2 = dir.path().join("g2.gguf");
+    residency_testkit::gguf::Qwen3MoeGeometry::QWEN3_30B_A3B
+        .gguf()
+        .write(&q);
+    residency_testkit::gguf::Qwen3MoeGeometry::G2
+        .gguf()
+        .write(&g2);
+    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/device/llama-bench-h200");
+    let json = |name: &str| runs.join(format!("{name}.json")).display().to_string();
+    // Every round of each placement (one round of g2 leaves the per-matrix
+    // cost to noise: it fits below zero and keeps the prior).
+    let mut fit = Vec::new();
+    for (placement, rounds) in [
+        ("gpuall", "acdef"),
+        ("expscpu", "acdef"),
+        ("downcpu", "acdef"),
+        ("ngl0", "acdef"),
+        ("g2_gpuall", "cd"),
+        ("g2_expscpu", "cd"),
+    ] {
+        fit.extend(rounds.chars().map(|r| json(&format!("{placement}_{r}"))));
+    }
+    let check = json("g2_ncmoe12_c");
+    let out = dir.path().join("box.yaml");
+    let mut args = vec!["profile", "calibrate", "profiles/hardware/h200-node.yaml"];
+    args.extend(["--model", s(&q), "--model", s(&g2), "--from-llama-bench"]);
+    args.extend(fit.iter().map(String::as_str));
+    args.extend(["--check", &check, "--out", s(&out)]);
+    let o = run_ok(&args);
+    let text = stdout(&o);
+    assert!(text.contains("kept from the profile: none"), "{text}");
+    assert!(text.contains("g2.gguf: -ngl 99 -ncmoe 12"), "{text}");
+    let profile = HardwareProfile::from_yaml_file(&out).unwrap();
+    let timing = profile.llama_cpp.expect("a llama_cpp section");
+    assert!(timing.cpu_matrix_overhead.0 > 0.0, "{timing:?}");
+
+    // A run of neither file: one line naming it, no profile written.
+    let out = dir.path().join("none.yaml");
+    let mut args = vec!["profile", "calibrate", "profiles/hardware/h200-node.yaml"];
+    let g2_run = json("g2_gpuall_c");
+    args.extend(["--model", s(&q), "--from-llama-bench", &fit[0], &g2_run]);
+    args.extend(["--out", s(&out)]);
+    let line = one_error_line(&args, &out);
+    assert!(
+        line.contains("g2_gpuall_c.json") && line.contains("model_size"),
+        "{line}"
+    );
+    // Several models without llama-bench runs: refused, not guessed.
+    let args = [
+        "profile",
+        "calibrate",
+        "profiles/hardware/h200-node.yaml",
+        "--model",
+        s(&q),
+        "--model",
+        s(&g2),
+        "--from-log",
+        "none.log",
+        "--out",
+        s(&out),
+    ];
+    let line = one_error_line(&args, &out);
+    assert!(line.contains("give one --model"), "{line}");
 }

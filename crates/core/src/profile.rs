@@ -108,6 +108,13 @@ pub struct LlamaCppTiming {
     /// Per change of device along a token's graph: the activations copied
     /// and one synchronisation.
     pub crossing_overhead: Seconds,
+    /// Per routed-expert matrix the CPU multiplies per token (top_k per
+    /// expert tensor of a layer): at the same bytes, a geometry of more,
+    /// smaller expert matrices runs slower on the CPU. Absent (0) in
+    /// profiles fitted to runs of one file, which cannot tell it from the
+    /// per-byte rate.
+    #[serde(default)]
+    pub cpu_matrix_overhead: Seconds,
     /// Per token, whatever the placement.
     #[serde(default)]
     pub token_overhead: Seconds,
@@ -198,6 +205,7 @@ impl HardwareProfile {
             ("gpu_layer_overhead", t.gpu_layer_overhead),
             ("cpu_layer_overhead", t.cpu_layer_overhead),
             ("crossing_overhead", t.crossing_overhead),
+            ("cpu_matrix_overhead", t.cpu_matrix_overhead),
             ("token_overhead", t.token_overhead),
         ];
         for (key, time) in overheads {

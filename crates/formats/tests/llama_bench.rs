@@ -11,6 +11,7 @@ use residency_core::profile::HardwareProfile;
 use residency_formats::export::baselines::llama_cpp_strategies;
 use residency_formats::gguf::{self, GgufModel};
 use residency_formats::llama_bench::calibrate::{calibrate, run_work, Calibration};
+use residency_formats::llama_bench::fit::Term;
 use residency_formats::llama_bench::graph::{instance_work, Work};
 use residency_formats::llama_bench::runs::{read_runs, BenchRun};
 use residency_testkit::gguf::{qwen3moe_sized, Qwen3MoeGeometry};
@@ -74,6 +75,8 @@ fn ngl_puts_the_head_and_the_last_layers_on_the_gpu_and_rules_win() {
     assert_eq!(w.gpu_layers, 2.0);
     assert_eq!(w.cpu_bytes, 25600.0);
     assert_eq!(w.crossings, 2.0);
+    // Two CPU layers x 3 expert tensors x top-2 = 12 expert matrices.
+    assert_eq!(w.cpu_matrices, 12.0);
     // GPU: two layers and the head (6800 + 256) at 1 MB/s.
     let gpu_bytes = 2.0 * (5888.0 + 3.0 * 2304.0) + 7056.0;
     assert!((w.fixed_seconds - gpu_bytes / 1e6).abs() < 1e-12);
@@ -87,6 +90,8 @@ fn ngl_puts_the_head_and_the_last_layers_on_the_gpu_and_rules_win() {
     let w = run_work(&g, &run, &[1e6]).unwrap();
     assert_eq!(w.cpu_bytes, 6912.0 + 2304.0);
     assert_eq!(w.crossings, 6.0);
+    // Layer 0's 3 expert tensors and layer 3's down, top-2 each.
+    assert_eq!(w.cpu_matrices, 8.0);
     assert_eq!(w.gpu_layers, 4.0);
     assert_eq!(w.cpu_layers, 0.0);
 }
@@ -118,7 +123,7 @@ fn a_run_of_another_file_or_with_bad_rules_is_refused_by_name() {
     let a = run_from(dir.path(), "a", &bench_json(size, 99, 0, "none", 4, 1000));
     let b = run_from(dir.path(), "b", &bench_json(size, 0, 0, "none", 8, 9000));
     let runs = [("a".to_string(), a), ("b".to_string(), b)];
-    let e = calibrate(&g, &profile(), &runs, &[])
+    let e = calibrate(std::slice::from_ref(&g), &profile(), &runs, &[])
         .unwrap_err()
         .to_string();
     assert!(e.contains("n_threads"), "{e}");
@@ -186,6 +191,9 @@ fn an_instance_and_a_runs_flags_give_the_same_work() {
         assert_eq!(instance.gpu_layers, run.gpu_layers);
         assert_eq!(instance.cpu_layers, run.cpu_layers);
         assert_eq!(instance.crossings, run.crossings);
+        // From the flags top_k per expert tensor on the CPU; from the
+        // instance each expert's use rate times its 3 projections.
+        assert!((instance.cpu_matrices - run.cpu_matrices).abs() < 1e-9);
         assert!(
             (instance.cpu_bytes / run.cpu_bytes.max(1.0) - 1.0).abs() < 1e-9
                 || run.cpu_bytes == 0.0
@@ -197,6 +205,8 @@ fn an_instance_and_a_runs_flags_give_the_same_work() {
         of("-ngl 999 -ot exps=CPU"),
         run_work(&g, expscpu, &rate).unwrap(),
     );
+    // By hand: 48 layers x 3 expert tensors x top-8 = 1152 CPU matrices.
+    assert_eq!(run_work(&g, expscpu, &rate).unwrap().cpu_matrices, 1152.0);
     let gpuall = &runs_of(&runs, "gpuall")[0].1;
     // The card holds the whole model: `--n-cpu-moe 0` is everything on it.
     check(
@@ -244,8 +254,10 @@ fn four_placements_on_the_h200_predict_the_others_of_the_model() {
     .flat_map(|p| runs_of(&runs, p))
     .collect();
     let prior: HardwareProfile = profile();
-    let c = calibrate(&g, &prior, &fit, &check).unwrap();
-    assert_eq!(c.fit.kept, vec![]);
+    let c = calibrate(std::slice::from_ref(&g), &prior, &fit, &check).unwrap();
+    // Runs of one file cannot tell the per-matrix and per-token costs
+    // from the others (llama_bench_geometries.rs fits them on two files).
+    assert_eq!(c.fit.kept, vec![Term::CpuMatrix, Term::Token]);
     for (flags, in_fit, e) in errors(&c) {
         let bound = if flags.contains("gate|up") {
             0.101

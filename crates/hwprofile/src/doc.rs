@@ -263,6 +263,7 @@ fn llama_cpp_fields(t: &LlamaCppTiming) -> Vec<(&'static str, String)> {
         gpu_layer_overhead,
         cpu_layer_overhead,
         crossing_overhead,
+        cpu_matrix_overhead,
         token_overhead,
     } = t;
     let mut f: Vec<(&'static str, String)> = source.iter().map(|s| ("source", quoted(s))).collect();
@@ -271,8 +272,14 @@ fn llama_cpp_fields(t: &LlamaCppTiming) -> Vec<(&'static str, String)> {
         ("gpu_layer_overhead", time_text(*gpu_layer_overhead)),
         ("cpu_layer_overhead", time_text(*cpu_layer_overhead)),
         ("crossing_overhead", time_text(*crossing_overhead)),
-        ("token_overhead", time_text(*token_overhead)),
     ]);
+    // Written once fitted: a profile fitted to runs of one file reads as
+    // before.
+    f.extend(
+        (cpu_matrix_overhead.0 > 0.0)
+            .then(|| ("cpu_matrix_overhead", time_text(*cpu_matrix_overhead))),
+    );
+    f.push(("token_overhead", time_text(*token_overhead)));
     f
 }
 

@@ -238,6 +238,22 @@ impl Qwen3MoeGeometry {
         vocab: 151936,
     };
 
+    /// `g2` of docs/device/llama-bench-h200/README.md: `gen_gguf.py
+    /// --layers 24 --experts 64 --top-k 4 --hidden 3072 --expert-ffn 1024
+    /// --heads 24 --kv-heads 4`, the head size and vocabulary the
+    /// generator's defaults (its `--ffn` sizes no tensor of qwen3moe).
+    pub const G2: Qwen3MoeGeometry = Qwen3MoeGeometry {
+        layers: 24,
+        experts: 64,
+        top_k: 4,
+        hidden: 3072,
+        expert_ffn: 1024,
+        heads: 24,
+        kv_heads: 4,
+        head_dim: 128,
+        vocab: 151936,
+    };
+
     /// The header of the generator's file: its tensors, names, types and
     /// metadata; the data is a hole.
     pub fn gguf(self) -> Gguf {

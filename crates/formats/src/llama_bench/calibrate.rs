@@ -1,7 +1,8 @@
 //! `profile calibrate --from-llama-bench`: where each of a GGUF's tensors
 //! was in a llama-bench run (llama.cpp's own rules, below), the run's
 //! `Work`, and the timing fitted to the runs, with every run predicted
-//! beside its measurement (those kept out of the fit too).
+//! beside its measurement (those kept out of the fit too). Runs may be of
+//! several GGUF files: each is matched to the file of its `model_size`.
 //!
 //! llama.cpp's placement of tensor T of layer `il` (src/llama-model.cpp,
 //! upstream 7d56da7): the first override rule whose pattern
@@ -22,6 +23,7 @@ use residency_core::error::PlannerError;
 use residency_core::profile::{HardwareProfile, LlamaCppTiming};
 use residency_core::stats::median_mean_of_middle;
 use residency_core::units::Seconds;
+use std::path::Path;
 
 /// One placement (the runs with the same flags), measured and predicted
 /// by the fitted timing.
@@ -29,6 +31,8 @@ use residency_core::units::Seconds;
 pub struct Row {
     /// The first run's label.
     pub label: String,
+    /// The file name of the GGUF the runs ran.
+    pub model: String,
     pub flags: String,
     /// Seconds per token of each run, in the order given.
     pub measured_seconds: Vec<f64>,
@@ -49,14 +53,14 @@ pub struct Calibration {
     pub rows: Vec<Row>,
 }
 
-/// Fits the timing to `fit_runs` of `gguf` on the machine of `profile`
+/// Fits the timing to `fit_runs` of `models` on the machine of `profile`
 /// (its GPUs' weight rates; its `llama_cpp` section, else its CPU and sync
 /// rates, as the prior of what the runs cannot determine), and predicts
 /// `fit_runs` and `check_runs`; without `fit_runs`, predicts `check_runs`
 /// by the profile's own timing. Each run comes with its label; at least
-/// one run is given.
+/// one run and one model are given.
 pub fn calibrate(
-    gguf: &GgufModel,
+    models: &[GgufModel],
     profile: &HardwareProfile,
     fit_runs: &[(String, BenchRun)],
     check_runs: &[(String, BenchRun)],
@@ -66,7 +70,10 @@ pub fn calibrate(
     let gpu_rates: Vec<f64> = profile.gpus.iter().map(|g| g.gemv_bandwidth.0).collect();
     let measured = |runs: &[(String, BenchRun)]| -> Result<Vec<(Work, f64)>, PlannerError> {
         runs.iter()
-            .map(|(_, r)| Ok((run_work(gguf, r, &gpu_rates)?, r.token_seconds())))
+            .map(|(_, r)| {
+                let gguf = model_of(models, r)?;
+                Ok((run_work(gguf, r, &gpu_rates)?, r.token_seconds()))
+            })
             .collect()
     };
     let fitting = measured(fit_runs)?;
@@ -75,10 +82,16 @@ pub fn calibrate(
         Some((_, first)) => {
             let mut fit = fit(&fitting, &prior(profile));
             let t = &first.test;
+            let mut files: Vec<&str> = fit_runs
+                .iter()
+                .map(|(_, r)| r.test.model_filename.as_str())
+                .collect();
+            files.sort_unstable();
+            files.dedup();
             fit.timing.source = Some(format!(
                 "profile calibrate --from-llama-bench: {} run(s) of {} (llama-bench build {}, {}, -t {threads})",
                 fit_runs.len(),
-                t.model_filename,
+                files.join(", "),
                 t.build_commit,
                 t.gpu_info
             ));
@@ -104,13 +117,15 @@ pub fn calibrate(
         .chain(check_runs.iter().zip(&checking).map(|(r, m)| (r, m, false)));
     for ((label, run), (work, seconds), in_fit) in measured_runs {
         let flags = run.flags();
+        let model = model_name(model_of(models, run)?);
         match rows
             .iter_mut()
-            .find(|r| r.flags == flags && r.in_fit == in_fit)
+            .find(|r| r.flags == flags && r.model == model && r.in_fit == in_fit)
         {
             Some(row) => row.measured_seconds.push(*seconds),
             None => rows.push(Row {
                 label: label.clone(),
+                model,
                 flags,
                 measured_seconds: vec![*seconds],
                 predicted_seconds: work.seconds(&fit.timing),
@@ -119,6 +134,57 @@ pub fn calibrate(
         }
     }
     Ok(Calibration { fit, rows })
+}
+
+fn model_name(gguf: &GgufModel) -> String {
+    gguf.path()
+        .file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+fn tensor_bytes(gguf: &GgufModel) -> u64 {
+    gguf.tensors().map(|t| t.bytes).sum()
+}
+
+/// The model `run` ran: the one whose tensors sum to the run's
+/// `model_size` (what llama-bench writes; its `model_filename` is a path on
+/// the machine that ran it), and of those the one of the run's file name.
+fn model_of<'a>(models: &'a [GgufModel], run: &BenchRun) -> Result<&'a GgufModel, PlannerError> {
+    let size = run.test.model_size;
+    let sized: Vec<&GgufModel> = models.iter().filter(|m| tensor_bytes(m) == size).collect();
+    let ran = Path::new(&run.test.model_filename).file_name();
+    match sized.as_slice() {
+        [one] => Ok(one),
+        // One model: `run_work` says the run is of another file.
+        [] if models.len() == 1 => Ok(&models[0]),
+        [] => {
+            let given: Vec<String> = models
+                .iter()
+                .map(|m| format!("{} {} bytes", model_name(m), tensor_bytes(m)))
+                .collect();
+            Err(run.bad(
+                "model_size",
+                format!(
+                    "is {size} bytes, but no --model holds that many bytes of tensors ({}): the run is of another model (`{}`); give --model the GGUF file it used too",
+                    given.join(", "),
+                    run.test.model_filename
+                ),
+            ))
+        }
+        several => several
+            .iter()
+            .find(|m| m.path().file_name() == ran)
+            .copied()
+            .ok_or_else(|| {
+                run.bad(
+                    "model_filename",
+                    format!(
+                        "is `{}`, and several --model files hold its {size} bytes, none of that name: give --model files of distinct sizes, or one named as the run's",
+                        run.test.model_filename
+                    ),
+                )
+            }),
+    }
 }
 
 /// What the runs cannot tell: the profile's own llama.cpp timing, else the
@@ -134,6 +200,7 @@ fn prior(profile: &HardwareProfile) -> LlamaCppTiming {
             .gpus
             .first()
             .map_or(Seconds(0.0), |g| g.sync_overhead),
+        cpu_matrix_overhead: Seconds(0.0),
         token_overhead: profile.fixed_token_seconds,
     })
 }
@@ -181,7 +248,7 @@ pub fn run_work(
     run: &BenchRun,
     gpu_bytes_per_s: &[f64],
 ) -> Result<Work, PlannerError> {
-    let file_bytes: u64 = gguf.tensors().map(|t| t.bytes).sum();
+    let file_bytes = tensor_bytes(gguf);
     if run.test.model_size != file_bytes {
         return Err(run.bad(
             "model_size",
@@ -211,7 +278,7 @@ pub fn run_work(
             Device::Cpu
         }
     };
-    // (layer order, group, device, active bytes) per tensor.
+    // (layer order, group, device, active bytes, expert matrices) per tensor.
     let mut placed = Vec::new();
     for t in gguf.tensors() {
         let Some((layer, family)) = classify(&t.name) else {
@@ -242,30 +309,35 @@ pub fn run_work(
                 ));
             }
         }
-        let bytes = if family == Family::RoutedExperts {
+        // A routed expert tensor: top_k of its matrices per token.
+        let (bytes, matrices) = if family == Family::RoutedExperts {
             let experts = t.dims.last().copied().unwrap_or(1).max(1) as f64;
-            t.bytes as f64 * top_k / experts
+            (t.bytes as f64 * top_k / experts, top_k)
         } else {
-            t.bytes as f64
+            (t.bytes as f64, 0.0)
         };
-        placed.push((il, group(family, &t.name), device, bytes));
+        placed.push((il, group(family, &t.name), device, bytes, matrices));
     }
     Ok(Work::of(&graph_steps(placed, n_layer), gpu_bytes_per_s))
 }
 
-/// Steps in graph order from `(layer, group, device, bytes)` per tensor:
-/// tensors of one group on one device are one step; the first step of a
-/// transformer layer (below `n_layer`; the head is `n_layer`) starts it.
-fn graph_steps(mut placed: Vec<(i64, u8, Device, f64)>, n_layer: i64) -> Vec<Step> {
-    placed.sort_by_key(|&(il, g, _, _)| (il, g));
+/// Steps in graph order from `(layer, group, device, bytes, matrices)` per
+/// tensor: tensors of one group on one device are one step; the first step
+/// of a transformer layer (below `n_layer`; the head is `n_layer`) starts it.
+fn graph_steps(mut placed: Vec<(i64, u8, Device, f64, f64)>, n_layer: i64) -> Vec<Step> {
+    placed.sort_by_key(|&(il, g, _, _, _)| (il, g));
     let mut steps: Vec<Step> = Vec::new();
     let mut last: Option<(i64, u8, Device)> = None;
-    for (il, g, device, bytes) in placed {
+    for (il, g, device, bytes, matrices) in placed {
         match steps.last_mut() {
-            Some(step) if last == Some((il, g, device)) => step.bytes += bytes,
+            Some(step) if last == Some((il, g, device)) => {
+                step.bytes += bytes;
+                step.matrices += matrices;
+            }
             _ => steps.push(Step {
                 device,
                 bytes,
+                matrices,
                 starts_layer: il < n_layer && last.is_none_or(|(l, _, _)| l != il),
             }),
         }

@@ -9,9 +9,13 @@
 //! fitted value below zero is not physical: that term keeps its prior and
 //! the rest are fitted again.
 //!
-//! `token_overhead` is never fitted: runs of one model file always sum to
-//! the same number of layers, so a per-token constant and the per-layer
-//! costs cannot be told apart; it stays the prior's.
+//! Runs of one model file cannot tell the last two terms apart: their CPU
+//! expert matrices are a fixed number per expert byte (every expert tensor
+//! of a file has the same shape), so the matrix count differs from the CPU
+//! bytes only by the attention and head bytes of CPU layers, which the
+//! per-layer and per-byte terms already take; and their layers always sum
+//! to the file's, so a per-token constant is a combination of the
+//! per-layer costs. Runs of files of two geometries tell both apart.
 
 use super::graph::Work;
 use residency_core::profile::LlamaCppTiming;
@@ -24,14 +28,18 @@ pub enum Term {
     CpuBandwidth,
     Crossing,
     CpuLayer,
+    CpuMatrix,
+    Token,
 }
 
 impl Term {
-    pub const ORDER: [Term; 4] = [
+    pub const ORDER: [Term; 6] = [
         Term::GpuLayer,
         Term::CpuBandwidth,
         Term::Crossing,
         Term::CpuLayer,
+        Term::CpuMatrix,
+        Term::Token,
     ];
 
     /// The profile's key for the term.
@@ -41,6 +49,8 @@ impl Term {
             Term::CpuBandwidth => "cpu_bandwidth",
             Term::Crossing => "crossing_overhead",
             Term::CpuLayer => "cpu_layer_overhead",
+            Term::CpuMatrix => "cpu_matrix_overhead",
+            Term::Token => "token_overhead",
         }
     }
 
@@ -51,6 +61,8 @@ impl Term {
             Term::CpuBandwidth => work.cpu_bytes,
             Term::Crossing => work.crossings,
             Term::CpuLayer => work.cpu_layers,
+            Term::CpuMatrix => work.cpu_matrices,
+            Term::Token => 1.0,
         }
     }
 
@@ -61,6 +73,8 @@ impl Term {
             Term::CpuBandwidth => 1.0 / t.cpu_bandwidth.0,
             Term::Crossing => t.crossing_overhead.0,
             Term::CpuLayer => t.cpu_layer_overhead.0,
+            Term::CpuMatrix => t.cpu_matrix_overhead.0,
+            Term::Token => t.token_overhead.0,
         }
     }
 
@@ -70,6 +84,8 @@ impl Term {
             Term::CpuBandwidth => t.cpu_bandwidth = BytesPerSecond(1.0 / seconds_per_unit),
             Term::Crossing => t.crossing_overhead = Seconds(seconds_per_unit),
             Term::CpuLayer => t.cpu_layer_overhead = Seconds(seconds_per_unit),
+            Term::CpuMatrix => t.cpu_matrix_overhead = Seconds(seconds_per_unit),
+            Term::Token => t.token_overhead = Seconds(seconds_per_unit),
         }
     }
 }
@@ -166,7 +182,7 @@ fn solve(runs: &[(Work, f64)], prior: &LlamaCppTiming, terms: &[Term]) -> Vec<f6
                 .filter(|term| !terms.contains(term))
                 .map(|term| term.amount(w) * term.seconds_per_unit(prior))
                 .sum();
-            (t - known - w.fixed_seconds - prior.token_overhead.0) / t
+            (t - known - w.fixed_seconds) / t
         })
         .collect();
     let n = terms.len();

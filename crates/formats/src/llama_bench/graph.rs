@@ -29,6 +29,8 @@ pub struct Step {
     pub device: Device,
     /// Weight bytes read per token.
     pub bytes: f64,
+    /// Routed-expert matrices multiplied per token (see `Work::cpu_matrices`).
+    pub matrices: f64,
     /// The first step of a transformer layer (its attention): the layer's
     /// overhead is charged to this step's device.
     pub starts_layer: bool,
@@ -41,6 +43,15 @@ pub struct Work {
     pub cpu_layers: f64,
     pub crossings: f64,
     pub cpu_bytes: f64,
+    /// Routed-expert matrices the CPU multiplies per token: top_k per expert
+    /// tensor (gate, up, down) of a layer on the CPU. Counted per expert,
+    /// not per tensor (llama.cpp's one `mul_mat_id` per tensor): a layer has
+    /// three expert tensors in every geometry, so a per-tensor cost is the
+    /// same per layer in `q` and `g2` and cannot see why `g2`'s CPU layers
+    /// run faster at the same bytes per layer; `mul_mat_id` walks its
+    /// top_k experts one matrix at a time (a GEMV each, its threads
+    /// synchronised per expert), and `g2` has half as many per layer.
+    pub cpu_matrices: f64,
     /// Seconds no term is fitted for: the GPUs' weights at their
     /// `gemv_bandwidth`, reads from a drive.
     pub fixed_seconds: f64,
@@ -60,6 +71,7 @@ impl Work {
             match step.device {
                 Device::Cpu => {
                     work.cpu_bytes += step.bytes;
+                    work.cpu_matrices += step.matrices;
                     work.cpu_layers += f64::from(u8::from(step.starts_layer));
                 }
                 Device::Gpu(g) => {
@@ -81,6 +93,7 @@ impl Work {
             + self.cpu_layers * timing.cpu_layer_overhead.0
             + self.crossings * timing.crossing_overhead.0
             + self.cpu_bytes / timing.cpu_bandwidth.0
+            + self.cpu_matrices * timing.cpu_matrix_overhead.0
             + self.fixed_seconds
     }
 }
@@ -116,7 +129,8 @@ pub fn instance_work(inst: &Instance, placement: &[usize]) -> Work {
         .chain(by_layer.iter().filter(|(l, _)| l.is_none()));
     for (layer, objects) in ordered {
         let first = steps.len();
-        let mut experts: BTreeMap<Device, f64> = BTreeMap::new();
+        // (bytes, matrices) of the layer's experts per device.
+        let mut experts: BTreeMap<Device, (f64, f64)> = BTreeMap::new();
         for &o in objects {
             let object = &inst.objects[o];
             let place = inst.places[placement[o]];
@@ -133,24 +147,32 @@ pub fn instance_work(inst: &Instance, placement: &[usize]) -> Work {
             };
             let bytes = object.use_rate * bytes as f64;
             if object.is_expert() {
-                *experts.entry(device).or_default() += bytes;
+                let e = experts.entry(device).or_default();
+                e.0 += bytes;
+                e.1 += object.use_rate * object.gemvs();
             } else {
                 steps.push(Step {
                     device,
                     bytes,
+                    matrices: 0.0,
                     starts_layer: false,
                 });
             }
         }
         // A layer's experts on a GPU before those on the CPU: with one
         // buffer per layer (what llama.cpp holds) the order is moot.
-        let mut expert_steps: Vec<(Device, f64)> = experts.into_iter().collect();
+        let mut expert_steps: Vec<(Device, (f64, f64))> = experts.into_iter().collect();
         expert_steps.sort_by_key(|(d, _)| matches!(d, Device::Cpu));
-        steps.extend(expert_steps.into_iter().map(|(device, bytes)| Step {
-            device,
-            bytes,
-            starts_layer: false,
-        }));
+        steps.extend(
+            expert_steps
+                .into_iter()
+                .map(|(device, (bytes, matrices))| Step {
+                    device,
+                    bytes,
+                    matrices,
+                    starts_layer: false,
+                }),
+        );
         if layer.is_some() && steps.len() > first {
             steps[first].starts_layer = true;
         }

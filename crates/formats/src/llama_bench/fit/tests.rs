@@ -10,6 +10,7 @@ fn timing(cpu: f64, gpu_layer: f64, cpu_layer: f64, crossing: f64) -> LlamaCppTi
         gpu_layer_overhead: Seconds(gpu_layer),
         cpu_layer_overhead: Seconds(cpu_layer),
         crossing_overhead: Seconds(crossing),
+        cpu_matrix_overhead: Seconds(0.0),
         token_overhead: Seconds(0.0),
     }
 }
@@ -20,6 +21,7 @@ fn work(gpu_layers: f64, cpu_layers: f64, crossings: f64, cpu_bytes: f64) -> Wor
         cpu_layers,
         crossings,
         cpu_bytes,
+        cpu_matrices: 0.0,
         fixed_seconds: 1e-3,
     }
 }
@@ -49,8 +51,10 @@ fn runs_made_by_a_timing_give_it_back() {
         .map(|w| (w, w.seconds(&truth)))
         .collect();
     let f = fit(&runs, &timing(20e9, 0.0, 0.0, 7e-6));
-    assert_eq!(f.fitted, Term::ORDER.to_vec());
-    assert!(f.kept.is_empty());
+    // Every run has 48 layers and no CPU matrix: the per-token and
+    // per-matrix costs are not told apart.
+    assert_eq!(f.fitted, Term::ORDER[..4].to_vec());
+    assert_eq!(f.kept, vec![Term::CpuMatrix, Term::Token]);
     assert!(close(f.timing.cpu_bandwidth.0, 50e9));
     assert!(close(f.timing.gpu_layer_overhead.0, 55e-6));
     assert!(close(f.timing.cpu_layer_overhead.0, 180e-6));
@@ -72,7 +76,10 @@ fn what_every_run_has_alike_keeps_the_prior() {
     let prior = timing(20e9, 0.0, 99e-6, 7e-6);
     let f = fit(&runs, &prior);
     assert_eq!(f.fitted, vec![Term::GpuLayer, Term::CpuBandwidth]);
-    assert_eq!(f.kept, vec![Term::Crossing, Term::CpuLayer]);
+    assert_eq!(
+        f.kept,
+        vec![Term::Crossing, Term::CpuLayer, Term::CpuMatrix, Term::Token]
+    );
     assert!(close(f.timing.gpu_layer_overhead.0, 60e-6));
     assert!(close(f.timing.cpu_bandwidth.0, 40e9));
     assert_eq!(f.timing.cpu_layer_overhead, prior.cpu_layer_overhead);
