@@ -15,19 +15,10 @@ use residency_formats::llama_bench::fit::Term;
 use residency_formats::llama_bench::graph::{instance_work, Work};
 use residency_formats::llama_bench::runs::{read_runs, BenchRun};
 use residency_testkit::gguf::{qwen3moe_sized, Qwen3MoeGeometry};
+
+mod llama_bench_support;
+use llama_bench_support::{h200_runs_dir, profile, read_one, runs_of};
 use std::path::{Path, PathBuf};
-
-const PROFILE: &str = r#"
-name: h200-like
-numa:
-  - { id: 0, ram: 128 GiB, cores: 16, gemv_bandwidth: 20 GB/s }
-gpus:
-  - { id: 0, name: card, vram: 141 GB, numa: 0, gemv_bandwidth: 4 TB/s, upload_bandwidth: 50 GB/s, sync_overhead: 7 us }
-"#;
-
-fn profile() -> HardwareProfile {
-    HardwareProfile::from_yaml_str(PROFILE, Path::new("profile.yaml")).unwrap()
-}
 
 /// One llama-bench test as its `-o json` writes it, with the fields the
 /// timing reads.
@@ -42,9 +33,7 @@ fn bench_json(model_size: u64, ngl: i64, ncmoe: i64, ot: &str, threads: u32, ns:
 }
 
 fn run_from(dir: &Path, name: &str, json: &str) -> BenchRun {
-    let path = dir.join(format!("{name}.json"));
-    std::fs::write(&path, json).unwrap();
-    read_runs(&path).unwrap().remove(0)
+    read_one(&dir.join(format!("{name}.json")), json).1
 }
 
 /// A 4-layer qwen3moe file: per layer a Q8_0 attn_q of 64 x 64 (4352
@@ -142,31 +131,7 @@ fn a_run_of_another_file_or_with_bad_rules_is_refused_by_name() {
 fn h200_runs(dir: &Path) -> (GgufModel, PathBuf) {
     let path = dir.join("q.gguf");
     Qwen3MoeGeometry::QWEN3_30B_A3B.gguf().write(&path);
-    let runs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/device/llama-bench-h200");
-    (GgufModel::open(&path).unwrap(), runs)
-}
-
-fn runs_of(dir: &Path, prefix: &str) -> Vec<(String, BenchRun)> {
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.ends_with(".json")
-                && name
-                    .strip_prefix(prefix)
-                    .is_some_and(|rest| rest.starts_with('_') && rest[1..].len() == "a.json".len())
-        })
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no runs {prefix}_*.json");
-    files
-        .iter()
-        .map(|f| {
-            let run = read_runs(f).unwrap().remove(0);
-            (run.label(1), run)
-        })
-        .collect()
+    (GgufModel::open(&path).unwrap(), h200_runs_dir())
 }
 
 #[test]

@@ -6,26 +6,18 @@
 //! llama.cpp"); a run of no given file, or of one of two files of its size
 //! that neither has its name, is refused.
 
-use residency_core::profile::{HardwareProfile, LlamaCppTiming};
+use residency_core::profile::LlamaCppTiming;
 use residency_core::units::{BytesPerSecond, Seconds};
 use residency_formats::gguf::GgufModel;
 use residency_formats::llama_bench::calibrate::{calibrate, run_work, Calibration};
 use residency_formats::llama_bench::fit::Term;
-use residency_formats::llama_bench::runs::{read_runs, BenchRun};
+use residency_formats::llama_bench::runs::BenchRun;
 use residency_testkit::gguf::Qwen3MoeGeometry;
-use std::path::{Path, PathBuf};
 
-const PROFILE: &str = r#"
-name: h200-like
-numa:
-  - { id: 0, ram: 128 GiB, cores: 16, gemv_bandwidth: 20 GB/s }
-gpus:
-  - { id: 0, name: card, vram: 141 GB, numa: 0, gemv_bandwidth: 4 TB/s, upload_bandwidth: 50 GB/s, sync_overhead: 7 us }
-"#;
+use std::path::Path;
 
-fn profile() -> HardwareProfile {
-    HardwareProfile::from_yaml_str(PROFILE, Path::new("profile.yaml")).unwrap()
-}
+mod llama_bench_support;
+use llama_bench_support::{h200_runs_dir, profile, read_one, runs_of};
 
 /// The headers of `q` and `g2`, as `q.gguf` and `g2.gguf` in `dir`.
 fn q_and_g2(dir: &Path) -> [GgufModel; 2] {
@@ -54,12 +46,6 @@ fn bench_json(model_size: u64, ngl: i64, ot: &str, seconds: f64) -> String {
   "n_cpu_moe": 0, "tensor_buft_overrides": "{ot}", "tensor_split": "0.00",
   "n_prompt": 0, "n_gen": 10, "n_depth": 0, "samples_ns": [{ns:?}, {ns:?}, {ns:?}]}}]"#
     )
-}
-
-fn read_one(path: &Path, json: &str) -> (String, BenchRun) {
-    std::fs::write(path, json).unwrap();
-    let run = read_runs(path).unwrap().remove(0);
-    (run.label(1), run)
 }
 
 #[test]
@@ -132,31 +118,11 @@ fn runs_of_two_geometries_made_by_a_timing_give_it_back() {
 
 /// The runs `<prefix>_<round>.json` of the repository's H200 runs
 /// (docs/device/llama-bench-h200/), each with its label.
-fn runs_of(prefix: &str) -> Vec<(String, BenchRun)> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/device/llama-bench-h200");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| {
-            let name = p.file_name().unwrap().to_string_lossy();
-            name.strip_prefix(prefix)
-                .and_then(|rest| rest.strip_prefix('_'))
-                .is_some_and(|round| round.len() == "a.json".len() && round.ends_with(".json"))
-        })
-        .collect();
-    files.sort();
-    assert!(!files.is_empty(), "no runs {prefix}_*.json");
-    files
-        .iter()
-        .map(|f| {
-            let run = read_runs(f).unwrap().remove(0);
-            (run.label(1), run)
-        })
-        .collect()
-}
-
 fn runs_of_all(prefixes: &[&str]) -> Vec<(String, BenchRun)> {
-    prefixes.iter().flat_map(|p| runs_of(p)).collect()
+    prefixes
+        .iter()
+        .flat_map(|p| runs_of(&h200_runs_dir(), p))
+        .collect()
 }
 
 /// Each placement's model, flags, whether it was fitted, and its
