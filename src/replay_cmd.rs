@@ -149,6 +149,11 @@ pub struct ReplayArgs {
     /// not one is here.
     #[arg(long)]
     predict_only: bool,
+    /// Threads that multiply the experts on the CPU, each pinned to a core
+    /// of the first NUMA node, as `bench` runs a CPU stage (default: every
+    /// core of it); 1: the serving thread alone.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    compute_threads: Option<u32>,
     #[command(flatten)]
     backend: BackendArg,
     /// Write `{"runs":[...]}` here.
@@ -438,7 +443,8 @@ fn configure(
     } else {
         None
     };
-    let kernel = expert_kernel(checkpoint);
+    let compute_cpus = compute_cpus(args.compute_threads, notes);
+    let kernel = expert_kernel(checkpoint, &compute_cpus)?;
     notes.push(kernel.describe());
     let online = args.online.params()?;
     let vram = vram_config(args, all_bytes, &online, profile, &kernel, notes)?;
@@ -455,6 +461,7 @@ fn configure(
         rounds: args.rounds,
         miss_seconds,
         hit_compute_bytes_per_s: kernel.bytes_per_s(expert_bytes[0], checkpoint.config.hidden),
+        compute_cpus,
         reads_at_once: fastest_drive(profile).map_or(1, |d| d.read_concurrency),
         move_link: drive_to_ram(profile),
         backend: args.backend.backend,
@@ -465,6 +472,27 @@ fn configure(
         vram,
     };
     Ok((config, pin_share))
+}
+
+/// The CPUs of `--compute-threads`: a thread on each core of the first
+/// NUMA node (one CPU of each core) by default; more threads than cores
+/// share them in turn.
+fn compute_cpus(threads: Option<u32>, notes: &mut Vec<String>) -> Vec<u32> {
+    let mut cores = residency_hwprofile::system::numa_nodes(notes)
+        .into_iter()
+        .next()
+        .map_or_else(Vec::new, |node| node.core_cpus);
+    if cores.is_empty() {
+        cores.push(0);
+    }
+    let wanted = threads.map_or(cores.len(), |t| t as usize);
+    if wanted > cores.len() {
+        notes.push(format!(
+            "--compute-threads {wanted}: the first NUMA node has {} core(s), so threads share them",
+            cores.len()
+        ));
+    }
+    cores.into_iter().cycle().take(wanted).collect()
 }
 
 /// The card's tier with `--vram-budget` (of `all_bytes`, the experts'

@@ -67,3 +67,28 @@ fn every_arm_decides_the_same_in_every_round_and_every_call() {
     // arm miss differently on this trace.
     assert_ne!(first[0][4], first[2][4], "lru and cost miss alike");
 }
+
+#[test]
+fn the_compute_threads_change_no_output() {
+    // An int4 checkpoint, so the packed kernel runs and its rows are cut
+    // over the threads. Each output is one row's dot product, so the
+    // serving thread alone (the reference) and three threads must give
+    // the same checksum to the bit, and the same decisions. Three threads
+    // are made whatever the cores (they share them in turn).
+    let fixture = Fixture::int4();
+    let args = |threads: &'static str| {
+        [
+            "--policy",
+            "lru,lfru",
+            "--ram-budget",
+            "25%",
+            "--compute-threads",
+            threads,
+        ]
+    };
+    let (_, alone) = fixture.runs("alone.json", &args("1"));
+    let (_, cut) = fixture.runs("cut.json", &args("3"));
+    let alone: Vec<Vec<Value>> = alone.iter().map(decisions).collect();
+    let cut: Vec<Vec<Value>> = cut.iter().map(decisions).collect();
+    assert_eq!(alone, cut, "the threads changed an output or a decision");
+}

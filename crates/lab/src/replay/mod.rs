@@ -35,6 +35,7 @@ pub use report::{
 use residency_core::stats::upper_median;
 use residency_formats::heat::TokenRoutes;
 use residency_runtime::checkpoint::Checkpoint;
+use residency_runtime::gemv::NodeThreads;
 use residency_runtime::identity::ObjectKey;
 use residency_runtime::serve::compute::ExpertKernel;
 use store::layer_shapes;
@@ -67,9 +68,18 @@ fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
 }
 
 /// How the replay multiplies `checkpoint`'s experts (its store's objects,
-/// [`expert_keys`] order).
-pub fn expert_kernel(checkpoint: &Checkpoint) -> ExpertKernel {
-    ExpertKernel::of(checkpoint, &expert_keys(checkpoint))
+/// [`expert_keys`] order): on a thread pinned to each of `cpus`, or on
+/// the serving thread alone where it names one or none.
+pub fn expert_kernel(checkpoint: &Checkpoint, cpus: &[u32]) -> Result<ExpertKernel, ReplayError> {
+    let threads = match cpus.len() {
+        0 | 1 => None,
+        _ => Some(NodeThreads::new(cpus).map_err(|e| ReplayError::Threads(e.to_string()))?),
+    };
+    Ok(ExpertKernel::of(
+        checkpoint,
+        &expert_keys(checkpoint),
+        threads,
+    ))
 }
 
 /// That `tokens` route every MoE layer of the checkpoint, and only experts
@@ -109,7 +119,7 @@ pub fn replay(
 ) -> Result<Vec<ReplayRun>, ReplayError> {
     let predicted = Predicted::of(checkpoint, tokens, train_counts, config)?;
     // One layout of the experts' projections for every arm and round.
-    let kernel = expert_kernel(checkpoint);
+    let kernel = expert_kernel(checkpoint, &config.compute_cpus)?;
     let mut runs = Vec::new();
     let mut arm_of_run = Vec::new();
     for round in 0..config.rounds.max(1) {

@@ -81,9 +81,12 @@ pub struct ReplayConfig {
     /// Felt seconds of one miss (the profile's drive), for the value of a
     /// pin and the cost policy.
     pub miss_seconds: f64,
-    /// The compute thread's rate over an expert's bytes
+    /// The compute threads' rate over an expert's bytes
     /// ([`ExpertKernel::bytes_per_s`]): the simulator's hits hide reads at it.
     pub hit_compute_bytes_per_s: f64,
+    /// The CPUs the experts are multiplied on, a thread pinned to each
+    /// (one or none: the serving thread alone).
+    pub compute_cpus: Vec<u32>,
     /// Reads the drive serves at once (the profile's `read_concurrency`).
     pub reads_at_once: u32,
     /// The link a re-planner's promotion comes over (what a move costs).
@@ -247,4 +250,6 @@ pub enum ReplayError {
     LayerPolicy(PolicyKind),
     #[error("the VRAM tier: {0}")]
     Gpu(String),
+    #[error("the compute threads: {0}")]
+    Threads(String),
 }

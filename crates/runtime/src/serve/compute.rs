@@ -9,20 +9,27 @@
 //! is read and multiplied as rows of `hidden` signed bytes. That is what
 //! matters for the data path: every byte is read and multiplied. Either
 //! way the outputs depend only on the expert's bytes and the activation,
-//! so every placement policy gets the same checksum.
+//! so every placement policy gets the same checksum. A packed expert's
+//! rows are cut over the compute threads as `bench` cuts a stage's (one
+//! fork-join an expert), since an engine multiplies on every core; each
+//! output is one row's product, so the split changes no output.
 
 use crate::checkpoint::Checkpoint;
-use crate::gemv::{projections_at, tensor_specs, Packing, ProjectionAt, QuantizedInput};
+use crate::gemv::{
+    projections_at, tensor_specs, NodeThreads, PackedView, Packing, ProjectionAt, QuantizedInput,
+};
 use crate::identity::ObjectKey;
 use std::collections::BTreeMap;
 use std::time::Instant;
 
 /// How the experts of one checkpoint are multiplied.
 pub enum ExpertKernel {
-    /// Per object, its projections in its bytes.
+    /// Per object, its projections in its bytes; the rows cut over
+    /// `threads` where there are some.
     Packed {
         packing: Packing,
         projections: Vec<Vec<ProjectionAt>>,
+        threads: Option<NodeThreads>,
     },
     /// Rows of `hidden` signed bytes.
     Bytes,
@@ -45,8 +52,13 @@ impl LayerInput<'_> {
 impl ExpertKernel {
     /// The kernel of `checkpoint`'s experts `keys` (the store's objects in
     /// order): packed where its format is packed and the kernel runs every
-    /// projection's rows, else bytes.
-    pub fn of(checkpoint: &Checkpoint, keys: &[ObjectKey]) -> ExpertKernel {
+    /// projection's rows, else bytes. A packed expert is multiplied by
+    /// `threads` where given, else on the calling thread alone.
+    pub fn of(
+        checkpoint: &Checkpoint,
+        keys: &[ObjectKey],
+        threads: Option<NodeThreads>,
+    ) -> ExpertKernel {
         let Some(packing) = Packing::of(checkpoint.config.format) else {
             return ExpertKernel::Bytes;
         };
@@ -65,15 +77,19 @@ impl ExpertKernel {
         ExpertKernel::Packed {
             packing,
             projections,
+            threads,
         }
     }
 
     /// What the replay's notes say it computes with.
     pub fn describe(&self) -> String {
         match self {
-            ExpertKernel::Packed { packing, .. } => format!(
-                "experts computed by the {} GEMV kernel, projection by projection",
-                packing.name()
+            ExpertKernel::Packed {
+                packing, threads, ..
+            } => format!(
+                "experts computed by the {} GEMV kernel on {} CPU thread(s), one fork-join an expert",
+                packing.name(),
+                threads.as_ref().map_or(1, NodeThreads::threads)
             ),
             ExpertKernel::Bytes => {
                 "experts computed as rows of signed bytes (BF16 experts: the GEMV kernels run int4 and int8)"
@@ -88,6 +104,7 @@ impl ExpertKernel {
         if let ExpertKernel::Packed {
             packing,
             projections,
+            ..
         } = self
         {
             for p in projections.iter().flatten() {
@@ -107,12 +124,23 @@ impl ExpertKernel {
             ExpertKernel::Packed {
                 packing,
                 projections,
+                threads,
             } => {
-                let mut y = Vec::new();
-                for p in &projections[o] {
-                    let view = p.view(*packing, bytes);
-                    let x = &input.quantized[&p.cols];
-                    y.extend((0..p.rows).map(|r| view.row_dot(x, r)));
+                let work: Vec<(PackedView, &QuantizedInput)> = projections[o]
+                    .iter()
+                    .map(|p| (p.view(*packing, bytes), &input.quantized[&p.cols]))
+                    .collect();
+                let mut y = vec![0f32; work.iter().map(|(m, _)| m.rows).sum()];
+                match threads {
+                    Some(threads) => threads.gemv(&work, &mut y),
+                    None => {
+                        let mut rest = y.as_mut_slice();
+                        for (m, x) in &work {
+                            let (out, tail) = std::mem::take(&mut rest).split_at_mut(m.rows);
+                            m.rows_into(x, 0, out);
+                            rest = tail;
+                        }
+                    }
                 }
                 y
             }
@@ -219,19 +247,23 @@ mod tests {
             rows,
             cols,
         };
-        let kernel = ExpertKernel::Packed {
-            packing,
-            projections: vec![vec![at(0..64, 64..68, 2, 32), at(68..132, 132..136, 1, 64)]],
-        };
         let mut bytes = vec![1u8; 136];
         for s in [64, 66, 132, 134] {
             bytes[s..s + 2].copy_from_slice(&0x3c00u16.to_le_bytes());
         }
         let x = vec![1.0f32; 32];
-        let y = kernel.compute(0, &bytes, &kernel.input(&x));
-        assert_eq!(y.len(), 3);
-        for (got, want) in y.iter().zip([32.0, 32.0, 64.0]) {
-            assert!((got - want).abs() < 1e-3, "{y:?}");
+        // The same by hand on the calling thread and cut over two threads.
+        for threads in [None, Some(NodeThreads::new(&[0, 1]).unwrap())] {
+            let kernel = ExpertKernel::Packed {
+                packing,
+                projections: vec![vec![at(0..64, 64..68, 2, 32), at(68..132, 132..136, 1, 64)]],
+                threads,
+            };
+            let y = kernel.compute(0, &bytes, &kernel.input(&x));
+            assert_eq!(y.len(), 3);
+            for (got, want) in y.iter().zip([32.0, 32.0, 64.0]) {
+                assert!((got - want).abs() < 1e-3, "{y:?}");
+            }
         }
     }
 }

@@ -138,6 +138,7 @@ impl<'k> GpuTier<'k> {
         let ExpertKernel::Packed {
             packing,
             projections,
+            ..
         } = kernel
         else {
             return Err(BF16.into());
