@@ -179,6 +179,24 @@ fn every_policy_computes_the_same_outputs() {
         assert_eq!(r["bytes_read"].as_u64().unwrap(), misses * 12288, "{r}");
         assert!(r["tok_per_s"].as_f64().unwrap() > 0.0);
         assert!(r["p99_ms"].as_f64().unwrap() >= r["p50_ms"].as_f64().unwrap());
+        // The bursts count the layers that read: at most 30 tokens x 2
+        // layers, of 1 or 2 misses (2 experts a layer); an arm without
+        // moves of its own (every one but replan) reads each miss in
+        // exactly one burst, so k x layers summed is its misses.
+        let bursts = r["read_bursts"].as_array().cloned().unwrap_or_default();
+        let field = |b: &Value, k: &str| b[k].as_u64().unwrap();
+        let layers: u64 = bursts.iter().map(|b| field(b, "layers")).sum();
+        assert!(
+            layers <= 60 && bursts.iter().all(|b| field(b, "misses") <= 2),
+            "{r}"
+        );
+        if r["policy"] != "replan" {
+            let read: u64 = bursts
+                .iter()
+                .map(|b| field(b, "misses") * field(b, "layers"))
+                .sum();
+            assert_eq!(read, misses, "{r}");
+        }
     }
     // plan pins category a's experts, trained on a: replaying b, its pins
     // never hit, and it admits nothing: every request misses.

@@ -29,7 +29,7 @@ mod twin;
 use arm::run_arm;
 use card::{card_knowledge, simulated_card};
 pub use report::{
-    PinShareChoice, PinShareSource, ReplayConfig, ReplayError, ReplayReport, ReplayRun,
+    PinShareChoice, PinShareSource, ReadBurst, ReplayConfig, ReplayError, ReplayReport, ReplayRun,
     ServePolicy, Simulated,
 };
 use residency_core::stats::upper_median;

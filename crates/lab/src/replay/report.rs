@@ -178,9 +178,13 @@ pub struct ReplayRun {
     /// its loads to the last one landing: its reads as the drive served
     /// them, together.
     pub miss_reads_seconds: f64,
-    /// The compute thread's products over the run: bytes a second, as
+    /// The compute threads' products over the run: bytes a second, as
     /// they ran beside the loads (0 where nothing was timed).
     pub compute_bytes_per_s: f64,
+    /// The layers' reads by how many misses a layer read together: what
+    /// the drive does with a burst of that many, as the run issued them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_bursts: Vec<ReadBurst>,
     pub read_service_seconds: f64,
     /// Bytes read while serving (start-up excluded).
     pub bytes_read: u64,
@@ -206,6 +210,16 @@ pub struct ReplayRun {
     /// tokens and budget (`predicted`), where it has the arm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub simulated: Option<Simulated>,
+}
+
+/// Layers of a run that read `misses` experts together (the largest size
+/// counted apart also holds the larger ones), and their reads' seconds in
+/// all, from starting the loads to the last landing.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct ReadBurst {
+    pub misses: u32,
+    pub layers: u64,
+    pub seconds: f64,
 }
 
 /// What `residency simulate`'s code predicts for an arm: the same tokens

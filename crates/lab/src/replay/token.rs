@@ -2,7 +2,7 @@
 //! already there are computed, the waits counted, the outputs combined.
 
 use super::card::object_of;
-use super::report::{ReplayError, ReplayRun, ServePolicy};
+use super::report::{ReadBurst, ReplayError, ReplayRun, ServePolicy};
 use residency_formats::heat::TokenRoutes;
 use residency_policy::ObjectIndex;
 use residency_runtime::serve::compute::{start_activation, ExpertKernel, LayerInput};
@@ -25,7 +25,7 @@ pub(super) struct Served {
 
 /// What serving layers waited: the compute thread for misses (`felt`),
 /// and the misses' reads, from starting a layer's loads to the last
-/// landing (`reads`).
+/// landing (`reads`), also by the layer's number of misses (`bursts`).
 #[derive(Debug, Clone, Copy, Default)]
 pub(super) struct LayerWaits {
     felt: Duration,
@@ -33,7 +33,13 @@ pub(super) struct LayerWaits {
     /// The compute thread's products, and their bytes.
     compute: Duration,
     computed_bytes: u64,
+    /// Index `k - 1`: layers that read `k` misses together (the last,
+    /// `BURSTS` or more), and their reads' time.
+    bursts: [(u64, Duration); BURSTS],
 }
+
+/// Burst sizes counted apart; larger ones share the last count.
+const BURSTS: usize = 16;
 
 impl std::ops::AddAssign for LayerWaits {
     fn add_assign(&mut self, other: LayerWaits) {
@@ -41,6 +47,10 @@ impl std::ops::AddAssign for LayerWaits {
         self.reads += other.reads;
         self.compute += other.compute;
         self.computed_bytes += other.computed_bytes;
+        for (mine, theirs) in self.bursts.iter_mut().zip(other.bursts) {
+            mine.0 += theirs.0;
+            mine.1 += theirs.1;
+        }
     }
 }
 
@@ -69,6 +79,15 @@ impl Served {
             miss_reads_seconds: self.waits.reads.as_secs_f64(),
             compute_bytes_per_s: self.waits.computed_bytes as f64
                 / self.waits.compute.as_secs_f64().max(1e-9),
+            read_bursts: (1..)
+                .zip(self.waits.bursts)
+                .filter(|(_, (layers, _))| *layers > 0)
+                .map(|(misses, (layers, reads))| ReadBurst {
+                    misses,
+                    layers,
+                    seconds: reads.as_secs_f64(),
+                })
+                .collect(),
             read_service_seconds: 0.0,
             bytes_read: 0,
             startup_bytes: 0,
@@ -155,6 +174,7 @@ pub(super) fn layer(
         .iter()
         .map(|&o| store.try_acquire(o))
         .collect::<Result<_, _>>()?;
+    let misses = hits.iter().filter(|h| h.is_none()).count();
     std::thread::scope(|scope| {
         let (sender, arrivals) = std::sync::mpsc::channel();
         let loads_started = Instant::now();
@@ -192,6 +212,11 @@ pub(super) fn layer(
         }
         Ok::<_, StoreError>(())
     })?;
+    if misses > 0 {
+        let burst = &mut waits.bursts[misses.min(BURSTS) - 1];
+        burst.0 += 1;
+        burst.1 += waits.reads;
+    }
     Ok((outputs, waits))
 }
 
