@@ -102,6 +102,8 @@ def parse_placement(args):
             for r in re.split(r"[;,](?=[^;,]*=)", next(it).strip('"\'')):
                 pat, buf = r.rsplit("=", 1)
                 rules.append((pat, buf))
+    if ngl < 0:  # llama.cpp's -1: every layer
+        ngl = 999
     return ngl, rules, ncmoe
 
 
