@@ -21,7 +21,9 @@ Types: routed and shared experts, dense FFN, attention matrices and
 token_embd Q4_K (144 bytes per 256 weights); a matrix whose rows are not
 whole super-blocks Q8_0 (34 bytes per 32); `output` Q6_K (210 bytes per
 256); routers (ffn_gate_inp) and every 1-D tensor F32. Random quant blocks
-carry small finite f16 scale fields (d, dmin), so no weight is NaN or Inf.
+carry small finite f16 scale fields (d, dmin), so no weight is NaN or Inf,
+and Q4_K's dmin is 7.5 d, which centres its weights on zero as the signed
+Q6_K and Q8_0 ones are.
 
 Streams one tensor at a time from a random pool per type. `--dry-run`
 prints the sizes only. Needs numpy and gguf-py (pip's `gguf`, or
@@ -195,9 +197,10 @@ def main():
         pool = rng.integers(0, 256, size=nb * qb, dtype=np.uint8)
         blocks = pool.reshape(nb, qb)
         lo, hi = SCALE[qt]
-        for off in offs:
-            d = rng.uniform(lo, hi, size=nb).astype(np.float16)
-            blocks[:, off:off + 2] = d.view(np.uint8).reshape(nb, 2)
+        d = rng.uniform(lo, hi, size=nb)
+        # Q4_K: w = d*sc*q - dmin*m with q in 0..15 and sc, m in 0..63; dmin = 7.5 d centres w on zero
+        for off, v in zip(offs, (d, 7.5 * d)):
+            blocks[:, off:off + 2] = v.astype(np.float16).view(np.uint8).reshape(nb, 2)
         assert np.isfinite(blocks[:, offs[0]:offs[0] + 2].copy().view(np.float16)).all()
         pools[qt] = (pool, nb, qb)
 
