@@ -31,7 +31,10 @@ def main():
         buf = None
         if os.path.exists(err):
             b = re.findall(r"CUDA0 model buffer size\s*=\s*([\d.]+) MiB", open(err, errors="replace").read())
-            buf = float(b[0]) if b else None
+            # --fit loads the model once with empty buffers to measure it:
+            # the buffer of the run is the last that is not zero.
+            b = [float(x) for x in b if float(x) > 0]
+            buf = b[-1] if b else None
         runs.setdefault(case, {}).setdefault(arm, {})[r] = (ts, buf)
     for case in sorted(runs):
         arms_txt = os.path.join(d, case, "arms.txt")
