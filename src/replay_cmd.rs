@@ -132,9 +132,10 @@ pub struct ReplayArgs {
     #[arg(long, value_parser = parse_size, default_value = "64MiB")]
     vram_allowance: Bytes,
     /// The card's `lfru`: heat halved every this many requests, or `auto`:
-    /// the window that computes the most experts on the card when the
-    /// simulator replays the training categories, each held out in turn
-    /// after a seed of the others.
+    /// the window whose tokens take the least time (the CPU's share of the
+    /// experts plus the RAM tier's felt wait) when the simulator replays
+    /// the training categories, each held out in turn after a seed of the
+    /// others.
     #[arg(long, value_parser = HalveEveryArg::parse, default_value_t = HalveEveryArg::Requests(PolicyParams::default().halve_every_ticks))]
     vram_halve_every: HalveEveryArg,
     /// The card's budget: `global` (one cache for all experts) or

@@ -20,12 +20,12 @@ pub(super) fn print_card_window(choice: &CardWindowChoice) {
         format!("on {} held out in turn", choice.held_out.join(", "))
     };
     println!(
-        "card: lfru halves its heat every {} requests (--vram-halve-every auto, simulated {judged_on}; experts on the card per window: {})",
+        "card: lfru halves its heat every {} requests (--vram-halve-every auto: the least simulated time {judged_on}; per window, requests: seconds, experts on the card: {})",
         choice.halve_every_ticks,
         choice
             .judged
             .iter()
-            .map(|t| format!("{} {}", t.halve_every_ticks, t.experts_on_card))
+            .map(|t| format!("{}: {:.6} s, {}", t.halve_every_ticks, t.token_seconds, t.experts_on_card))
             .collect::<Vec<_>>()
             .join(", ")
     );

@@ -160,3 +160,59 @@ fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
         stderr(&o)
     );
 }
+
+/// `--vram-halve-every auto` picks the window of the least simulated
+/// token time (the CPU's share of the experts plus the RAM tier's felt
+/// wait): checked here against the per-window seconds it prints,
+/// whether or not a card is here (the choice is simulated).
+#[test]
+fn the_card_s_window_is_the_one_of_the_least_simulated_time() {
+    let fx = Fixture::int4();
+    let o = fx.replay(&[
+        "--policy",
+        "lru",
+        "--train-categories",
+        "a",
+        "--vram-budget",
+        "25%",
+        "--vram-allowance",
+        "4KiB",
+        "--vram-halve-every",
+        "auto",
+        "--predict-only",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = String::from_utf8_lossy(&o.stdout).to_string();
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("card: lfru halves its heat every "))
+        .unwrap_or_else(|| panic!("{out}"));
+    let chosen: u64 = line["card: lfru halves its heat every ".len()..]
+        .split(' ')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    // "...experts on the card: 624: 1.234567 s, 17, 1248: ..." as
+    // (window, seconds) pairs.
+    let trials: Vec<(u64, f64)> = line
+        .split_once("experts on the card: ")
+        .unwrap()
+        .1
+        .trim_end_matches(')')
+        .split(", ")
+        .filter_map(|part| {
+            let (window, seconds) = part.split_once(": ")?;
+            Some((
+                window.parse().ok()?,
+                seconds.trim_end_matches(" s").parse().ok()?,
+            ))
+        })
+        .collect();
+    assert!(trials.len() >= 2, "{line}");
+    // Printed to the microsecond: the chosen window's time is the least
+    // to that precision.
+    let least = trials.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+    let chosen_seconds = trials.iter().find(|t| t.0 == chosen).unwrap().1;
+    assert!(chosen_seconds <= least + 1e-6, "{line}");
+}

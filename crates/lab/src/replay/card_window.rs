@@ -3,15 +3,20 @@
 //! its heat is halved) decides most of its lead. This module replays the
 //! training tokens through the card's simulated tier at each window, every
 //! training category held out in turn after a seed of the others, and
-//! picks the window that computes the most experts on the card. The
-//! served categories are never simulated, so the choice is as held out as
-//! the run.
+//! picks the window whose tokens take the least time: what the card
+//! leaves to the CPU, computed at the replay's rate, plus the RAM tier's
+//! felt wait on it. Experts on the card alone is the wrong score where
+//! the drive binds: a card that computes more can leave the RAM tier
+//! missing more. The served categories are never simulated, so the choice
+//! is as held out as the run.
 
+use super::twin::{simulated_allocation, RunSimulator};
 use super::{card_knowledge, expert_sizes, layer_shapes, simulated_card};
-use super::{ReplayConfig, ReplayError};
+use super::{ReplayConfig, ReplayError, ServePolicy};
 use residency_formats::heat::TokenRoutes;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::gpu_tier::VramConfig;
+use residency_sim::allocation::Allocation;
 
 /// Windows tried, in tokens of the training data; each becomes requests
 /// at the training tokens' mean routes a token. From a window shorter
@@ -31,21 +36,27 @@ pub struct CardWindowChoice {
     pub held_out: Vec<String>,
 }
 
-/// One window tried, and what it computed on the card.
+/// One window tried, and what its held-out tokens took, simulated.
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, schemars::JsonSchema)]
 pub struct CardWindowTrial {
     pub halve_every_ticks: u64,
     /// Experts of the held-out tokens computed on the card, summed over
     /// the categories.
     pub experts_on_card: u64,
+    /// Seconds of the held-out tokens, summed over the categories: the
+    /// experts left to the CPU at the replay's compute rate, plus the RAM
+    /// tier's felt wait on them.
+    pub token_seconds: f64,
 }
 
-/// The window of the card `vram` (its `lfru`), beside `config`'s RAM tier, that computes the most
-/// experts on the card over `train`, each category held out after the
-/// last `seed_tokens` tokens of the others (cold when 0); the rule's
-/// default window is tried too, and a tie goes to the longer window (the
-/// rule's own side). With fewer than two training categories every
-/// window is judged on all the training tokens, cold.
+/// The window of the card `vram` (its `lfru`), beside `config`'s RAM
+/// tier, whose tokens take the least simulated time over `train`, each
+/// category held out after the last `seed_tokens` tokens of the others
+/// (cold when 0). The RAM tier is the first of the replay's arms the
+/// simulator has (else `lru`). The rule's default window is tried too,
+/// and a tie goes to the longer window (the rule's own side). With fewer
+/// than two training categories every window is judged on all the
+/// training tokens, cold.
 pub fn choose_card_window(
     checkpoint: &Checkpoint,
     train: &[TokenRoutes],
@@ -69,29 +80,56 @@ pub fn choose_card_window(
         .collect();
     windows.sort_unstable();
     windows.dedup();
+    let (ram_policy, allocation) = config
+        .policies
+        .iter()
+        .find_map(|&p| simulated_allocation(config, p).map(|a| (p, a)))
+        .unwrap_or((ServePolicy::Lru, Allocation::Global));
     let mut judged = Vec::with_capacity(windows.len());
     for &window in &windows {
         let trial = VramConfig {
             halve_every_ticks: window,
             ..vram.clone()
         };
-        let mut on_card = 0;
+        let (mut experts_on_card, mut token_seconds) = (0, 0.0);
         for (_, seed, tokens) in &cases {
             let served = (&seed[..], &tokens[..]);
             let layers = layer_shapes(config, &sizes, experts, tokens);
             let knowledge = card_knowledge(config, &trial, &sizes, train_counts, served, experts);
-            on_card += simulated_card(&trial, &sizes, layers, &knowledge, served, experts)?.on_card;
+            let card = simulated_card(&trial, &sizes, layers, &knowledge, served, experts)?;
+            experts_on_card += card.on_card;
+            let cpu_bytes: u64 = card
+                .tokens
+                .iter()
+                .flat_map(|t| super::card::routed_objects(t, experts))
+                .map(|o| sizes[o as usize])
+                .sum();
+            let ram_share = (&card.seed[..], &card.tokens[..]);
+            let mut ram = RunSimulator::new(
+                config,
+                config.rates(),
+                &sizes,
+                ram_share,
+                train_counts,
+                experts,
+            );
+            let (_, felt_seconds) = ram.arm(config, ram_policy, allocation)?;
+            token_seconds += cpu_bytes as f64 / config.hit_compute_bytes_per_s + felt_seconds;
         }
         judged.push(CardWindowTrial {
             halve_every_ticks: window,
-            experts_on_card: on_card,
+            experts_on_card,
+            token_seconds,
         });
     }
-    // A tie goes to the longer window: `max_by_key` keeps the last of
-    // equal keys, and the key breaks ties on the window itself.
+    // A tie goes to the longer window: the later of equal times.
     let halve_every_ticks = judged
         .iter()
-        .max_by_key(|t| (t.experts_on_card, t.halve_every_ticks))
+        .min_by(|a, b| {
+            a.token_seconds
+                .total_cmp(&b.token_seconds)
+                .then(b.halve_every_ticks.cmp(&a.halve_every_ticks))
+        })
         .expect("at least the rule's default window is tried")
         .halve_every_ticks;
     Ok(CardWindowChoice {

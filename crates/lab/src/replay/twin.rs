@@ -145,7 +145,10 @@ pub fn predict(
 /// the replayed tokens alone, the simulator would on the seed too). A
 /// seeded arm is simulated after its seed tokens ([`RunSimulator`]); with
 /// a VRAM tier, on what reaches the RAM tier ([`simulated_card`]).
-fn simulated_allocation(config: &ReplayConfig, policy: ServePolicy) -> Option<Allocation> {
+pub(super) fn simulated_allocation(
+    config: &ReplayConfig,
+    policy: ServePolicy,
+) -> Option<Allocation> {
     let seeded = !config.seed.is_empty();
     match policy {
         ServePolicy::Replan | ServePolicy::Resident => None,
@@ -189,7 +192,7 @@ pub(super) struct RunSimulator {
 }
 
 impl RunSimulator {
-    fn new(
+    pub(super) fn new(
         config: &ReplayConfig,
         rates: (f64, f64),
         sizes: &[u64],
