@@ -23,6 +23,12 @@
 //!   stage costs at least `t_i + price(t_j)`, and the secants of the
 //!   evaluated points bound it outside their intervals: a golden-section
 //!   search gives a lower bound that converges to the minimum.
+//! - Alike stages (the same expert sizes and trunk, rates equal to their
+//!   last bits, as layers of one heat profile are) are solved once per
+//!   evaluation: a placement of one at time `T` places the other, experts
+//!   matched by rank, within `(1 + d) T` at the same price where its rates
+//!   are at most `1 + d` times as large, so the bound taken over is scaled
+//!   by `1 / (1 + d)`.
 //!
 //! Relaxed, so valid and possibly weaker: experts split between places, the
 //! felt share of reads (`felt_fraction`) left out of the CPU rows, and
@@ -255,11 +261,13 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     };
     // Warm prices are kept inside the box; the first step around them is
     // small, as the best prices move little when the inputs do. A cold
-    // search first climbs the estimate from a sample of the stages for at
+    // search first climbs the estimate from a sample of the stages (of
+    // their classes of alike stages, `Priced::expert_classes`) for at
     // most half the time and starts at its best prices, with a radius of a
     // 32nd of them; with too few stages to sample, from zero prices with
     // the radius of the Polyak step (`Ascent::climb`).
     let expert_stages = priced.stages.iter().filter(|d| d.experts.is_some()).count();
+    let classes = priced.expert_classes();
     let (center, radius): (Vec<f64>, Vec<f64>) = match search.warm_prices {
         Some(warm) if warm.len() == dims => (0..dims)
             .map(|i| {
@@ -268,7 +276,7 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             })
             .unzip(),
         _ if expert_stages > SAMPLED_STAGES && dims > 0 => {
-            match sampled_start(&priced, &ascent, expert_stages.div_ceil(SAMPLED_STAGES)) {
+            match sampled_start(&priced, &ascent, classes.div_ceil(SAMPLED_STAGES)) {
                 Some(start) => start,
                 // No time for whole evaluations at climbed prices: the one
                 // always made, at zero prices, is the bound (a second, a blind step
@@ -370,9 +378,9 @@ fn price_box(inst: &Instance, dims: usize) -> Vec<f64> {
     most_saved
 }
 
-/// A cold search's start: the estimate from every `stride`-th expert
-/// stage climbed for at most half the time, and a radius of a 32nd of its
-/// best prices; `None` when not even its first step had the time that two
+/// A cold search's start: the estimate from every `stride`-th class of
+/// expert stages climbed for at most half the time, and a radius of a
+/// 32nd of its best prices; `None` when not even its first step had the time that two
 /// whole evaluations need, or when one at the climbed prices no longer
 /// fits.
 fn sampled_start(
@@ -519,8 +527,9 @@ fn combine(capacities: &[f64], starts: &[Fractional], deadline: Instant) -> Opti
 /// at 1.5 or 3 the climb on DeepSeek-V3 on two cards stopped earlier and
 /// its 2-s gap rose from 0.07 % to 0.21 % and 13 %).
 const WHOLE_PER_ESTIMATE: f64 = 1.0;
-/// Stages with experts whose estimate a cold price search climbs first
-/// (`Priced::estimate`): enough for their mean to be near the whole's.
+/// Classes of alike stages with experts whose estimate a cold price search
+/// climbs first (`Priced::estimate`): enough for their mean to be near the
+/// whole's.
 const SAMPLED_STAGES: usize = 4;
 /// The estimate's climb stops when its model promises less than this
 /// share more: it only chooses where the bound's own search starts.
