@@ -21,8 +21,11 @@
 //! - `T + price(T)` is convex for a fixed participation set and `price` is
 //!   non-increasing, so between any two evaluated times `t_i < t_j` the
 //!   stage costs at least `t_i + price(t_j)`, and the secants of the
-//!   evaluated points bound it outside their intervals: a golden-section
-//!   search gives a lower bound that converges to the minimum.
+//!   evaluated points bound it outside their intervals: a search that
+//!   evaluates where that bound is least (`stage::minimize`; the function
+//!   is piecewise linear, so a few points on each side of the minimum
+//!   close the gap) gives a lower bound that converges to the minimum; so
+//!   does the same search over the drive seconds, on brackets.
 //! - Alike stages (the same expert sizes and trunk, rates equal to their
 //!   last bits, as layers of one heat profile are) are solved once per
 //!   evaluation: a placement of one at time `T` places the other, experts

@@ -529,7 +529,8 @@ impl<'a> Priced<'a> {
                 let mut bytes = self.trunk_bytes(combination);
                 let blocks = searched.counts.clone().unwrap_or_else(|| {
                     let mut blocks = Vec::new();
-                    problem(candidate.participation, combination).fill(
+                    // The blocks are what is wanted: the price is known.
+                    let _ = problem(candidate.participation, combination).fill(
                         searched.time,
                         searched.drive,
                         Some(&mut blocks),
