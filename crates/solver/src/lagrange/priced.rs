@@ -51,6 +51,17 @@ pub(super) struct StageData {
     pub(super) priced: Vec<usize>,
     /// KV groups (the `kv` stage), each priced on its own.
     pub(super) kv: Vec<usize>,
+    /// The first stage whose priced problem is this one's (`alike`): at
+    /// any prices, where their slots come in the same order, its solution
+    /// is this one's, trunk objects renamed. Itself when none is earlier.
+    pub(super) like: usize,
+}
+
+impl StageData {
+    /// Trunk objects as combinations list them: priced ones, then whole.
+    fn trunk(&self) -> impl Iterator<Item = usize> + '_ {
+        self.priced.iter().chain(&self.whole).copied()
+    }
 }
 
 /// Fixed loads and byte prices of a trunk combination.
@@ -78,10 +89,16 @@ impl TrunkLoads {
 
 /// A stage's priced solution: its bound, and the relaxed placement near
 /// the minimum.
+#[derive(Clone)]
 pub(super) struct StageSolution {
     pub(super) bound: f64,
     pub(super) shares: StageShares,
 }
+
+/// Stage solutions found in one evaluation, by the first of the stages
+/// alike (`StageData::like`), each with the slots it was found at and the
+/// stage it was found for.
+pub(super) type Solved = Vec<Vec<(Vec<(Place, f64)>, usize, StageSolution)>>;
 
 /// The priced problem of the whole instance.
 pub(super) struct Priced<'a> {
@@ -95,7 +112,7 @@ pub(super) struct Priced<'a> {
 impl<'a> Priced<'a> {
     pub(super) fn new(inst: &'a Instance) -> Priced<'a> {
         let r = &inst.resources;
-        let stages = inst
+        let mut stages: Vec<StageData> = inst
             .stages
             .iter()
             .map(|stage| {
@@ -156,9 +173,15 @@ impl<'a> Priced<'a> {
                         .copied()
                         .filter(|&o| inst.objects[o].is_kv())
                         .collect(),
+                    like: 0,
                 }
             })
             .collect();
+        for s in 0..stages.len() {
+            stages[s].like = (0..s)
+                .find(|&t| stages[t].like == t && alike(inst, &stages[t], &stages[s]))
+                .unwrap_or(s);
+        }
         let mut syncs: Vec<f64> = r.gpu_sync_seconds.clone();
         syncs.sort_by(f64::total_cmp);
         syncs.dedup();
@@ -182,6 +205,11 @@ impl<'a> Priced<'a> {
             participation,
             capacities,
         }
+    }
+
+    /// No stage solved yet.
+    fn solved(&self) -> Solved {
+        self.stages.iter().map(|_| Vec::new()).collect()
     }
 
     pub(super) fn resources(&self) -> &Resources {
@@ -248,15 +276,37 @@ impl<'a> Priced<'a> {
         combinations
     }
 
+    /// Stages with experts whose priced problems differ (`StageData::like`).
+    pub(super) fn expert_classes(&self) -> usize {
+        self.expert_stages()
+            .filter(|&s| self.stages[s].like == s)
+            .count()
+    }
+
+    /// Stages with experts.
+    fn expert_stages(&self) -> impl Iterator<Item = usize> + '_ {
+        (0..self.stages.len()).filter(|&s| self.stages[s].experts.is_some())
+    }
+
     /// An estimate of the dual function and its subgradient at `prices`
-    /// from every `stride`-th stage with experts (each weighted by the
-    /// stages it stands for) and every stage without: where the stages'
-    /// heat is alike, its best prices are near the whole function's, at a
-    /// `stride`-th of the cost. Not a bound.
+    /// from the stages of every `stride`-th class of alike stages with
+    /// experts (`expert_classes`; each weighted by the stages it stands
+    /// for) and every stage without: where the stages' heat is alike, its
+    /// best prices are near the whole function's, at a `stride`-th of the
+    /// cost. Not a bound.
     pub(super) fn estimate(&self, prices: &[f64], stride: usize) -> (f64, Vec<f64>) {
-        let with_experts = self.stages.iter().filter(|d| d.experts.is_some()).count();
-        let sampled = with_experts.div_ceil(stride.max(1));
-        let weight = with_experts as f64 / sampled.max(1) as f64;
+        let firsts: Vec<usize> = self
+            .expert_stages()
+            .filter(|&s| self.stages[s].like == s)
+            .step_by(stride.max(1))
+            .collect();
+        let sampled = |data: &StageData| firsts.contains(&data.like);
+        let with_experts = self.expert_stages().count();
+        let in_sampled = self
+            .expert_stages()
+            .filter(|&s| sampled(&self.stages[s]))
+            .count();
+        let weight = with_experts as f64 / in_sampled.max(1) as f64;
         let mut value = self.resources().fixed_token_seconds
             - prices
                 .iter()
@@ -264,18 +314,14 @@ impl<'a> Priced<'a> {
                 .map(|(p, c)| p * c)
                 .sum::<f64>();
         let mut subgradient: Vec<f64> = self.capacities.iter().map(|c| -c).collect();
-        let mut seen = 0;
+        let mut solved = self.solved();
         for (stage, data) in self.stages.iter().enumerate() {
-            let weight = if data.experts.is_some() {
-                seen += 1;
-                if (seen - 1) % stride.max(1) != 0 {
-                    continue;
-                }
-                weight
-            } else {
-                1.0
+            let weight = match data.experts {
+                Some(_) if !sampled(data) => continue,
+                Some(_) => weight,
+                None => 1.0,
             };
-            let solution = self.stage(stage, data, prices, true);
+            let solution = self.stage(stage, data, prices, true, &mut solved);
             value += weight * solution.bound;
             for (g, b) in subgradient.iter_mut().zip(&solution.shares.bytes) {
                 *g += weight * b;
@@ -296,8 +342,9 @@ impl<'a> Priced<'a> {
                 .sum::<f64>();
         let mut used = vec![0.0; self.capacities.len()];
         let mut fractional = Fractional::default();
+        let mut solved = self.solved();
         for (stage, data) in self.stages.iter().enumerate() {
-            let solution = self.stage(stage, data, prices, false);
+            let solution = self.stage(stage, data, prices, false, &mut solved);
             bound += solution.bound;
             for (u, b) in used.iter_mut().zip(&solution.shares.bytes) {
                 *u += b;
@@ -347,13 +394,15 @@ impl<'a> Priced<'a> {
     }
 
     /// One stage's priced problem; `coarse`: its searches to wider
-    /// brackets (`StageProblem::coarse`).
+    /// brackets (`StageProblem::coarse`). A stage alike one already in
+    /// `solved` at the same slots takes its solution.
     pub(super) fn stage(
         &self,
         stage: usize,
         data: &StageData,
         prices: &[f64],
         coarse: bool,
+        solved: &mut Solved,
     ) -> StageSolution {
         if !data.kv.is_empty() {
             return self.kv_stage(&data.kv, prices);
@@ -368,10 +417,28 @@ impl<'a> Priced<'a> {
             };
         }
         let combinations = self.trunk_combinations(data, prices);
-        match &data.experts {
-            None => self.trunk_only(stage, &combinations),
-            Some(experts) => self.with_experts(stage, experts, &combinations, prices, coarse),
+        let Some(experts) = &data.experts else {
+            return self.trunk_only(stage, &combinations);
+        };
+        let slots = self.slots(stage, experts, prices);
+        if let Some((_, solver, solution)) = solved[data.like].iter().find(|(s, ..)| *s == slots) {
+            // Its bound scaled to this stage's rates, its trunk objects
+            // renamed to this stage's, by position.
+            let first = &self.stages[*solver];
+            let mut solution = solution.clone();
+            let solver_experts = first.experts.as_ref().expect("alike stages have experts");
+            solution.bound *= rate_scale(solver_experts, experts);
+            for (o, _) in &mut solution.shares.whole {
+                let i = first.trunk().position(|t| t == *o);
+                *o = i
+                    .and_then(|i| data.trunk().nth(i))
+                    .expect("alike stages list as many trunk objects");
+            }
+            return solution;
         }
+        let solution = self.with_experts(experts, &slots, &combinations, coarse);
+        solved[data.like].push((slots, stage, solution.clone()));
+        solution
     }
 
     /// A stage without experts: each combination's time is known exactly.
@@ -424,19 +491,17 @@ impl<'a> Priced<'a> {
     /// the candidates popped.
     pub(super) fn with_experts(
         &self,
-        stage: usize,
         experts: &Experts,
+        slots: &[(Place, f64)],
         combinations: &[TrunkLoads],
-        prices: &[f64],
         coarse: bool,
     ) -> StageSolution {
         let r = self.resources();
         let empty = TrunkLoads::empty(r);
-        let slots = self.slots(stage, experts, prices);
         let problem = |participation: usize, trunk| StageProblem {
             resources: r,
             experts,
-            slots: &slots,
+            slots,
             participation: &self.participation[participation],
             trunk,
             coarse,
@@ -464,7 +529,8 @@ impl<'a> Priced<'a> {
                 let mut bytes = self.trunk_bytes(combination);
                 let blocks = searched.counts.clone().unwrap_or_else(|| {
                     let mut blocks = Vec::new();
-                    problem(candidate.participation, combination).fill(
+                    // The blocks are what is wanted: the price is known.
+                    let _ = problem(candidate.participation, combination).fill(
                         searched.time,
                         searched.drive,
                         Some(&mut blocks),
@@ -547,6 +613,51 @@ impl<'a> Priced<'a> {
     }
 }
 
+/// Relative difference two stages' rates may have and still be `alike`:
+/// heat drawn from one profile and normalised in another order differs in
+/// the last bits.
+const ALIKE_RATES: f64 = 1e-9;
+
+/// Whether two stages' priced problems are the same at any prices, up to
+/// `ALIKE_RATES` in their rates (`rate_scale`): both with experts of the
+/// same sizes, no KV groups, and trunk objects alike one by one as
+/// combinations list them (the same rate and sizes, so the same work and
+/// bytes at every place).
+fn alike(inst: &Instance, a: &StageData, b: &StageData) -> bool {
+    let (Some(x), Some(y)) = (&a.experts, &b.experts) else {
+        return false;
+    };
+    let same_object = |o: usize, p: usize| {
+        let (o, p) = (&inst.objects[o], &inst.objects[p]);
+        o.is_trunk() == p.is_trunk()
+            && o.use_rate == p.use_rate
+            && (o.gpu_bytes, o.ram_bytes, o.disk_bytes) == (p.gpu_bytes, p.ram_bytes, p.disk_bytes)
+    };
+    a.kv.is_empty()
+        && b.kv.is_empty()
+        && x.rates.len() == y.rates.len()
+        && rate_scale(x, y) >= 1.0 / (1.0 + ALIKE_RATES)
+        && rate_scale(y, x) >= 1.0 / (1.0 + ALIKE_RATES)
+        && (x.gpu_bytes, x.ram_bytes, x.disk_bytes) == (y.gpu_bytes, y.ram_bytes, y.disk_bytes)
+        && (a.whole.len(), a.priced.len()) == (b.whole.len(), b.priced.len())
+        && a.trunk().zip(b.trunk()).all(|(o, p)| same_object(o, p))
+}
+
+/// The share of stage `x`'s value that bounds stage `y`'s, where both list
+/// as many experts: `1 / (1 + d)` with `x`'s rates at most `1 + d` times
+/// `y`'s, rank by rank (0 where `x` has a rate and `y` none). Any placement
+/// of `y` (experts matched by rank) at stage time `T` places `x` within
+/// `(1 + d) T`, as every row is a non-negative constant plus rates times
+/// work, at the same price; prices are non-negative, so `x`'s value is at
+/// most `1 + d` times `y`'s.
+fn rate_scale(x: &Experts, y: &Experts) -> f64 {
+    x.rates
+        .iter()
+        .zip(&y.rates)
+        .map(|(&p, &q)| if p <= q { 1.0 } else { q / p })
+        .fold(1.0, f64::min)
+}
+
 /// Bytes of one expert at `place`.
 pub(super) fn bytes_at(experts: &Experts, place: Place) -> f64 {
     match place {
@@ -583,5 +694,92 @@ impl Ord for Candidate {
             .bound
             .total_cmp(&self.bound)
             .then(self.searched.is_some().cmp(&other.searched.is_some()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Priced;
+    use residency_core::cost::Instance;
+    use residency_core::model::Model;
+    use residency_core::profile::HardwareProfile;
+    use std::path::Path;
+
+    /// Four MoE layers of 12 experts with a shared expert each on a card, a
+    /// node and a drive with felt reads: three layers' heat is one Zipf
+    /// profile shuffled (normalised in the shuffled order, so equal to the
+    /// last bits), the fourth's is flatter. The three are one class and the
+    /// fourth its own; each stage's solution through the evaluation's reuse
+    /// must bound as its own search does (to the rates' last bits, never
+    /// above it) and name its own trunk objects.
+    #[test]
+    fn alike_stages_take_one_solution() {
+        let model = Model::from_yaml_str(
+            "name: tiny\nlayers: 4\nmoe_layers: \"0..=3\"\nexperts: 12\ntop_k: 2\nhidden: 64\n\
+             expert_intermediate: 64\nformats: { q: 100 MB }\n\
+             tiers: { gpu: q, ram: q, disk: q }\ntrunk:\n  \
+             - { name: attn, layers: \"0..=3\", bytes: 150 MB, stage: dense }\n  \
+             - { name: shared, layers: \"0..=3\", bytes: 60 MB, stage: experts }\n",
+            Path::new("tiny.yaml"),
+        )
+        .unwrap();
+        let profile = HardwareProfile::from_yaml_str(
+            "name: box\n\
+             numa:\n  - { id: 0, ram: 4 GiB, reserved: 3 GiB, cores: 16, gemv_bandwidth: 40 GB/s }\n\
+             gpus:\n  - { id: 0, name: card, vram: 2 GiB, reserved: 1600 MiB, numa: 0, \
+             gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: 30 us }\n\
+             drives:\n  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }\n\
+             io_overlaps_compute: true\nfelt_fraction: 0.3\n",
+            Path::new("box.yaml"),
+        )
+        .unwrap();
+        let shuffled = |order: &[usize], power: f64| {
+            let weights: Vec<f64> = order
+                .iter()
+                .map(|&i| 1.0 / (i as f64).powf(power))
+                .collect();
+            let sum: f64 = weights.iter().sum();
+            weights.iter().map(|w| 2.0 * w / sum).collect::<Vec<f64>>()
+        };
+        let forward: Vec<usize> = (1..=12).collect();
+        let backward: Vec<usize> = (1..=12).rev().collect();
+        let mixed = [7, 2, 11, 1, 9, 4, 12, 3, 6, 10, 5, 8];
+        let rates = vec![
+            shuffled(&forward, 1.0),
+            shuffled(&backward, 1.0),
+            shuffled(&mixed, 1.0),
+            shuffled(&forward, 0.5),
+        ];
+        let inst = Instance::new(&profile, &model, &rates);
+        let priced = Priced::new(&inst);
+        assert_eq!(priced.expert_classes(), 2);
+        let mut compared = 0;
+        // Zero prices (ties, the slots rotate from stage to stage) and
+        // dearer GPU and RAM bytes (one order).
+        for prices in [[0.0, 0.0], [2e-13, 1e-14], [1e-12, 1e-13]] {
+            let mut solved = priced.solved();
+            for (stage, data) in priced.stages.iter().enumerate() {
+                let Some(experts) = &data.experts else {
+                    continue;
+                };
+                let reused = priced.stage(stage, data, &prices, false, &mut solved);
+                let own = priced.stage(stage, data, &prices, false, &mut priced.solved());
+                assert!(
+                    reused.bound <= own.bound && reused.bound >= own.bound * (1.0 - 1e-12),
+                    "stage {stage} at {prices:?}: {} against its own {}",
+                    reused.bound,
+                    own.bound
+                );
+                assert_eq!(reused.shares, own.shares, "stage {stage} at {prices:?}");
+                assert!(reused
+                    .shares
+                    .whole
+                    .iter()
+                    .all(|&(o, _)| inst.objects[o].stage == stage));
+                assert_eq!(experts.ids.len(), 12);
+                compared += 1;
+            }
+        }
+        assert_eq!(compared, 12);
     }
 }

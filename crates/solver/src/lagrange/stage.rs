@@ -7,20 +7,21 @@
 use super::priced::{Experts, TrunkLoads};
 use residency_core::cost::{Place, Resources};
 
-/// Golden-section steps per stage problem: the bracket shrinks to 0.618^n,
-/// or until it is `GOLDEN_WIDTH` of its end wide.
-const GOLDEN_STEPS: usize = 48;
-const GOLDEN_WIDTH: f64 = 1e-7;
+/// Most points a one-dimensional search (`minimize`) evaluates.
+const SEARCH_STEPS: usize = 48;
+/// The stage-time search stops once its bound is within this share of the
+/// least value it saw.
+const TIME_GAP: f64 = 1e-9;
 /// The drive seconds' search, around every stage-time search, stops at a
-/// wider bracket: the bound between its points loses at most about this
-/// share (the stage value's slope in the drive seconds is below one), and
-/// each step saves a whole stage-time search.
-const DRIVE_GOLDEN_WIDTH: f64 = 1e-4;
-/// The widths of a coarse search (`StageProblem::coarse`): the estimate
-/// only steers where the bound's own search starts, and at these widths a
-/// stage costs a few times less.
-const COARSE_GOLDEN_WIDTH: f64 = 1e-4;
-const COARSE_DRIVE_GOLDEN_WIDTH: f64 = 1e-2;
+/// wider gap: each step costs a whole stage-time search.
+const DRIVE_GAP: f64 = 1e-7;
+/// The least feasible stage time is bracketed this finely (relative).
+const LEAST_TIME_WIDTH: f64 = 1e-9;
+/// The gaps and width of a coarse search (`StageProblem::coarse`): the
+/// estimate only steers where the bound's own search starts.
+const COARSE_TIME_GAP: f64 = 1e-6;
+const COARSE_DRIVE_GAP: f64 = 1e-4;
+const COARSE_LEAST_TIME_WIDTH: f64 = 1e-5;
 /// Most whole-count vectors a stage's bound tries.
 const WHOLE_COUNT_VECTORS: f64 = 2000.0;
 
@@ -33,8 +34,8 @@ pub(super) struct StageProblem<'a> {
     pub(super) slots: &'a [(Place, f64)],
     pub(super) participation: &'a [bool],
     pub(super) trunk: &'a TrunkLoads,
-    /// Searches to wider brackets (`COARSE_GOLDEN_WIDTH`): still a valid
-    /// bound, a looser one, for the estimate that is no bound anyway.
+    /// Searches to wider gaps (`COARSE_TIME_GAP`): still a valid bound, a
+    /// looser one, for the estimate that is no bound anyway.
     pub(super) coarse: bool,
 }
 
@@ -66,15 +67,17 @@ impl StageProblem<'_> {
 
     /// The experts' price at stage time `time` with at most `drive` seconds
     /// on any drive, whose `felt_fraction` every node's cores wait for
-    /// (`None`: infeasible): the cheapest places filled first, each with the
-    /// mass its resource's time left absorbs, the coldest experts first.
-    /// With `blocks`, records the expert count per place, hottest first.
+    /// (`Err`: infeasible, with the use-rate mass no place had time for,
+    /// infinite where a row alone is over the time): the cheapest places
+    /// filled first, each with the mass its resource's time left absorbs,
+    /// the coldest experts first. With `blocks`, records the expert count
+    /// per place, hottest first.
     pub(super) fn fill(
         &self,
         time: f64,
         drive: f64,
         blocks: Option<&mut Vec<(Place, f64)>>,
-    ) -> Option<f64> {
+    ) -> Result<f64, f64> {
         let r = self.resources;
         let (experts, trunk) = (self.experts, self.trunk);
         let felt = if drive.is_finite() {
@@ -84,11 +87,11 @@ impl StageProblem<'_> {
         };
         let mut cpu_left: Vec<f64> = trunk.cpu.iter().map(|c| time - c - felt).collect();
         if cpu_left.iter().any(|&left| left < 0.0) || (drive.is_finite() && drive > time) {
-            return None;
+            return Err(f64::INFINITY);
         }
         for g in 0..r.gpus() {
             if self.participation[g] && time < r.gpu_sync_seconds[g] + trunk.gpu[g] {
-                return None;
+                return Err(f64::INFINITY);
             }
         }
         let total = *experts.prefix.last().unwrap();
@@ -151,7 +154,11 @@ impl StageProblem<'_> {
         if let Some(blocks) = blocks {
             blocks.reverse();
         }
-        (boundary <= 0.0).then_some(price)
+        if boundary <= 0.0 {
+            Ok(price)
+        } else {
+            Err(total - placed)
+        }
     }
 
     /// The least `T + price(T)`, bounded: over the drive seconds too when
@@ -174,52 +181,57 @@ impl StageProblem<'_> {
         // time), and beyond its value no drive time can pay.
         let first = self.search_time(0.0)?;
         let mut points = vec![(0.0, first.bound, first.value)];
+        let high = first.value;
         let mut best = first;
-        let width = if self.coarse {
-            COARSE_DRIVE_GOLDEN_WIDTH
+        let gap = if self.coarse {
+            COARSE_DRIVE_GAP
         } else {
-            DRIVE_GOLDEN_WIDTH
+            DRIVE_GAP
         };
-        golden(0.0, points[0].2, width, |d| {
+        minimize(&mut points, high, gap, false, |d| {
             let searched = self.search_time(d)?;
-            points.push((d, searched.bound, searched.value));
-            let value = searched.value;
-            if value < best.value {
+            let bracket = (searched.bound, searched.value);
+            if searched.value < best.value {
                 best = searched;
             }
-            Some(value)
+            Some(bracket)
         });
         Some(Searched {
-            bound: convex_lower_bound(&mut points, false),
+            bound: convex_lower_bound(&mut points, false).0,
             ..best
         })
     }
 
-    /// Golden-section search of `T + price(T)` over the feasible times, at
-    /// most `drive` seconds on any drive; `None` when no time is feasible.
+    /// The least `T + price(T)` over the feasible times, at most `drive`
+    /// seconds on any drive, bounded; `None` when no time is feasible.
     pub(super) fn search_time(&self, drive: f64) -> Option<Searched> {
         let value = |t: f64| self.fill(t, drive, None).map(|price| t + price);
-        // The least time every row allows (the drive's too), then the least
-        // at which the mass fits.
+        // The least time every row allows (the drive's, and the cores'
+        // with the felt share of its reads, too), then the least at which
+        // the mass fits.
         let rows = if drive.is_finite() {
-            self.least_rows().max(drive)
+            let felt = self.resources.felt_fraction * drive;
+            let cores = self.trunk.cpu.iter().map(|c| c + felt).fold(0.0, f64::max);
+            self.least_rows().max(drive).max(cores)
         } else {
             self.least_rows()
         };
         // Below `floor` no time is feasible; `low` is the first that is.
-        let (width, bisected) = if self.coarse {
-            (COARSE_GOLDEN_WIDTH, COARSE_GOLDEN_WIDTH / 10.0)
+        let (gap, bisected) = if self.coarse {
+            (COARSE_TIME_GAP, COARSE_LEAST_TIME_WIDTH)
         } else {
-            (GOLDEN_WIDTH, 1e-9)
+            (TIME_GAP, LEAST_TIME_WIDTH)
         };
-        let (floor, low) = least_time_within(rows, bisected, |t| value(t).is_some())?;
-        let first = value(low)?;
+        let (floor, low) = least_time_within(rows, bisected, |t| match value(t) {
+            Ok(_) => 0.0,
+            Err(left) => left,
+        })?;
+        let first = value(low).ok()?;
         let mut points = vec![(low, first, first)];
         // Every time above `first` costs more than `first` itself.
-        golden(low, first, width, |t| {
-            let f = value(t)?;
-            points.push((t, f, f));
-            Some(f)
+        minimize(&mut points, first, gap, true, |t| {
+            let f = value(t).ok()?;
+            Some((f, f))
         });
         let (time, _, least) = points
             .iter()
@@ -228,7 +240,9 @@ impl StageProblem<'_> {
             .expect("one point");
         // Between `floor` and the first feasible time seen, `price` is at
         // least its value there.
-        let bound = convex_lower_bound(&mut points, true).min(floor + (first - low));
+        let bound = convex_lower_bound(&mut points, true)
+            .0
+            .min(floor + (first - low));
         Some(Searched {
             bound,
             value: least,
@@ -267,7 +281,8 @@ impl StageProblem<'_> {
             .counts
             .clone()
             .or_else(|| {
-                self.fill(split.time, split.drive, Some(&mut split_blocks))?;
+                self.fill(split.time, split.drive, Some(&mut split_blocks))
+                    .ok()?;
                 Some(split_blocks)
             })
             .map(|blocks| {
@@ -400,87 +415,160 @@ impl StageProblem<'_> {
 /// when it is feasible) and the least found feasible; `None` when doubling
 /// finds no feasible time.
 pub(super) fn least_time(low: f64, feasible: impl Fn(f64) -> bool) -> Option<(f64, f64)> {
-    least_time_within(low, 1e-9, feasible)
+    least_time_within(low, LEAST_TIME_WIDTH, |t| {
+        if feasible(t) {
+            0.0
+        } else {
+            f64::INFINITY
+        }
+    })
 }
 
-/// `least_time`, bisected until the bracket is `width` of its end wide.
+/// `least_time` of where `short`, what is missing at a time (positive:
+/// infeasible; infinite where unknown how much), is at most zero,
+/// bracketed until the bracket is `width` of its end wide. Where `short`
+/// is convex (the mass the places absorb is concave in the time), the
+/// secant of the two latest infeasible times meets zero at most at the
+/// least feasible time: half the width before and past it close the
+/// bracket in a few steps; else, and after a secant step that leaves more
+/// than half the bracket, the bracket is halved.
 pub(super) fn least_time_within(
     low: f64,
     width: f64,
-    feasible: impl Fn(f64) -> bool,
+    short: impl Fn(f64) -> f64,
 ) -> Option<(f64, f64)> {
-    if feasible(low) {
+    let first = short(low);
+    if first <= 0.0 {
         return Some((low, low));
     }
+    // Infeasible times with what is missing there, the latest last.
+    let mut below = vec![(low, first)];
     let mut high = low.max(1e-9) * 2.0;
-    let mut below = low;
     let mut doublings = 0;
-    while !feasible(high) {
-        below = high;
+    loop {
+        let missing = short(high);
+        if missing <= 0.0 {
+            break;
+        }
+        below.push((high, missing));
         high *= 2.0;
         doublings += 1;
         if doublings > 200 {
             return None;
         }
     }
-    while high - below > width * high {
-        let mid = 0.5 * (below + high);
-        if feasible(mid) {
-            high = mid;
-        } else {
-            below = mid;
+    let mut latest = below.last().expect("one infeasible time").0;
+    let mut secant_next = true;
+    while high - latest > width * high {
+        let before = high - latest;
+        let steps = match below[..] {
+            [.., (t0, m0), (t1, m1)] if secant_next && m0.is_finite() && m1 < m0 => {
+                let secant = t1 + m1 * (t1 - t0) / (m0 - m1);
+                let step = 0.5 * width * high;
+                [secant - step, secant + step]
+            }
+            _ => [0.5 * (latest + high), f64::NAN],
+        };
+        let secant = !steps[1].is_nan();
+        for t in steps {
+            // Skips the NaN too.
+            if !(t > latest && t < high) {
+                continue;
+            }
+            let missing = short(t);
+            if missing <= 0.0 {
+                high = t;
+            } else {
+                below.push((t, missing));
+                latest = t;
+            }
         }
+        // A secant step that leaves more than half the bracket is followed
+        // by a halving.
+        secant_next = !secant || high - latest <= 0.5 * before;
     }
-    Some((below, high))
+    Some((latest, high))
 }
 
-/// Golden-section search for the least `f` on `[low, high]`, `GOLDEN_STEPS`
-/// steps or until the bracket is `width` of its end wide; stops where `f`
-/// is undefined.
-pub(super) fn golden(low: f64, high: f64, width: f64, mut f: impl FnMut(f64) -> Option<f64>) {
+/// Searches for the least of a convex function on `[points[0].0, high]`,
+/// given by brackets `(lower, upper)` of its value (`f`; `None` where it
+/// is undefined, which ends the search), adding every point evaluated to
+/// `points` as `(t, lower, upper)`: each next point where the lower bound
+/// of the points (`convex_lower_bound`) is least, or, where that is a
+/// point already seen or the last step did not halve the gap, the middle
+/// of the wider side around the least upper value; until the bound is
+/// within `gap` of the least upper value, or `SEARCH_STEPS` points.
+pub(super) fn minimize(
+    points: &mut Vec<(f64, f64, f64)>,
+    high: f64,
+    gap: f64,
+    monotone: bool,
+    mut f: impl FnMut(f64) -> Option<(f64, f64)>,
+) {
+    let low = points[0].0;
     if high <= low {
         return;
     }
-    let ratio = 0.5 * (5f64.sqrt() - 1.0);
-    let (mut a, mut b) = (low, high);
-    let mut x1 = b - ratio * (b - a);
-    let mut x2 = a + ratio * (b - a);
-    let (Some(mut f1), Some(mut f2), Some(_)) = (f(x1), f(x2), f(high)) else {
-        return;
-    };
-    for _ in 0..GOLDEN_STEPS {
-        if b - a <= width * b.abs() {
+    for t in [high, 0.5 * (low + high)] {
+        let Some((lower, upper)) = f(t) else { return };
+        points.push((t, lower, upper));
+    }
+    let mut previous = f64::INFINITY;
+    for _ in points.len()..SEARCH_STEPS {
+        let (bound, at) = convex_lower_bound(points, monotone);
+        let (best, least) = points
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1 .2.total_cmp(&b.1 .2))
+            .map(|(i, p)| (i, p.2))
+            .expect("points");
+        let open = least - bound;
+        if open <= gap * least.abs() {
             return;
         }
-        if f1 <= f2 {
-            b = x2;
-            x2 = x1;
-            f2 = f1;
-            x1 = b - ratio * (b - a);
-            let Some(v) = f(x1) else { return };
-            f1 = v;
+        let seen = points
+            .iter()
+            .any(|p| (p.0 - at).abs() <= 1e-12 * high.abs().max(1e-300));
+        let t = if seen || !at.is_finite() || open > 0.5 * previous {
+            // The wider side around the least upper value (points are
+            // sorted by `convex_lower_bound`).
+            let (t, left, right) = (
+                points[best].0,
+                points[best.saturating_sub(1)].0,
+                points[(best + 1).min(points.len() - 1)].0,
+            );
+            if t - left > right - t {
+                0.5 * (left + t)
+            } else {
+                0.5 * (t + right)
+            }
         } else {
-            a = x1;
-            x1 = x2;
-            f1 = f2;
-            x2 = a + ratio * (b - a);
-            let Some(v) = f(x2) else { return };
-            f2 = v;
-        }
+            at
+        };
+        previous = open;
+        let Some((lower, upper)) = f(t) else { return };
+        points.push((t, lower, upper));
     }
 }
 
 /// A lower bound on a convex function over `[t_0, t_k]` from points
-/// `(t, lower, upper)` that bracket its value at each `t`. On each interval
-/// it is the largest of the secants of the neighbouring intervals extended
-/// over it (a convex function lies above a secant outside the secant's
-/// interval; with brackets, the secant's slope is taken at its least), and,
-/// with `monotone` (`f(t) = t + c(t)`, `c` non-increasing), `t_i + c(t_{i+1})`.
-pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool) -> f64 {
+/// `(t, lower, upper)` that bracket its value at each `t`, and where it is
+/// least. On each interval it is the largest of the secants of the
+/// neighbouring intervals extended over it (a convex function lies above a
+/// secant outside the secant's interval; with brackets, the secant's slope
+/// is taken at its least), and, with `monotone` (`f(t) = t + c(t)`, `c`
+/// non-increasing), `t_i + c(t_{i+1})`.
+pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool) -> (f64, f64) {
     points.sort_by(|a, b| a.0.total_cmp(&b.0));
     let points = &*points;
     let k = points.len();
-    let mut bound = points.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+    let mut least = points
+        .iter()
+        .map(|p| (p.1, p.0))
+        .fold(
+            (f64::INFINITY, f64::NAN),
+            |a, b| if b.0 < a.0 { b } else { a },
+        );
     // The secant of interval i extended past its right end, then past its
     // left end, as (slope, value at 0).
     let rightwards = |i: usize| {
@@ -515,7 +603,7 @@ pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool)
         .flatten()
         .collect();
         if lines.is_empty() && !monotone {
-            return f64::NEG_INFINITY;
+            return (f64::NEG_INFINITY, 0.5 * (a + b));
         }
         let envelope = |t: f64| lines.iter().map(|(s, c)| s * t + c).fold(floor, f64::max);
         // The envelope is convex and piecewise linear: least at an end or
@@ -533,13 +621,14 @@ pub(super) fn convex_lower_bound(points: &mut [(f64, f64, f64)], monotone: bool)
                 }
             }
         }
-        let least = candidates
-            .into_iter()
-            .map(envelope)
-            .fold(f64::INFINITY, f64::min);
-        bound = bound.min(least);
+        for t in candidates {
+            let value = envelope(t);
+            if value < least.0 {
+                least = (value, t);
+            }
+        }
     }
-    bound
+    least
 }
 
 #[cfg(test)]
@@ -643,6 +732,172 @@ mod tests {
         assert_eq!(compared, 30);
     }
 
+    /// The least `T + price` of one stage's split problem as a linear
+    /// program (every expert's shares per place, the stage time, the drive
+    /// seconds), solved by simplex: what the stage search must bound.
+    fn stage_lp(problem: &StageProblem) -> f64 {
+        use microlp::{ComparisonOp, OptimizationDirection, Problem};
+        use residency_core::cost::Place;
+        let (r, e) = (problem.resources, problem.experts);
+        // Microseconds keep the coefficients near 1.
+        let us = 1e6;
+        let mut lp = Problem::new(OptimizationDirection::Minimize);
+        let time = lp.add_var(1.0, (0.0, f64::INFINITY));
+        let drive = lp.add_var(0.0, (0.0, f64::INFINITY));
+        lp.add_constraint([(drive, 1.0), (time, -1.0)], ComparisonOp::Le, 0.0);
+        let places: Vec<(Place, f64)> = problem.whole_slots();
+        let mut gpu_rows = vec![Vec::new(); r.gpus()];
+        let mut cpu_rows = vec![vec![(drive, r.felt_fraction)]; r.numa_nodes()];
+        let mut drive_rows = vec![vec![(drive, -1.0)]; r.drives()];
+        for &rate in &e.rates {
+            let shares: Vec<_> = places
+                .iter()
+                .map(|&(_, price)| lp.add_var(price * us, (0.0, 1.0)))
+                .collect();
+            lp.add_constraint(shares.iter().map(|&x| (x, 1.0)), ComparisonOp::Eq, 1.0);
+            for (&x, &(place, _)) in shares.iter().zip(&places) {
+                match place {
+                    Place::Gpu(g) => {
+                        gpu_rows[g].push((x, rate * us * e.gpu_bytes / r.gpu_gemv_bytes_per_s[g]));
+                    }
+                    Place::Ram(n) => {
+                        cpu_rows[n].push((x, rate * us * e.ram_bytes / r.cpu_gemv_bytes_per_s[n]));
+                    }
+                    Place::Disk(d) => {
+                        let n = r.drive_numa[d];
+                        let cpu = e.disk_bytes.min(e.ram_bytes) / r.cpu_gemv_bytes_per_s[n];
+                        cpu_rows[n].push((x, rate * us * cpu));
+                        let read =
+                            r.drive_latency_seconds[d] + e.disk_bytes / r.drive_read_bytes_per_s[d];
+                        drive_rows[d].push((x, rate * us * read));
+                    }
+                    Place::Recompute => unreachable!("experts are not recomputed"),
+                }
+            }
+        }
+        for (g, mut row) in gpu_rows.into_iter().enumerate() {
+            if problem.participation[g] {
+                row.push((time, -1.0));
+                let fixed = r.gpu_sync_seconds[g] + problem.trunk.gpu[g];
+                lp.add_constraint(row, ComparisonOp::Le, -fixed * us);
+            }
+        }
+        for (n, mut row) in cpu_rows.into_iter().enumerate() {
+            row.push((time, -1.0));
+            lp.add_constraint(row, ComparisonOp::Le, -problem.trunk.cpu[n] * us);
+        }
+        for row in drive_rows {
+            lp.add_constraint(row, ComparisonOp::Le, 0.0);
+        }
+        match lp.solve().expect("a solvable stage") {
+            microlp::SolveOutcome::Solution(solution) => solution.objective() / us,
+            outcome => panic!("no optimum: {outcome:?}"),
+        }
+    }
+
+    /// Small random streaming stages (6 to 12 experts of Zipf heat, one or
+    /// two cards of random speed and sync, one or two nodes with a drive
+    /// each, felt reads from 0.1 to 0.9, random prices and trunk loads,
+    /// every participation set): the stage search's bound must be at most
+    /// the linear program's optimum (brute force, `stage_lp`) and within
+    /// 1e-8 of it (the golden-section searches before the secant steps came
+    /// within 2e-9 in 2,413 fills per stage on average, the secant steps
+    /// within 1.9e-9 in 120).
+    #[test]
+    fn stage_search_bounds_the_linear_program() {
+        let mut seed = 12345u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (seed >> 11) as f64 / (1u64 << 53) as f64
+        };
+        let mut compared = 0;
+        for case in 0..24 {
+            let experts = 6 + (next() * 7.0) as usize;
+            let (gpus, nodes) = (1 + case % 2, 1 + case / 2 % 2);
+            let model = Model::from_yaml_str(
+                &format!(
+                    "name: tiny\nlayers: 1\nmoe_layers: [0]\nexperts: {experts}\ntop_k: 2\n\
+                     hidden: 64\nexpert_intermediate: 64\nformats: {{ q: 100 MB, r: 180 MB }}\n\
+                     tiers: {{ gpu: q, ram: r, disk: q }}\n"
+                ),
+                Path::new("tiny.yaml"),
+            )
+            .unwrap();
+            let mut text = String::from("name: box\nnuma:\n");
+            for n in 0..nodes {
+                text += &format!(
+                    "  - {{ id: {n}, ram: 4 GiB, reserved: 1 GiB, cores: 16, \
+                     gemv_bandwidth: {:.0} GB/s }}\n",
+                    20.0 + 60.0 * next()
+                );
+            }
+            text += "gpus:\n";
+            for g in 0..gpus {
+                text += &format!(
+                    "  - {{ id: {g}, name: card, vram: 2 GiB, reserved: 1 GiB, numa: 0, \
+                     gemv_bandwidth: {:.0} GB/s, upload_bandwidth: 20 GB/s, \
+                     sync_overhead: {:.0} us }}\n",
+                    100.0 + 400.0 * next(),
+                    10.0 + 200.0 * next()
+                );
+            }
+            text += "drives:\n";
+            for n in 0..nodes {
+                text += &format!(
+                    "  - {{ id: {n}, name: nvme, numa: {n}, read_bandwidth: {:.1} GB/s, \
+                     read_latency: 80 us }}\n",
+                    2.0 + 6.0 * next()
+                );
+            }
+            text += &format!(
+                "io_overlaps_compute: true\nfelt_fraction: {:.2}\n",
+                0.1 + 0.8 * next()
+            );
+            let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
+            let power = 0.5 + next();
+            let weights: Vec<f64> = (1..=experts).map(|i| (i as f64).powf(-power)).collect();
+            let sum: f64 = weights.iter().sum();
+            let rates = vec![weights.iter().map(|w| 2.0 * w / sum).collect()];
+            let inst = Instance::new(&profile, &model, &rates);
+            let priced = Priced::new(&inst);
+            let r = priced.resources();
+            let (stage, experts) = priced
+                .stages
+                .iter()
+                .enumerate()
+                .find_map(|(s, data)| data.experts.as_ref().map(|e| (s, e)))
+                .unwrap();
+            // Prices of up to about an expert's GPU time per expert.
+            let prices: Vec<f64> = (0..gpus + nodes)
+                .map(|_| if next() < 0.2 { 0.0 } else { 1e-12 * next() })
+                .collect();
+            let slots = priced.slots(stage, experts, &prices);
+            let mut trunk = TrunkLoads::empty(r);
+            trunk.gpu.iter_mut().for_each(|t| *t = 2e-4 * next());
+            trunk.cpu.iter_mut().for_each(|t| *t = 2e-4 * next());
+            for participation in &priced.participation[1..] {
+                let problem = StageProblem {
+                    resources: r,
+                    experts,
+                    slots: &slots,
+                    participation,
+                    trunk: &trunk,
+                    coarse: false,
+                };
+                let bound = problem.search_split().unwrap().bound;
+                let optimum = stage_lp(&problem);
+                assert!(
+                    bound <= optimum * (1.0 + 1e-9) && bound >= optimum * (1.0 - 1e-8),
+                    "case {case}: bound {bound} against the optimum {optimum}"
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared >= 24, "{compared}");
+    }
+
     #[test]
     fn convex_lower_bound_is_below_the_minimum_and_close() {
         // f(t) = t + 1/t on [0.5, 2]: minimum 2 at t = 1 (by hand).
@@ -651,8 +906,10 @@ mod tests {
             .iter()
             .map(|&t| (t, f(t), f(t)))
             .collect();
-        let bound = convex_lower_bound(&mut points, false);
+        let (bound, at) = convex_lower_bound(&mut points, false);
         assert!(bound <= 2.0, "{bound}");
+        // Where the bound is least: between the points around the minimum.
+        assert!((0.95..=1.02).contains(&at), "{at}");
         // The points around the minimum are 0.07 apart: the bound is within
         // a few hundredths of it.
         assert!(bound >= 1.95, "{bound}");
