@@ -10,10 +10,11 @@ use crate::flags::{more_help, named, BackendArg, ModelArg, OnlineArgs, ProfileAr
 use crate::inputs::model_from_path;
 use anyhow::{bail, Context, Result};
 use residency_core::model::Model;
+use residency_core::names::Named;
 use residency_core::profile::HardwareProfile;
 use residency_core::units::{parse_size, Bytes};
 use residency_formats::heat::{read_heat, read_trace, HeatContext, HeatFormat, TokenRoutes};
-use residency_lab::replay::card_window::choose_card_window;
+use residency_lab::replay::card_choice::choose_card;
 use residency_lab::replay::{
     check_geometry, expert_kernel, replay, PinShareChoice, ReplayConfig, ReplayReport, ReplayRun,
     ServePolicy,
@@ -27,9 +28,7 @@ use residency_runtime::serve::replan::ReplanParams;
 use residency_runtime::serve::vram::VramPolicy;
 use residency_sim::felt::{fastest_drive, read_seconds};
 use residency_sim::job::{cut_trace, Budget, Cut};
-use setup::{
-    choose_pin_share, count_routes, drive_to_ram, ram_to_card, replay_per_category, split_held_out,
-};
+use setup::{choose_pin_share, drive_to_ram, ram_to_card, replay_per_category, split_held_out};
 use std::path::{Path, PathBuf};
 
 #[derive(clap::Args)]
@@ -126,8 +125,8 @@ pub struct ReplayArgs {
     /// knapsack, re-planned from live heat every 4 tokens, moving what
     /// pays for its upload), or `belady`, offline (it sees the future; not
     /// a bound where uploads are rationed).
-    #[arg(long, value_parser = named::<VramPolicy>(), default_value = "lfru")]
-    vram_policy: VramPolicy,
+    #[arg(long, value_parser = VramPolicyArg::parse, default_value = "lfru")]
+    vram_policy: VramPolicyArg,
     /// Bytes uploaded to the card a token, on average.
     #[arg(long, value_parser = parse_size, default_value = "64MiB")]
     vram_allowance: Bytes,
@@ -180,6 +179,47 @@ impl PinShareArg {
             _ => Err(format!(
                 "`{text}`: give a share of the budget between 0 and 1 (e.g. `0.5`) or `auto`"
             )),
+        }
+    }
+}
+
+/// `--vram-policy`: a rule, or `auto`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum VramPolicyArg {
+    Auto,
+    Rule(VramPolicy),
+}
+
+impl VramPolicyArg {
+    fn parse(text: &str) -> Result<VramPolicyArg, String> {
+        match text.trim() {
+            "auto" => Ok(VramPolicyArg::Auto),
+            text => VramPolicy::parse(text)
+                .map(VramPolicyArg::Rule)
+                .map_err(|e| format!("{e}, or `auto`")),
+        }
+    }
+
+    /// The rules `auto` chooses from: every one an engine can run (not
+    /// the offline `belady`), those that resize alone where the card's
+    /// budget moves between layers; else the rule given.
+    fn candidates(self, per_layer: bool) -> Vec<VramPolicy> {
+        match self {
+            VramPolicyArg::Rule(rule) => vec![rule],
+            VramPolicyArg::Auto => VramPolicy::ALL
+                .iter()
+                .copied()
+                .filter(|p| !p.is_offline() && (!per_layer || p.resizes()))
+                .collect(),
+        }
+    }
+
+    /// The rule the card starts from: the one given, or `lfru` until
+    /// `auto` has chosen.
+    fn rule(self) -> VramPolicy {
+        match self {
+            VramPolicyArg::Rule(rule) => rule,
+            VramPolicyArg::Auto => VramPolicy::Lfru,
         }
     }
 }
@@ -252,20 +292,23 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     let mut notes = Vec::new();
     let tokens = load_tokens(args, &checkpoint, &model, &mut notes)?;
     let (mut config, pin_share) = configure(args, &checkpoint, &profile, &tokens, &mut notes)?;
-    let card_window = match (args.vram_halve_every, &config.vram) {
-        (HalveEveryArg::Auto, Some(vram)) => Some(choose_card_window(
-            &checkpoint,
-            &tokens.train,
-            &tokens.train_counts,
-            &config,
-            vram,
-            args.seed_tokens,
-        )?),
+    let tune_window = args.vram_halve_every == HalveEveryArg::Auto;
+    let card_choice = match (&config.vram, args.vram_policy) {
+        (Some(vram), policy) if tune_window || policy == VramPolicyArg::Auto => {
+            let rules = policy.candidates(vram.dynamic.is_some());
+            let (chosen, choice) = choose_card(
+                &checkpoint,
+                &tokens.train,
+                args.heat.is_some().then_some(&tokens.train_counts[..]),
+                &config,
+                (vram, &rules, tune_window),
+                args.seed_tokens,
+            )?;
+            config.vram = Some(chosen);
+            Some(choice)
+        }
         _ => None,
     };
-    if let (Some(choice), Some(vram)) = (&card_window, config.vram.as_mut()) {
-        vram.halve_every_ticks = choice.halve_every_ticks;
-    }
     crate::term::notes(&notes);
     if let Some(vram) = &config.vram {
         println!(
@@ -274,8 +317,8 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
             vram.policy.label()
         );
     }
-    if let Some(choice) = &card_window {
-        table::print_card_window(choice);
+    if let Some(choice) = &card_choice {
+        table::print_card_choice(choice);
     }
     let Tokens {
         eval, train_counts, ..
@@ -310,7 +353,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     if let Some(path) = &args.json {
         let doc = ReplayReport {
             pin_share,
-            card_window,
+            card_choice,
             runs,
         };
         residency_core::error::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
@@ -359,7 +402,7 @@ fn load_tokens(
         .with_context(|| args.trace.display().to_string())?;
     let train_counts = match &args.heat {
         Some(file) => heat_counts(file, args.heat_format, model, checkpoint, notes)?,
-        None => count_routes(&train, checkpoint),
+        None => residency_lab::replay::count_routes(&train, checkpoint),
     };
     let seed = seed_tokens(&trace.tokens, args)?;
     Ok(Tokens {
@@ -507,16 +550,16 @@ fn vram_config(
     notes: &mut Vec<String>,
 ) -> Result<Option<VramConfig>> {
     let dynamic_vram = args.vram_allocation == VramAllocation::Dynamic;
-    if dynamic_vram && !args.vram_policy.resizes() {
+    if dynamic_vram && !args.vram_policy.rule().resizes() {
         bail!(
             "--vram-policy {}: --vram-allocation dynamic moves per-layer budgets, which needs {} inside each layer; give --vram-policy lfru",
-            args.vram_policy,
+            args.vram_policy.rule(),
             PolicyKind::resizing_names()
         );
     }
     let card = args.vram_budget.as_ref().map(|budget| VramConfig {
         budget_bytes: budget.bytes(all_bytes),
-        policy: args.vram_policy,
+        policy: args.vram_policy.rule(),
         allowance_bytes_per_token: args.vram_allowance.0,
         halve_every_ticks: match args.vram_halve_every {
             HalveEveryArg::Requests(requests) => requests,
@@ -583,12 +626,15 @@ fn check_flags(args: &ReplayArgs) -> Result<()> {
         if args.vram_budget.is_none() {
             bail!("--vram-halve-every auto tunes the card's lfru; give --vram-budget too");
         }
-        if args.vram_policy != VramPolicy::Lfru {
-            bail!(
-                "--vram-halve-every auto tunes lfru's heat window; --vram-policy {} has none: give --vram-policy lfru",
-                args.vram_policy
-            );
+        match args.vram_policy {
+            VramPolicyArg::Rule(rule) if rule != VramPolicy::Lfru => bail!(
+                "--vram-halve-every auto tunes lfru's heat window; --vram-policy {rule} has none: give --vram-policy lfru or auto"
+            ),
+            _ => {}
         }
+    }
+    if args.vram_policy == VramPolicyArg::Auto && args.vram_budget.is_none() {
+        bail!("--vram-policy auto chooses the card's rule; give --vram-budget too");
     }
     if let Some(seconds) = args
         .replan_every_seconds

@@ -50,21 +50,6 @@ pub(super) fn split_held_out(
     Ok((eval, train))
 }
 
-/// Requests per `(MoE layer, expert)`, numbered `l * experts + e`, of
-/// tokens whose geometry was checked against the checkpoint.
-pub(super) fn count_routes(tokens: &[TokenRoutes], checkpoint: &Checkpoint) -> Vec<u64> {
-    let experts = checkpoint.config.experts;
-    let mut counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
-    for t in tokens {
-        for (l, route) in t.routes.iter().enumerate() {
-            for &e in route {
-                counts[l * experts + e as usize] += 1;
-            }
-        }
-    }
-    counts
-}
-
 /// `replan`'s share of the budget: the one given, or with `auto` the one
 /// `simulate --gate` recommends (`sim::pin_share`, the same code) for the
 /// training tokens alone, each of their categories held out in turn, at

@@ -7,12 +7,13 @@ use anyhow::Result;
 use residency_core::units::{Bytes, BytesPerSecond};
 use residency_formats::heat::TokenRoutes;
 use residency_hwprofile::Spread;
-use residency_lab::replay::card_window::CardWindowChoice;
+use residency_lab::replay::card_choice::CardChoice;
 use residency_lab::replay::{predict, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun};
 use residency_runtime::checkpoint::Checkpoint;
 
-/// The card's `lfru` window `auto` chose, and what each window computed.
-pub(super) fn print_card_window(choice: &CardWindowChoice) {
+/// The card's rule and window `auto` chose, and what each candidate's
+/// tokens took.
+pub(super) fn print_card_choice(choice: &CardChoice) {
     let judged_on = if choice.held_out.is_empty() {
         "on the training tokens, in-sample (name two or more --train-categories to hold each out)"
             .to_string()
@@ -20,12 +21,16 @@ pub(super) fn print_card_window(choice: &CardWindowChoice) {
         format!("on {} held out in turn", choice.held_out.join(", "))
     };
     println!(
-        "card: lfru halves its heat every {} requests (--vram-halve-every auto: the least simulated time {judged_on}; per window, requests: seconds, experts on the card: {})",
+        "card: {} with its heat halved every {} requests (auto: the least simulated time {judged_on}; per rule and window in requests: seconds, experts on the card: {})",
+        choice.policy,
         choice.halve_every_ticks,
         choice
             .judged
             .iter()
-            .map(|t| format!("{}: {:.6} s, {}", t.halve_every_ticks, t.token_seconds, t.experts_on_card))
+            .map(|t| format!(
+                "{} {}: {:.6} s, {}",
+                t.policy, t.halve_every_ticks, t.token_seconds, t.experts_on_card
+            ))
             .collect::<Vec<_>>()
             .join(", ")
     );

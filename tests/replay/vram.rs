@@ -161,14 +161,16 @@ fn a_vram_tier_computes_what_the_cpu_does_or_says_why_it_is_off() {
     );
 }
 
-/// `--vram-halve-every auto` picks the window of the least simulated
-/// token time (the CPU's share of the experts plus the RAM tier's felt
-/// wait): checked here against the per-window seconds it prints,
-/// whether or not a card is here (the choice is simulated).
+/// `--vram-policy auto` and `--vram-halve-every auto` pick the rule and
+/// window of the least simulated token time (the CPU's share of the
+/// experts plus the RAM tier's felt wait): checked here against the
+/// per-candidate seconds printed, whether or not a card is here (the
+/// choice is simulated). `auto` tries every rule an engine can run, never
+/// the offline `belady`, and needs a card budget (one line).
 #[test]
-fn the_card_s_window_is_the_one_of_the_least_simulated_time() {
+fn the_card_s_rule_and_window_are_those_of_the_least_simulated_time() {
     let fx = Fixture::int4();
-    let o = fx.replay(&[
+    let args = [
         "--policy",
         "lru",
         "--train-categories",
@@ -177,42 +179,61 @@ fn the_card_s_window_is_the_one_of_the_least_simulated_time() {
         "25%",
         "--vram-allowance",
         "4KiB",
-        "--vram-halve-every",
-        "auto",
         "--predict-only",
-    ]);
-    assert!(o.status.success(), "{}", stderr(&o));
-    let out = String::from_utf8_lossy(&o.stdout).to_string();
-    let line = out
-        .lines()
-        .find(|l| l.starts_with("card: lfru halves its heat every "))
-        .unwrap_or_else(|| panic!("{out}"));
-    let chosen: u64 = line["card: lfru halves its heat every ".len()..]
-        .split(' ')
-        .next()
-        .unwrap()
-        .parse()
-        .unwrap();
-    // "...experts on the card: 624: 1.234567 s, 17, 1248: ..." as
-    // (window, seconds) pairs.
-    let trials: Vec<(u64, f64)> = line
-        .split_once("experts on the card: ")
-        .unwrap()
-        .1
-        .trim_end_matches(')')
-        .split(", ")
-        .filter_map(|part| {
-            let (window, seconds) = part.split_once(": ")?;
-            Some((
-                window.parse().ok()?,
-                seconds.trim_end_matches(" s").parse().ok()?,
-            ))
-        })
-        .collect();
-    assert!(trials.len() >= 2, "{line}");
-    // Printed to the microsecond: the chosen window's time is the least
-    // to that precision.
-    let least = trials.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
-    let chosen_seconds = trials.iter().find(|t| t.0 == chosen).unwrap().1;
-    assert!(chosen_seconds <= least + 1e-6, "{line}");
+    ];
+    for auto in [
+        &["--vram-halve-every", "auto"][..],
+        &["--vram-policy", "auto"][..],
+        &["--vram-policy", "auto", "--vram-halve-every", "auto"][..],
+    ] {
+        let o = fx.replay(&[&args[..], auto].concat());
+        assert!(o.status.success(), "{}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let line = out
+            .lines()
+            .find(|l| l.starts_with("card: ") && l.contains("(auto: "))
+            .unwrap_or_else(|| panic!("{out}"));
+        // "card: lfru with its heat halved every 624 requests (...: lfru
+        // 624: 1.234567 s, 17, ...)" as the choice and (rule window,
+        // seconds) pairs.
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let chosen = format!("{} {}", words[1], words[7]);
+        let trials: Vec<(String, f64)> = line
+            .split_once("experts on the card: ")
+            .unwrap()
+            .1
+            .trim_end_matches(')')
+            .split(", ")
+            .filter_map(|part| {
+                let (candidate, seconds) = part.split_once(": ")?;
+                Some((
+                    candidate.to_string(),
+                    seconds.trim_end_matches(" s").parse().ok()?,
+                ))
+            })
+            .collect();
+        let rules: std::collections::BTreeSet<&str> = trials
+            .iter()
+            .map(|t| t.0.split(' ').next().unwrap())
+            .collect();
+        if auto.contains(&"--vram-policy") {
+            assert!(rules.contains("lru") && rules.contains("replan"), "{line}");
+            assert!(!rules.contains("belady"), "{line}");
+        } else {
+            assert_eq!(rules.into_iter().collect::<Vec<_>>(), ["lfru"], "{line}");
+            assert!(trials.len() >= 2, "{line}");
+        }
+        // Printed to the microsecond: the chosen one's time is the least
+        // to that precision.
+        let least = trials.iter().map(|t| t.1).fold(f64::INFINITY, f64::min);
+        let chosen_seconds = trials.iter().find(|t| t.0 == chosen).unwrap().1;
+        assert!(chosen_seconds <= least + 1e-6, "{line}");
+    }
+    let o = fx.replay(&["--policy", "lru", "--vram-policy", "auto"]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("--vram-budget") && err.trim().lines().count() == 1,
+        "{err}"
+    );
 }

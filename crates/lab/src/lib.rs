@@ -5,7 +5,7 @@
 //!
 //! - `replay`: a routing trace through the store's real data path, one
 //!   arm a policy, beside the simulator's twin (`residency replay`); its
-//!   `card_window` picks the card's `lfru` window on the training tokens.
+//!   `card_choice` picks the card's rule and `lfru` window on the training tokens.
 //! - `bench`: a plan's tokens served where the plan puts the work, timed
 //!   beside `Instance::evaluate` (`residency bench`).
 //! - `kv`: Mooncake traces through the KV store's prefix index

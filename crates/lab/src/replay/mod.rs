@@ -19,7 +19,7 @@
 
 mod arm;
 mod card;
-pub mod card_window;
+pub mod card_choice;
 mod replanning;
 mod report;
 mod store;
@@ -65,6 +65,21 @@ fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
         .iter()
         .map(|k| checkpoint.object_bytes(k))
         .collect()
+}
+
+/// Requests per `(MoE layer, expert)`, numbered `l * experts + e`, of
+/// tokens whose geometry was checked against the checkpoint.
+pub fn count_routes(tokens: &[TokenRoutes], checkpoint: &Checkpoint) -> Vec<u64> {
+    let experts = checkpoint.config.experts;
+    let mut counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
+    for t in tokens {
+        for (l, route) in t.routes.iter().enumerate() {
+            for &e in route {
+                counts[l * experts + e as usize] += 1;
+            }
+        }
+    }
+    counts
 }
 
 /// How the replay multiplies `checkpoint`'s experts (its store's objects,

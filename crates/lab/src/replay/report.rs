@@ -123,10 +123,10 @@ pub struct ReplayReport {
     /// `replan`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pin_share: Option<PinShareChoice>,
-    /// How the card's `lfru` window was chosen (`--vram-halve-every
-    /// auto`); absent when it was given.
+    /// How the card's rule or `lfru`'s window was chosen (`--vram-policy
+    /// auto`, `--vram-halve-every auto`); absent when both were given.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub card_window: Option<super::card_window::CardWindowChoice>,
+    pub card_choice: Option<super::card_choice::CardChoice>,
     pub runs: Vec<ReplayRun>,
 }
 

@@ -1,21 +1,23 @@
-//! The card's `lfru` heat window chosen by the simulator: Colibri's rule
-//! is the arm to beat on the card, and its one free parameter (how often
-//! its heat is halved) decides most of its lead. This module replays the
-//! training tokens through the card's simulated tier at each window, every
-//! training category held out in turn after a seed of the others, and
-//! picks the window whose tokens take the least time: what the card
-//! leaves to the CPU, computed at the replay's rate, plus the RAM tier's
-//! felt wait on it. Experts on the card alone is the wrong score where
-//! the drive binds: a card that computes more can leave the RAM tier
-//! missing more. The served categories are never simulated, so the choice
-//! is as held out as the run.
+//! The card's rule and `lfru`'s heat window chosen by the simulator: which
+//! rule wins on the card depends on the trace (on ESFT Colibri's `lfru`,
+//! on Llama-4 recency), and `lfru`'s one free parameter (how often its
+//! heat is halved) decides much of its lead. This module replays the
+//! training tokens through the card's simulated tier under each
+//! candidate, every training category held out in turn after a seed of
+//! the others, and picks the candidate whose tokens take the least time:
+//! what the card leaves to the CPU, computed at the replay's rate, plus
+//! the RAM tier's felt wait on it. Experts on the card alone is the wrong
+//! score where the drive binds: a card that computes more can leave the
+//! RAM tier missing more. The served categories are never simulated, so
+//! the choice is as held out as the run.
 
 use super::twin::{simulated_allocation, RunSimulator};
-use super::{card_knowledge, expert_sizes, layer_shapes, simulated_card};
+use super::{card_knowledge, count_routes, expert_sizes, layer_shapes, simulated_card};
 use super::{ReplayConfig, ReplayError, ServePolicy};
 use residency_formats::heat::TokenRoutes;
 use residency_runtime::checkpoint::Checkpoint;
 use residency_runtime::serve::gpu_tier::VramConfig;
+use residency_runtime::serve::vram::VramPolicy;
 use residency_sim::allocation::Allocation;
 
 /// Windows tried, in tokens of the training data; each becomes requests
@@ -24,21 +26,24 @@ use residency_sim::allocation::Allocation;
 /// (1,024), doubling, so the best is within a factor of two of any.
 const WINDOWS_TOKENS: [u64; 9] = [4, 8, 16, 32, 64, 128, 256, 512, 1024];
 
-/// The window chosen, and what each window computed on the card.
+/// The rule and window chosen, and what each candidate's tokens took.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct CardWindowChoice {
-    /// `lfru`'s heat halved every this many requests.
+pub struct CardChoice {
+    /// The card's rule (`--vram-policy`).
+    pub policy: String,
+    /// Its heat halved every this many requests.
     pub halve_every_ticks: u64,
-    /// Each window tried, shortest first.
-    pub judged: Vec<CardWindowTrial>,
+    /// Each candidate tried, in the order tried.
+    pub judged: Vec<CardTrial>,
     /// The training categories held out in turn; empty when the training
-    /// tokens have fewer than two and the window was judged in-sample.
+    /// tokens have fewer than two and the candidates were judged in-sample.
     pub held_out: Vec<String>,
 }
 
-/// One window tried, and what its held-out tokens took, simulated.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, schemars::JsonSchema)]
-pub struct CardWindowTrial {
+/// One candidate tried, and what its held-out tokens took, simulated.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, schemars::JsonSchema)]
+pub struct CardTrial {
+    pub policy: String,
     pub halve_every_ticks: u64,
     /// Experts of the held-out tokens computed on the card, summed over
     /// the categories.
@@ -49,22 +54,27 @@ pub struct CardWindowTrial {
     pub token_seconds: f64,
 }
 
-/// The window of the card `vram` (its `lfru`), beside `config`'s RAM
-/// tier, whose tokens take the least simulated time over `train`, each
-/// category held out after the last `seed_tokens` tokens of the others
-/// (cold when 0). The RAM tier is the first of the replay's arms the
-/// simulator has (else `lru`). The rule's default window is tried too,
-/// and a tie goes to the longer window (the rule's own side). With fewer
-/// than two training categories every window is judged on all the
-/// training tokens, cold.
-pub fn choose_card_window(
+/// The card `vram` under the candidate of `rules` (each at `vram`'s
+/// window; `lfru` at each of the windows too when `tune_window`) whose
+/// tokens take the least simulated time over `train`, beside `config`'s
+/// RAM tier, each training category held out after the last
+/// `seed_tokens` tokens of the others (cold when 0), and the choice. The
+/// RAM tier is the first of the replay's arms the simulator has (else
+/// `lru`). A tie goes to the later candidate: `lfru` comes last, its
+/// longer windows after its shorter ones (the rule's own side). With
+/// fewer than two training categories every candidate is judged on all
+/// the training tokens, cold. The learning rules (`plan`, `cost`,
+/// `frequency`, `replan`) learn from `heat_counts` where given (the
+/// replay's `--heat`), else from the other categories' tokens only: a
+/// rule judged on a category it learned from would win in-sample.
+pub fn choose_card(
     checkpoint: &Checkpoint,
     train: &[TokenRoutes],
-    train_counts: &[u64],
+    heat_counts: Option<&[u64]>,
     config: &ReplayConfig,
-    vram: &VramConfig,
+    (vram, rules, tune_window): (&VramConfig, &[VramPolicy], bool),
     seed_tokens: usize,
-) -> Result<CardWindowChoice, ReplayError> {
+) -> Result<(VramConfig, CardChoice), ReplayError> {
     let sizes = expert_sizes(checkpoint);
     let experts = checkpoint.config.experts;
     let cases = held_out_cases(train, seed_tokens);
@@ -80,19 +90,46 @@ pub fn choose_card_window(
         .collect();
     windows.sort_unstable();
     windows.dedup();
+    let mut candidates: Vec<(VramPolicy, u64)> = rules
+        .iter()
+        .filter(|&&r| r != VramPolicy::Lfru)
+        .map(|&r| (r, vram.halve_every_ticks))
+        .collect();
+    if rules.contains(&VramPolicy::Lfru) {
+        match tune_window {
+            true => candidates.extend(windows.iter().map(|&w| (VramPolicy::Lfru, w))),
+            false => candidates.push((VramPolicy::Lfru, vram.halve_every_ticks)),
+        }
+    }
     let (ram_policy, allocation) = config
         .policies
         .iter()
         .find_map(|&p| simulated_allocation(config, p).map(|a| (p, a)))
         .unwrap_or((ServePolicy::Lru, Allocation::Global));
-    let mut judged = Vec::with_capacity(windows.len());
-    for &window in &windows {
+    let counts: Vec<Vec<u64>> = cases
+        .iter()
+        .map(|(held, _, _)| match (heat_counts, held) {
+            (Some(heat), _) => heat.to_vec(),
+            (None, Some(held)) => {
+                let others: Vec<TokenRoutes> = train
+                    .iter()
+                    .filter(|t| t.category.as_deref() != Some(held.as_str()))
+                    .cloned()
+                    .collect();
+                count_routes(&others, checkpoint)
+            }
+            (None, None) => count_routes(train, checkpoint),
+        })
+        .collect();
+    let mut judged = Vec::with_capacity(candidates.len());
+    for &(policy, window) in &candidates {
         let trial = VramConfig {
+            policy,
             halve_every_ticks: window,
             ..vram.clone()
         };
         let (mut experts_on_card, mut token_seconds) = (0, 0.0);
-        for (_, seed, tokens) in &cases {
+        for ((_, seed, tokens), train_counts) in cases.iter().zip(&counts) {
             let served = (&seed[..], &tokens[..]);
             let layers = layer_shapes(config, &sizes, experts, tokens);
             let knowledge = card_knowledge(config, &trial, &sizes, train_counts, served, experts);
@@ -116,27 +153,35 @@ pub fn choose_card_window(
             let (_, felt_seconds) = ram.arm(config, ram_policy, allocation)?;
             token_seconds += cpu_bytes as f64 / config.hit_compute_bytes_per_s + felt_seconds;
         }
-        judged.push(CardWindowTrial {
+        judged.push(CardTrial {
+            policy: policy.name().to_string(),
             halve_every_ticks: window,
             experts_on_card,
             token_seconds,
         });
     }
-    // A tie goes to the longer window: the later of equal times.
-    let halve_every_ticks = judged
-        .iter()
-        .min_by(|a, b| {
-            a.token_seconds
-                .total_cmp(&b.token_seconds)
-                .then(b.halve_every_ticks.cmp(&a.halve_every_ticks))
-        })
-        .expect("at least the rule's default window is tried")
-        .halve_every_ticks;
-    Ok(CardWindowChoice {
+    // A tie goes to the later candidate.
+    let best = (0..judged.len())
+        .reduce(
+            |best, i| match judged[i].token_seconds <= judged[best].token_seconds {
+                true => i,
+                false => best,
+            },
+        )
+        .expect("at least one rule is tried");
+    let (policy, halve_every_ticks) = candidates[best];
+    let chosen = VramConfig {
+        policy,
+        halve_every_ticks,
+        ..vram.clone()
+    };
+    let choice = CardChoice {
+        policy: policy.name().to_string(),
         halve_every_ticks,
         judged,
         held_out: cases.into_iter().filter_map(|(c, _, _)| c).collect(),
-    })
+    };
+    Ok((chosen, choice))
 }
 
 /// `(held-out category, seed, tokens)` for each training category in
