@@ -30,10 +30,13 @@
 #                                 VRAM_ARMS="lfru dynamic-lfru ..." picks them
 #                                 (dynamic-lfru: lfru in per-layer budgets;
 #                                 lfru-auto: its heat window chosen by the
-#                                 simulator, --vram-halve-every auto),
+#                                 simulator, --vram-halve-every auto;
+#                                 auto: the rule and window the simulator
+#                                 chooses, --vram-policy auto),
 #                                 TOKENS, VRAM_LAYERS (MoE layers, 4 by
-#                                 default, 26 for all) and REPLAY_ARGS
-#                                 (--per-category) too;
+#                                 default, 26 for all), VRAM_MODEL (a
+#                                 profiles/models/ name, deepseek-v2-lite by
+#                                 default) and REPLAY_ARGS (--per-category) too;
 #                                 its tables: vram_summary.py DIR/vramcmp
 #
 # Each command's time goes to log.txt, its output to cmd.log, one line a run
@@ -125,8 +128,9 @@ vram_arms() { # trace vram-budgets rounds: replay's arms on the 4-layer checkpoi
 vram_compare() { # trace vram-budgets rounds
   mkdir -p $O/vramcmp
   [ -f /tmp/p.yaml ] || run $B profile detect --out /tmp/p.yaml
-  local layers=${VRAM_LAYERS:-4} ck=/tmp/ds${VRAM_LAYERS:-4}
-  [ -d $ck ] || run $B gen-checkpoint --model profiles/models/deepseek-v2-lite.yaml --layers $layers --dtype int4 --out $ck
+  local layers=${VRAM_LAYERS:-4} model=${VRAM_MODEL:-deepseek-v2-lite}
+  local ck=/tmp/${model}-${layers}
+  [ -d $ck ] || run $B gen-checkpoint --model profiles/models/$model.yaml --layers $layers --dtype int4 --out $ck
   [ -f $O/vramcmp/profile.yaml ] || CALSEC=20 cal $B $O/vramcmp/profile.yaml $ck
   local arms=${VRAM_ARMS:-"lfru lru dynamic"}
   for r in $(seq 1 $3); do
@@ -136,7 +140,8 @@ vram_compare() { # trace vram-budgets rounds
         [ $a = dynamic ] && flag="--vram-policy lru --vram-allocation dynamic"
         [ $a = dynamic-lfru ] && flag="--vram-policy lfru --vram-allocation dynamic"
         [ $a = lfru-auto ] && flag="--vram-policy lfru --vram-halve-every auto"
-        run $B replay --checkpoint $ck --trace $1 --model profiles/models/deepseek-v2-lite.yaml --tokens ${TOKENS:-48} \
+        [ $a = auto ] && flag="--vram-policy auto --vram-halve-every auto"
+        run $B replay --checkpoint $ck --trace $1 --model profiles/models/$model.yaml --tokens ${TOKENS:-48} \
           --profile $O/vramcmp/profile.yaml --policy lru --ram-budget 25% --rounds 1 ${REPLAY_ARGS:-} \
           --vram-budget $v $flag --json $O/vramcmp/${v%\%}-$a-r$r.json
         grep -E "^  lru " $O/cmd.log | tail -2 | sed "s/^/$v $a r$r/" | tee -a $O/log.txt
