@@ -250,6 +250,30 @@ fn llama4_int4_experts_are_slices_of_packed_fused_tensors() {
     assert_eq!(size.expert_bytes(EXPERT_PARAMS, EXPERT_PARAMS), EXPERT_INT4);
 }
 
+/// The GEMV kernels read an expert's rows from tensors of its own; a
+/// Llama-4 expert is slices of fused tensors, its rows strided across
+/// them, so replay computes it as bytes and says why (not "BF16": the
+/// checkpoint is int4).
+#[test]
+fn llama4_int4_experts_are_computed_as_bytes_and_the_note_says_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = generate_tiny(dir.path(), GenDtype::Int4);
+    let keys: Vec<ObjectKey> = [1u32, 3]
+        .into_iter()
+        .flat_map(|layer| {
+            (0..EXPERTS as u32).map(move |expert| ObjectKey::Expert { layer, expert })
+        })
+        .collect();
+    let kernel = crate::serve::compute::ExpertKernel::of(&ckpt, &keys, None);
+    let why = kernel.describe();
+    assert!(
+        why.contains("fused tensors") && !why.contains("BF16"),
+        "{why}"
+    );
+    let card = crate::serve::gpu_tier::available(&kernel).unwrap_err();
+    assert!(card.contains("fused tensors"), "{card}");
+}
+
 #[test]
 fn llama4_loader_reads_each_experts_slices() {
     let dir = tempfile::tempdir().unwrap();

@@ -31,8 +31,9 @@ pub enum ExpertKernel {
         projections: Vec<Vec<ProjectionAt>>,
         threads: Option<NodeThreads>,
     },
-    /// Rows of `hidden` signed bytes.
-    Bytes,
+    /// Rows of `hidden` signed bytes; `why` the packed kernel cannot run
+    /// these experts.
+    Bytes { why: String },
 }
 
 /// A layer's activation, with its quantised forms for the packed kernel.
@@ -60,19 +61,28 @@ impl ExpertKernel {
         threads: Option<NodeThreads>,
     ) -> ExpertKernel {
         let Some(packing) = Packing::of(checkpoint.config.format) else {
-            return ExpertKernel::Bytes;
+            return ExpertKernel::Bytes {
+                why: "the checkpoint's experts are BF16, and the GEMV kernels run int4 and int8; generate it with `--dtype int4`".into(),
+            };
         };
         let specs = tensor_specs(checkpoint);
         let projections: Vec<Vec<ProjectionAt>> = keys
             .iter()
             .map(|k| projections_at(checkpoint.extents(k), &specs, packing))
             .collect();
-        let runs = projections
+        if projections.iter().any(Vec::is_empty) {
+            return ExpertKernel::Bytes {
+                why: "the checkpoint holds its experts in fused tensors (all experts of a layer in one, as Llama-4's), whose rows the GEMV kernels do not read".into(),
+            };
+        }
+        if let Some(why) = projections
             .iter()
             .flatten()
-            .all(|p| packing.unfit_for(p.cols).is_none());
-        if projections.iter().any(Vec::is_empty) || !runs {
-            return ExpertKernel::Bytes;
+            .find_map(|p| packing.unfit_for(p.cols))
+        {
+            return ExpertKernel::Bytes {
+                why: format!("the GEMV kernels cannot run the experts' projections: {why}"),
+            };
         }
         ExpertKernel::Packed {
             packing,
@@ -91,9 +101,8 @@ impl ExpertKernel {
                 packing.name(),
                 threads.as_ref().map_or(1, NodeThreads::threads)
             ),
-            ExpertKernel::Bytes => {
-                "experts computed as rows of signed bytes (BF16 experts: the GEMV kernels run int4 and int8)"
-                    .into()
+            ExpertKernel::Bytes { why } => {
+                format!("experts computed as rows of signed bytes: {why}")
             }
         }
     }
@@ -144,7 +153,7 @@ impl ExpertKernel {
                 }
                 y
             }
-            ExpertKernel::Bytes => matvec(bytes, input.x),
+            ExpertKernel::Bytes { .. } => matvec(bytes, input.x),
         }
     }
 

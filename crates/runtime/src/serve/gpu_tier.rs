@@ -85,15 +85,11 @@ impl VramConfig {
 /// Whether a VRAM tier can run `kernel`'s experts here: a packed format,
 /// and CUDA device 0 with the GEMV kernels loaded; else why not.
 pub fn available(kernel: &ExpertKernel) -> Result<(), String> {
-    if !matches!(kernel, ExpertKernel::Packed { .. }) {
-        return Err(BF16.into());
+    if let ExpertKernel::Bytes { why } = kernel {
+        return Err(why.clone());
     }
     CudaGemv::open(0)?.kernels().map(drop)
 }
-
-/// Why a BF16 checkpoint has no VRAM tier.
-const BF16: &str =
-    "the checkpoint's experts are BF16, and the GPU kernels run int4 and int8; generate it with `--dtype int4`";
 
 /// An upload's outcome: the expert, and its copy on the card (`None`: its
 /// upload was skipped, its host copy gone from RAM).
@@ -135,13 +131,13 @@ impl<'k> GpuTier<'k> {
         knowledge: &CardKnowledge,
         widest_route: usize,
     ) -> Result<GpuTier<'k>, String> {
-        let ExpertKernel::Packed {
-            packing,
-            projections,
-            ..
-        } = kernel
-        else {
-            return Err(BF16.into());
+        let (packing, projections) = match kernel {
+            ExpertKernel::Packed {
+                packing,
+                projections,
+                ..
+            } => (packing, projections),
+            ExpertKernel::Bytes { why } => return Err(why.clone()),
         };
         let device = CudaGemv::open(0)?;
         let kernels = device.kernels()?;
