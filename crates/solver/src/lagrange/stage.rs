@@ -640,6 +640,24 @@ mod tests {
     use residency_core::profile::HardwareProfile;
     use std::path::Path;
 
+    /// One MoE layer's use rates, Zipf of `power` over `experts`, summing
+    /// to top_k = 2.
+    fn zipf_rates(experts: usize, power: f64) -> Vec<Vec<f64>> {
+        let weights: Vec<f64> = (1..=experts).map(|i| (i as f64).powf(-power)).collect();
+        let sum: f64 = weights.iter().sum();
+        vec![weights.iter().map(|w| 2.0 * w / sum).collect()]
+    }
+
+    /// The first stage with routed experts, and its experts.
+    fn first_expert_stage<'p>(priced: &'p Priced) -> (usize, &'p crate::lagrange::priced::Experts) {
+        priced
+            .stages
+            .iter()
+            .enumerate()
+            .find_map(|(s, data)| data.experts.as_ref().map(|e| (s, e)))
+            .unwrap()
+    }
+
     /// The whole-count bound starts from the split solution's counts and
     /// drops, with one check, every vector that cannot beat the best so
     /// far; it must still find the least over every count vector. Checked
@@ -667,18 +685,10 @@ mod tests {
         )
         .unwrap();
         // Zipf-like heat summing to top_k = 2.
-        let weights: Vec<f64> = (1..=9).map(|i| 1.0 / i as f64).collect();
-        let sum: f64 = weights.iter().sum();
-        let rates = vec![weights.iter().map(|w| 2.0 * w / sum).collect()];
-        let inst = Instance::new(&profile, &model, &rates);
+        let inst = Instance::new(&profile, &model, &zipf_rates(9, 1.0));
         let priced = Priced::new(&inst);
         let r = priced.resources();
-        let (stage, experts) = priced
-            .stages
-            .iter()
-            .enumerate()
-            .find_map(|(s, data)| data.experts.as_ref().map(|e| (s, e)))
-            .unwrap();
+        let (stage, experts) = first_expert_stage(&priced);
         let trunk = TrunkLoads::empty(r);
         let mut compared = 0;
         for gpu_price in [0.0, 1e-12, 1e-11, 1e-10, 1e-9] {
@@ -857,18 +867,10 @@ mod tests {
             );
             let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
             let power = 0.5 + next();
-            let weights: Vec<f64> = (1..=experts).map(|i| (i as f64).powf(-power)).collect();
-            let sum: f64 = weights.iter().sum();
-            let rates = vec![weights.iter().map(|w| 2.0 * w / sum).collect()];
-            let inst = Instance::new(&profile, &model, &rates);
+            let inst = Instance::new(&profile, &model, &zipf_rates(experts, power));
             let priced = Priced::new(&inst);
             let r = priced.resources();
-            let (stage, experts) = priced
-                .stages
-                .iter()
-                .enumerate()
-                .find_map(|(s, data)| data.experts.as_ref().map(|e| (s, e)))
-                .unwrap();
+            let (stage, experts) = first_expert_stage(&priced);
             // Prices of up to about an expert's GPU time per expert.
             let prices: Vec<f64> = (0..gpus + nodes)
                 .map(|_| if next() < 0.2 { 0.0 } else { 1e-12 * next() })
