@@ -123,8 +123,10 @@ pub struct ReplayArgs {
     /// policy, `cost` (the CPU seconds a copy saves against its upload),
     /// `plan` (the training knapsack, kept), `replan` (the training
     /// knapsack, re-planned from live heat every 4 tokens, moving what
-    /// pays for its upload), or `belady`, offline (it sees the future; not
-    /// a bound where uploads are rationed).
+    /// pays for its upload), `belady`, offline (it sees the future; not
+    /// a bound where uploads are rationed), or `auto`: the rule an engine
+    /// can run whose tokens the simulator finds quickest on the training
+    /// categories, each held out in turn.
     #[arg(long, value_parser = VramPolicyArg::parse, default_value = "lfru")]
     vram_policy: VramPolicyArg,
     /// Bytes uploaded to the card a token, on average.
