@@ -185,7 +185,6 @@ mod tests {
     use super::balanced;
     use residency_core::cost::{Instance, Place};
     use residency_core::model::Model;
-    use residency_core::profile::HardwareProfile;
     use std::path::Path;
 
     /// Two MoE layers of 8 experts of 100 MB on a card with room for 8 of
@@ -201,16 +200,8 @@ mod tests {
             Path::new("tiny.yaml"),
         )
         .unwrap();
-        let profile = HardwareProfile::from_yaml_str(
-            "name: box\n\
-             numa:\n  - { id: 0, ram: 1424 MiB, reserved: 1 GiB, cores: 16, gemv_bandwidth: 40 GB/s }\n\
-             gpus:\n  - { id: 0, name: card, vram: 1824 MiB, reserved: 1 GiB, numa: 0, \
-             gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: 30 us }\n\
-             drives:\n  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }\n\
-             io_overlaps_compute: true\nfelt_fraction: 0.3\n",
-            Path::new("box.yaml"),
-        )
-        .unwrap();
+        let profile =
+            crate::test_box::one_card_box(("1424 MiB", "1 GiB"), ("1824 MiB", "1 GiB"), Some(0.3));
         // Layer 0 hottest first in id order, layer 1 in reverse.
         let rates: Vec<Vec<f64>> = vec![
             (0..8).map(|e| 0.5 / (e + 1) as f64).collect(),

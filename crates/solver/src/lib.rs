@@ -12,6 +12,8 @@ pub mod incremental;
 pub mod lagrange;
 pub mod rounding;
 pub mod search;
+#[cfg(test)]
+mod test_box;
 
 use residency_core::cost::Instance;
 pub use residency_core::solution::{describe, Solution};

@@ -702,7 +702,6 @@ mod tests {
     use super::Priced;
     use residency_core::cost::Instance;
     use residency_core::model::Model;
-    use residency_core::profile::HardwareProfile;
     use std::path::Path;
 
     /// Four MoE layers of 12 experts with a shared expert each on a card, a
@@ -723,16 +722,8 @@ mod tests {
             Path::new("tiny.yaml"),
         )
         .unwrap();
-        let profile = HardwareProfile::from_yaml_str(
-            "name: box\n\
-             numa:\n  - { id: 0, ram: 4 GiB, reserved: 3 GiB, cores: 16, gemv_bandwidth: 40 GB/s }\n\
-             gpus:\n  - { id: 0, name: card, vram: 2 GiB, reserved: 1600 MiB, numa: 0, \
-             gemv_bandwidth: 300 GB/s, upload_bandwidth: 20 GB/s, sync_overhead: 30 us }\n\
-             drives:\n  - { id: 0, name: nvme, numa: 0, read_bandwidth: 6 GB/s, read_latency: 80 us }\n\
-             io_overlaps_compute: true\nfelt_fraction: 0.3\n",
-            Path::new("box.yaml"),
-        )
-        .unwrap();
+        let profile =
+            crate::test_box::one_card_box(("4 GiB", "3 GiB"), ("2 GiB", "1600 MiB"), Some(0.3));
         let shuffled = |order: &[usize], power: f64| {
             let weights: Vec<f64> = order
                 .iter()
