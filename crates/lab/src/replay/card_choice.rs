@@ -78,18 +78,7 @@ pub fn choose_card(
     let sizes = expert_sizes(checkpoint);
     let experts = checkpoint.config.experts;
     let cases = held_out_cases(train, seed_tokens);
-    let routes: usize = train
-        .iter()
-        .map(|t| t.routes.iter().map(Vec::len).sum::<usize>())
-        .sum();
-    let routes_per_token = routes as f64 / train.len().max(1) as f64;
-    let mut windows: Vec<u64> = WINDOWS_TOKENS
-        .iter()
-        .map(|&w| ((w as f64 * routes_per_token).round() as u64).max(1))
-        .chain([vram.halve_every_ticks])
-        .collect();
-    windows.sort_unstable();
-    windows.dedup();
+    // `lfru` last, so that a tie goes to it.
     let mut candidates: Vec<(VramPolicy, u64)> = rules
         .iter()
         .filter(|&&r| r != VramPolicy::Lfru)
@@ -97,7 +86,8 @@ pub fn choose_card(
         .collect();
     if rules.contains(&VramPolicy::Lfru) {
         match tune_window {
-            true => candidates.extend(windows.iter().map(|&w| (VramPolicy::Lfru, w))),
+            true => candidates
+                .extend(lfru_windows(train, vram.halve_every_ticks).map(|w| (VramPolicy::Lfru, w))),
             false => candidates.push((VramPolicy::Lfru, vram.halve_every_ticks)),
         }
     }
@@ -110,14 +100,12 @@ pub fn choose_card(
         .iter()
         .map(|(held, _, _)| match (heat_counts, held) {
             (Some(heat), _) => heat.to_vec(),
-            (None, Some(held)) => {
-                let others: Vec<TokenRoutes> = train
+            (None, Some(held)) => count_routes(
+                train
                     .iter()
-                    .filter(|t| t.category.as_deref() != Some(held.as_str()))
-                    .cloned()
-                    .collect();
-                count_routes(&others, checkpoint)
-            }
+                    .filter(|t| t.category.as_deref() != Some(held.as_str())),
+                checkpoint,
+            ),
             (None, None) => count_routes(train, checkpoint),
         })
         .collect();
@@ -182,6 +170,24 @@ pub fn choose_card(
         held_out: cases.into_iter().filter_map(|(c, _, _)| c).collect(),
     };
     Ok((chosen, choice))
+}
+
+/// `lfru`'s windows tried, shortest first: [`WINDOWS_TOKENS`] in requests
+/// at `train`'s mean routes a token, and the rule's `default`.
+fn lfru_windows(train: &[TokenRoutes], default: u64) -> impl Iterator<Item = u64> {
+    let routes: usize = train
+        .iter()
+        .map(|t| t.routes.iter().map(Vec::len).sum::<usize>())
+        .sum();
+    let routes_per_token = routes as f64 / train.len().max(1) as f64;
+    let mut windows: Vec<u64> = WINDOWS_TOKENS
+        .iter()
+        .map(|&w| ((w as f64 * routes_per_token).round() as u64).max(1))
+        .chain([default])
+        .collect();
+    windows.sort_unstable();
+    windows.dedup();
+    windows.into_iter()
 }
 
 /// `(held-out category, seed, tokens)` for each training category in

@@ -69,7 +69,10 @@ fn expert_sizes(checkpoint: &Checkpoint) -> Vec<u64> {
 
 /// Requests per `(MoE layer, expert)`, numbered `l * experts + e`, of
 /// tokens whose geometry was checked against the checkpoint.
-pub fn count_routes(tokens: &[TokenRoutes], checkpoint: &Checkpoint) -> Vec<u64> {
+pub fn count_routes<'t>(
+    tokens: impl IntoIterator<Item = &'t TokenRoutes>,
+    checkpoint: &Checkpoint,
+) -> Vec<u64> {
     let experts = checkpoint.config.experts;
     let mut counts = vec![0u64; experts * checkpoint.config.moe_layers().len()];
     for t in tokens {
