@@ -1,7 +1,7 @@
 //! The CPU kernel's threads: one pool a NUMA node, each thread pinned to
 //! one of its cores, and the rows cut into pieces of about equal bytes.
 
-use super::{PackedView, QuantizedInput};
+use super::{Layout, PackedView, QuantizedInput};
 use rayon::prelude::*;
 
 /// The CPU kernel on the cores of one NUMA node: one thread per CPU
@@ -81,9 +81,14 @@ fn pin_to_cpu(cpu: u32) -> bool {
 /// little beside its streaming (256 KiB at ~2 GB/s a core is ~130 us).
 const PIECE_BYTES: usize = 256 << 10;
 
+/// Outputs an input-major piece is a multiple of: 64 bytes of each packed
+/// input row, a cache line, so that no two threads read the same line.
+const INPUT_MAJOR_OUTPUTS: usize = 64;
+
 /// Each matrix of `work` cut into pieces of consecutive rows, their row
 /// counts in order: at least `threads` pieces where it has the rows, none
-/// over `PIECE_BYTES` unless one row is.
+/// over `PIECE_BYTES` unless one row is (input-major: unless
+/// `INPUT_MAJOR_OUTPUTS` outputs are, a piece being a multiple of them).
 pub(super) fn row_pieces(
     work: &[(PackedView, &QuantizedInput)],
     threads: usize,
@@ -91,11 +96,14 @@ pub(super) fn row_pieces(
     work.iter()
         .map(|(m, _)| {
             let row_bytes = (m.bytes() as usize / m.rows.max(1)).max(1);
-            let per_piece = m
+            let mut per_piece = m
                 .rows
                 .div_ceil(threads.max(1))
                 .min(PIECE_BYTES / row_bytes)
                 .max(1);
+            if m.layout == Layout::InputMajor {
+                per_piece = per_piece.next_multiple_of(INPUT_MAJOR_OUTPUTS);
+            }
             let mut rows = vec![per_piece; m.rows / per_piece];
             rows.extend((m.rows % per_piece > 0).then_some(m.rows % per_piece));
             rows

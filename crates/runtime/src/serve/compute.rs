@@ -2,8 +2,9 @@
 //! store holds.
 //!
 //! A packed checkpoint (int4 or int8) is computed as a decoder computes
-//! it. Each projection (gate, up, down) goes through the GEMV kernel of
-//! `crate::gemv`, whose PTX twin a GPU tier runs, with the layer's
+//! it. Each projection (gate, up, down; Llama-4's fused gate_up and down,
+//! input-major slices) goes through the GEMV kernel of `crate::gemv` for
+//! its layout, whose PTX twin a GPU tier runs, with the layer's
 //! activation quantised once for each width (tiled to the width where it
 //! is not `hidden`). BF16 experts are run by no kernel here, so every byte
 //! is read and multiplied as rows of `hidden` signed bytes. That is what
@@ -72,7 +73,7 @@ impl ExpertKernel {
             .collect();
         if projections.iter().any(Vec::is_empty) {
             return ExpertKernel::Bytes {
-                why: "the checkpoint holds its experts in fused tensors (all experts of a layer in one, as Llama-4's), whose rows the GEMV kernels do not read".into(),
+                why: "an expert holds no packed projection (weights with their scales) the GEMV kernels know".into(),
             };
         }
         if let Some(why) = projections
@@ -255,6 +256,7 @@ mod tests {
             scales: s,
             rows,
             cols,
+            layout: crate::gemv::Layout::RowMajor,
         };
         let mut bytes = vec![1u8; 136];
         for s in [64, 66, 132, 134] {
