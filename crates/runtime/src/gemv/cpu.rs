@@ -45,7 +45,7 @@ pub(super) fn row_dot_portable(m: &PackedView, x: &QuantizedInput, row: usize) -
 /// in a stack buffer (1 KiB), and the bytes of a group's packed input rows
 /// across them (32 x 256 for int4 in groups of 64) stay in L1 while the
 /// AVX2 kernel walks them 32 outputs at a time.
-pub(super) const STRIP: usize = 256;
+pub(super) const STRIP: usize = 1024;
 
 /// `y[i] = W[first + i] . x` for an input-major matrix: per group, the
 /// integer dots of a strip of outputs built one packed input row at a time
@@ -202,40 +202,46 @@ pub(super) mod avx2 {
         // Rows a step (int8 pairs them), and steps summed in 16 bits.
         let (step, run) = if int8 { (2, 1) } else { (1, 8) };
         let nibble = _mm256_set1_epi8(15);
+        let zero = _mm256_setzero_si256();
         let load_at = |at: usize| load(m.weights[at..at + 32].try_into().expect("32 bytes"));
+        // Per 32 outputs: 32-bit dots of outputs 0-7, 8-15, 16-23, 24-31,
+        // and 16-bit sums of 0-7 and 16-23, then 8-15 and 24-31.
+        let mut dots = [zero; super::STRIP / 8];
+        let mut sums = [zero; super::STRIP / 16];
         for (t, y) in body.chunks_mut(super::STRIP).enumerate() {
             let first = first + t * super::STRIP;
+            let blocks = y.len() / 32;
             y.fill(0.0);
             for g in 0..m.groups() {
-                let offset = _mm256_set1_epi32(if int8 { 0 } else { 8 * x.sums[g] });
-                let x_scale = _mm256_set1_ps(x.scales[g]);
-                for (b, y) in y.chunks_exact_mut(32).enumerate() {
-                    let column = first + b * 32;
-                    // Outputs 0-7, 8-15, 16-23, 24-31 of the 32.
-                    let mut dots = [_mm256_setzero_si256(); 4];
-                    let (mut low, mut high) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    let rows = (g * packed_rows..(g + 1) * packed_rows).step_by(step);
-                    for (n, j) in rows.enumerate() {
-                        let (a, b, pair) = if int8 {
-                            let (w0, w1) = (
-                                load_at(j * outputs + column),
-                                load_at((j + 1) * outputs + column),
-                            );
-                            let pair = (x.values[j + 1] as u16) << 8 | x.values[j] as u16;
-                            (w0, w1, pair)
+                dots[..4 * blocks].fill(zero);
+                sums[..2 * blocks].fill(zero);
+                let rows = (g * packed_rows..(g + 1) * packed_rows).step_by(step);
+                for (n, j) in rows.enumerate() {
+                    // One packed input row (two for int8) across the strip:
+                    // bytes one after another.
+                    let at = j * outputs + first;
+                    let (pair, odd) = if int8 {
+                        (x.values[j], x.values[j + 1])
+                    } else {
+                        (x.values[j], x.values[m.cols / 2 + j])
+                    };
+                    let inputs = _mm256_set1_epi16(((odd as u16) << 8 | pair as u16) as i16);
+                    let widening = (n + 1) % run == 0 || j + step >= (g + 1) * packed_rows;
+                    let strip = dots.chunks_exact_mut(4).zip(sums.chunks_exact_mut(2));
+                    for (b, (dots, sums)) in strip.take(blocks).enumerate() {
+                        let (a, c) = if int8 {
+                            (load_at(at + 32 * b), load_at(at + outputs + 32 * b))
                         } else {
-                            let w = load_at(j * outputs + column);
+                            let w = load_at(at + 32 * b);
                             let even = _mm256_and_si256(w, nibble);
-                            let odd = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
-                            let pair = (x.values[m.cols / 2 + j] as u16) << 8 | x.values[j] as u16;
-                            (even, odd, pair)
+                            (even, _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble))
                         };
-                        let inputs = _mm256_set1_epi16(pair as i16);
-                        // Outputs 0-7 and 16-23, then 8-15 and 24-31 (per
-                        // 128-bit half), each output's weights side by side.
-                        let (lo, hi) = (_mm256_unpacklo_epi8(a, b), _mm256_unpackhi_epi8(a, b));
+                        // Each output's two weights side by side, beside the
+                        // two inputs they meet.
+                        let (lo, hi) = (_mm256_unpacklo_epi8(a, c), _mm256_unpackhi_epi8(a, c));
                         let (lo, hi) = if int8 {
-                            // Signed by signed: the weights' signs move onto the inputs.
+                            // Signed by signed: the weights' signs move onto
+                            // the inputs.
                             (
                                 _mm256_maddubs_epi16(
                                     _mm256_sign_epi8(lo, lo),
@@ -252,28 +258,33 @@ pub(super) mod avx2 {
                                 _mm256_maddubs_epi16(hi, inputs),
                             )
                         };
-                        low = _mm256_add_epi16(low, lo);
-                        high = _mm256_add_epi16(high, hi);
-                        if (n + 1) % run == 0 || (j + step) >= (g + 1) * packed_rows {
-                            widen(&mut dots, low, high);
-                            low = _mm256_setzero_si256();
-                            high = _mm256_setzero_si256();
+                        let (lo, hi) =
+                            (_mm256_add_epi16(sums[0], lo), _mm256_add_epi16(sums[1], hi));
+                        if widening {
+                            widen(dots, lo, hi);
+                            sums.fill(zero);
+                        } else {
+                            sums.copy_from_slice(&[lo, hi]);
                         }
                     }
-                    let scales = &m.scales[(g * outputs + column) * 2..][..64];
-                    for (k, (dot, y)) in dots.iter().zip(y.chunks_exact_mut(8)).enumerate() {
-                        // SAFETY: 16 readable bytes; the load needs no alignment.
-                        let halves = unsafe { _mm_loadu_si128(scales[16 * k..].as_ptr().cast()) };
-                        let scale = _mm256_mul_ps(_mm256_cvtph_ps(halves), x_scale);
-                        let dot = _mm256_cvtepi32_ps(_mm256_sub_epi32(*dot, offset));
-                        // SAFETY: `y` is 8 floats; neither access needs alignment.
-                        unsafe {
-                            let sum = _mm256_add_ps(
-                                _mm256_loadu_ps(y.as_ptr()),
-                                _mm256_mul_ps(scale, dot),
-                            );
-                            _mm256_storeu_ps(y.as_mut_ptr(), sum);
-                        }
+                }
+                let offset = _mm256_set1_epi32(if int8 { 0 } else { 8 * x.sums[g] });
+                let x_scale = _mm256_set1_ps(x.scales[g]);
+                let scales = &m.scales[(g * outputs + first) * 2..][..y.len() * 2];
+                for ((dot, y), halves) in dots
+                    .iter()
+                    .zip(y.chunks_exact_mut(8))
+                    .zip(scales.chunks_exact(16))
+                {
+                    // SAFETY: 16 readable bytes; the load needs no alignment.
+                    let halves = unsafe { _mm_loadu_si128(halves.as_ptr().cast()) };
+                    let scale = _mm256_mul_ps(_mm256_cvtph_ps(halves), x_scale);
+                    let dot = _mm256_cvtepi32_ps(_mm256_sub_epi32(*dot, offset));
+                    // SAFETY: `y` is 8 floats; neither access needs alignment.
+                    unsafe {
+                        let sum =
+                            _mm256_add_ps(_mm256_loadu_ps(y.as_ptr()), _mm256_mul_ps(scale, dot));
+                        _mm256_storeu_ps(y.as_mut_ptr(), sum);
                     }
                 }
             }
@@ -283,7 +294,7 @@ pub(super) mod avx2 {
     /// 16-bit sums of outputs 0-7 and 16-23 (`low`) and 8-15 and 24-31
     /// (`high`) added into 32-bit lanes of outputs 0-7 ... 24-31.
     #[target_feature(enable = "avx2")]
-    fn widen(dots: &mut [__m256i; 4], low: __m256i, high: __m256i) {
+    fn widen(dots: &mut [__m256i], low: __m256i, high: __m256i) {
         let halves = [
             _mm256_castsi256_si128(low),
             _mm256_castsi256_si128(high),

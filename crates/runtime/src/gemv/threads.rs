@@ -85,10 +85,19 @@ const PIECE_BYTES: usize = 256 << 10;
 /// input row, a cache line, so that no two threads read the same line.
 const INPUT_MAJOR_OUTPUTS: usize = 64;
 
+/// The most outputs of an input-major piece. Its kernel reads each packed
+/// input row's bytes for the piece's outputs in one run, one run a row at a
+/// stride of all outputs; runs shorter than this cost the memory system
+/// more than the `PIECE_BYTES` balance gains (Maverick's int4 gate_up on
+/// the development VM, one core: 1.4 GB/s in runs of 128 bytes, 3.3 in
+/// runs of 1,024, the row-major kernel 2.5).
+const INPUT_MAJOR_PIECE_OUTPUTS: usize = 1024;
+
 /// Each matrix of `work` cut into pieces of consecutive rows, their row
 /// counts in order: at least `threads` pieces where it has the rows, none
-/// over `PIECE_BYTES` unless one row is (input-major: unless
-/// `INPUT_MAJOR_OUTPUTS` outputs are, a piece being a multiple of them).
+/// over `PIECE_BYTES` unless one row is; input-major, none over
+/// `INPUT_MAJOR_PIECE_OUTPUTS` outputs, each a multiple of
+/// `INPUT_MAJOR_OUTPUTS` but the last.
 pub(super) fn row_pieces(
     work: &[(PackedView, &QuantizedInput)],
     threads: usize,
@@ -96,14 +105,13 @@ pub(super) fn row_pieces(
     work.iter()
         .map(|(m, _)| {
             let row_bytes = (m.bytes() as usize / m.rows.max(1)).max(1);
-            let mut per_piece = m
-                .rows
-                .div_ceil(threads.max(1))
-                .min(PIECE_BYTES / row_bytes)
-                .max(1);
-            if m.layout == Layout::InputMajor {
-                per_piece = per_piece.next_multiple_of(INPUT_MAJOR_OUTPUTS);
-            }
+            let share = m.rows.div_ceil(threads.max(1));
+            let per_piece = match m.layout {
+                Layout::RowMajor => share.min(PIECE_BYTES / row_bytes).max(1),
+                Layout::InputMajor => share
+                    .min(INPUT_MAJOR_PIECE_OUTPUTS)
+                    .next_multiple_of(INPUT_MAJOR_OUTPUTS),
+            };
             let mut rows = vec![per_piece; m.rows / per_piece];
             rows.extend((m.rows % per_piece > 0).then_some(m.rows % per_piece));
             rows
