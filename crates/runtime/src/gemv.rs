@@ -436,4 +436,4 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

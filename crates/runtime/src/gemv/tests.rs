@@ -97,9 +97,12 @@ fn halves_and_fits() {
     .unfit_for(1408)
     .is_none());
     let text = ptx();
-    assert!(
-        text.contains(".visible .entry gemv_int8(") && text.contains(".visible .entry gemv_int4(")
-    );
+    for layout in [Layout::RowMajor, Layout::InputMajor] {
+        for bits in [8, 4] {
+            let name = kernel_name(bits, layout);
+            assert!(text.contains(&format!(".visible .entry {name}(")), "{name}");
+        }
+    }
     assert!(
         !text.contains("NAME")
             && !text.contains("DOT")
@@ -145,7 +148,7 @@ fn a_stage_is_cut_into_pieces_that_spread_a_large_matrix() {
 
 /// `m`'s bytes laid out input-major: packed input byte `j` of output `o`
 /// at `j x rows + o`, scale `g` of output `o` at `g x rows + o`.
-fn input_major(m: &PackedRows) -> (Vec<u8>, Vec<u8>) {
+pub(crate) fn input_major(m: &PackedRows) -> (Vec<u8>, Vec<u8>) {
     let row_bytes = m.packing.row_bytes(m.cols);
     let mut weights = vec![0u8; m.weights().len()];
     for o in 0..m.rows {
@@ -246,10 +249,10 @@ fn input_major_outputs_are_the_row_major_kernel_s_floats() {
 
 #[test]
 fn input_major_pieces_are_whole_cache_lines_of_a_packed_row() {
-    // 1000 outputs of 2048 int4 features (1088 bytes an output) over 4
-    // threads: 250 a piece, over the 240 a 256 KiB piece holds, then
-    // rounded up to 256 outputs (64-byte lines of each packed row): three
-    // of 256 and the 232 left. 10 outputs: one piece.
+    // 1000 outputs over 4 threads: 250 a piece, rounded up to 256 outputs
+    // (64-byte lines of each packed row): three of 256 and the 232 left;
+    // over 1 thread, the most a piece takes, 1024 outputs: one piece. 10
+    // outputs: one piece. 3000 outputs over 1 thread: 1024, 1024, 952.
     let packing = Packing { bits: 4, group: 64 };
     let m = PackedRows::zeroed(packing, 2048, 1000, None);
     let small = PackedRows::zeroed(packing, 2048, 10, None);
@@ -260,9 +263,15 @@ fn input_major_pieces_are_whole_cache_lines_of_a_packed_row() {
             ..m.view()
         }
     }
-    let work = [(im(&m), &x), (im(&small), &x)];
+    let large = PackedRows::zeroed(packing, 2048, 3000, None);
+    let work = [(im(&m), &x), (im(&small), &x), (im(&large), &x)];
+    // 3000 over 4 threads: 750, rounded up to 768.
     assert_eq!(
         row_pieces(&work, 4),
-        vec![vec![256, 256, 256, 232], vec![10]]
+        vec![vec![256, 256, 256, 232], vec![10], vec![768, 768, 768, 696]]
+    );
+    assert_eq!(
+        row_pieces(&work, 1),
+        vec![vec![1000], vec![10], vec![1024, 1024, 952]]
     );
 }

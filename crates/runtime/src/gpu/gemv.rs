@@ -452,4 +452,88 @@ mod tests {
             GPU_BATCH * GPU_DESCRIPTOR_BYTES
         )));
     }
+
+    /// Where a CUDA device exists: one matrix (Maverick's int4 gate_up of
+    /// one expert, 16,384 outputs of 5,120 features; and int8) in both
+    /// layouts on the card, in one batched launch, gives the CPU kernel's
+    /// outputs to rounding (the card sums in another order); each layout's
+    /// kernel is timed alone. Without a device it checks nothing.
+    #[test]
+    fn the_card_computes_both_layouts_as_the_cpu_kernel_does() {
+        let Ok(device) = CudaGemv::open(0) else {
+            eprintln!("no CUDA device: nothing to check");
+            return;
+        };
+        let kernels = device.kernels().unwrap();
+        let stream = device.stream();
+        for packing in [
+            Packing { bits: 4, group: 64 },
+            Packing {
+                bits: 8,
+                group: 128,
+            },
+        ] {
+            let (cols, rows) = (5120, 16384);
+            let mut m = PackedRows::zeroed(packing, cols, rows, None);
+            m.fill_generated(3);
+            let (weights, scales) = crate::gemv::tests::input_major(&m);
+            let x = QuantizedInput::seeded(cols, packing, 5);
+            let im = crate::gemv::PackedView {
+                layout: Layout::InputMajor,
+                weights: &weights,
+                scales: &scales,
+                ..m.view()
+            };
+            let mut want = vec![0f32; rows];
+            im.rows_into(&x, 0, &mut want);
+
+            let row_major = device.matrix(&m).unwrap();
+            let on_card = (
+                stream.clone_htod(&weights).unwrap(),
+                stream.clone_htod(&scales).unwrap(),
+            );
+            let input = device.input(&x).unwrap();
+            let y = device.output(2 * rows).unwrap();
+            let at = device.pointer(&y);
+            let launches = [
+                row_major.launch(&input, at),
+                GemvLaunch::shape(packing, Layout::InputMajor, rows, cols).at(
+                    device.pointer(&on_card.0),
+                    device.pointer(&on_card.1),
+                    &input,
+                    at + (rows * 4) as u64,
+                ),
+            ];
+            // SAFETY: every address is a slice above, alive until `read`
+            // has synchronised the stream.
+            unsafe { kernels.launch(stream, &launches) }.unwrap();
+            let got = device.read(&y, 2 * rows).unwrap();
+            for (layout, got) in [("row-major", &got[..rows]), ("input-major", &got[rows..])] {
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-3 * w.abs().max(1.0),
+                        "{} {layout} output {o}: {g} on the card, {w} on the CPU",
+                        packing.name()
+                    );
+                }
+            }
+            let (start, end) = (device.event().unwrap(), device.event().unwrap());
+            for (layout, launch) in [("row-major", launches[0]), ("input-major", launches[1])] {
+                let passes = 50;
+                start.record(stream).unwrap();
+                for _ in 0..passes {
+                    // SAFETY: as above; `elapsed_ms` waits for `end`.
+                    unsafe { kernels.launch(stream, &[launch]) }.unwrap();
+                }
+                end.record(stream).unwrap();
+                let ms = start.elapsed_ms(&end).unwrap() as f64 / passes as f64;
+                eprintln!(
+                    "{} {rows} x {cols} {layout}: {:.1} us a GEMV, {:.0} GB/s",
+                    packing.name(),
+                    ms * 1e3,
+                    m.bytes() as f64 / ms / 1e6
+                );
+            }
+        }
+    }
 }
