@@ -123,8 +123,8 @@ impl ExpertSource {
         if shapes.is_empty() {
             return Err(ProfileError::input(
                 &checkpoint.dir,
-                "has no packed expert weights with their scales",
-                "give a checkpoint with int8 or int4 experts (gen-checkpoint --dtype int4)",
+                "has no packed row-major expert weights with their scales (a Llama-4 expert's fused slices are input-major, which calibration does not stack)",
+                "give a checkpoint with int8 or int4 experts of their own tensors (gen-checkpoint --dtype int4), or calibrate without a checkpoint (`--model`: generated experts of its geometry)",
             ));
         }
         Ok(ExpertSource {

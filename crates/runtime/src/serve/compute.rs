@@ -17,7 +17,8 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::gemv::{
-    projections_at, tensor_specs, NodeThreads, PackedView, Packing, ProjectionAt, QuantizedInput,
+    projections_at, tensor_specs, Layout, NodeThreads, PackedView, Packing, ProjectionAt,
+    QuantizedInput,
 };
 use crate::identity::ObjectKey;
 use std::collections::BTreeMap;
@@ -96,12 +97,27 @@ impl ExpertKernel {
     pub fn describe(&self) -> String {
         match self {
             ExpertKernel::Packed {
-                packing, threads, ..
-            } => format!(
-                "experts computed by the {} GEMV kernel on {} CPU thread(s), one fork-join an expert",
-                packing.name(),
-                threads.as_ref().map_or(1, NodeThreads::threads)
-            ),
+                packing,
+                projections,
+                threads,
+            } => {
+                // Said, since the two layouts' kernels read memory in
+                // different orders and so run at different speeds.
+                let layout = if projections
+                    .iter()
+                    .flatten()
+                    .any(|p| p.layout == Layout::InputMajor)
+                {
+                    " (input-major: slices of fused tensors)"
+                } else {
+                    ""
+                };
+                format!(
+                    "experts computed by the {} GEMV kernel{layout} on {} CPU thread(s), one fork-join an expert",
+                    packing.name(),
+                    threads.as_ref().map_or(1, NodeThreads::threads)
+                )
+            }
             ExpertKernel::Bytes { why } => {
                 format!("experts computed as rows of signed bytes: {why}")
             }
