@@ -41,10 +41,10 @@ pub(super) fn row_dot_portable(m: &PackedView, x: &QuantizedInput, row: usize) -
     acc
 }
 
-/// Outputs an input-major kernel takes at once: their integer dots stay
-/// in a stack buffer (1 KiB), and the bytes of a group's packed input rows
-/// across them (32 x 256 for int4 in groups of 64) stay in L1 while the
-/// AVX2 kernel walks them 32 outputs at a time.
+/// Outputs an input-major kernel takes at once: a group's packed input
+/// rows are read in runs of this many bytes (one a row), long enough for
+/// the prefetchers, and the strip's integer dots stay in a stack buffer of
+/// 4 KiB (the AVX2 kernel's, with its 16-bit sums, 6 KiB), in L1.
 pub(super) const STRIP: usize = 1024;
 
 /// `y[i] = W[first + i] . x` for an input-major matrix: per group, the
@@ -220,12 +220,15 @@ pub(super) mod avx2 {
                     // One packed input row (two for int8) across the strip:
                     // bytes one after another.
                     let at = j * outputs + first;
-                    let (pair, odd) = if int8 {
+                    // The two inputs the rows meet: features j and j + 1
+                    // (int8), 2j and 2j + 1 (int4).
+                    let (first_input, second_input) = if int8 {
                         (x.values[j], x.values[j + 1])
                     } else {
                         (x.values[j], x.values[m.cols / 2 + j])
                     };
-                    let inputs = _mm256_set1_epi16(((odd as u16) << 8 | pair as u16) as i16);
+                    let pair = (second_input as u16) << 8 | first_input as u16;
+                    let inputs = _mm256_set1_epi16(pair as i16);
                     let widening = (n + 1) % run == 0 || j + step >= (g + 1) * packed_rows;
                     let strip = dots.chunks_exact_mut(4).zip(sums.chunks_exact_mut(2));
                     for (b, (dots, sums)) in strip.take(blocks).enumerate() {
