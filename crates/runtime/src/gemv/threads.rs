@@ -88,9 +88,10 @@ const INPUT_MAJOR_OUTPUTS: usize = 64;
 /// The most outputs of an input-major piece. Its kernel reads each packed
 /// input row's bytes for the piece's outputs in one run, one run a row at a
 /// stride of all outputs; runs shorter than this cost the memory system
-/// more than the `PIECE_BYTES` balance gains (Maverick's int4 gate_up on
-/// the development VM, one core: 1.4 GB/s in runs of 128 bytes, 3.3 in
-/// runs of 1,024, the row-major kernel 2.5).
+/// more than the `PIECE_BYTES` balance gains (Maverick's int4 gate_up,
+/// 16,384 x 5,120, on the 2-core development VM, one core, best of 5: 3.5
+/// GB/s in runs of 128 bytes, 5.0 in runs of 1,024; the row-major kernel
+/// on the same bytes 6.9).
 const INPUT_MAJOR_PIECE_OUTPUTS: usize = 1024;
 
 /// Each matrix of `work` cut into pieces of consecutive rows, their row
