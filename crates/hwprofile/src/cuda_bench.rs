@@ -5,7 +5,7 @@
 //! and stages timed as `bench` runs them (`StageGemvs`): what a stage in
 //! which the card takes part pays beyond its bytes, and each GEMV in it.
 
-use crate::gemv::{PackedRows, QuantizedInput};
+use crate::gemv::{Layout, PackedRows, QuantizedInput};
 use cudarc::driver::{CudaEvent, CudaSlice, PinnedHostSlice};
 use residency_runtime::gpu::gemv::{
     failed, guarded, CudaGemv, DeviceInput, DeviceMatrix, GemvKernels, GemvLaunch,
@@ -80,7 +80,8 @@ pub fn stage_gemvs<'a>(
                 let (weights, scales) = on_device[*m].addresses();
                 let row_bytes = matrix.packing.row_bytes(matrix.cols) as u64;
                 let scale_bytes = (matrix.groups() * 2) as u64;
-                let shape = GemvLaunch::shape(matrix.packing, rows.len(), matrix.cols);
+                let shape =
+                    GemvLaunch::shape(matrix.packing, Layout::RowMajor, rows.len(), matrix.cols);
                 stage.push(shape.at(
                     weights + rows.start as u64 * row_bytes,
                     scales + rows.start as u64 * scale_bytes,

@@ -2,18 +2,34 @@
 //! times, `bench` runs, and a GPU tier computes with.
 //!
 //! Weights are in the container layout of `checkpoint::format`: int8 (one
-//! signed value a byte) or int4 (input feature `2j` in the low nibble of
-//! byte `j`, `2j + 1` in the high one, each `q + 8`), rows of one
-//! projection after another, and one F16 scale per `group` input features
-//! of a row. The input vector is quantised to int8 with one scale per
-//! weight group, as engines do (llama.cpp's Q8 activations, Colibri's int8
-//! dots), so each group is an integer dot product scaled once.
+//! signed value a byte) or int4 (input features `2j` and `2j + 1` in the
+//! low and high nibbles of one byte, each `q + 8`), with one F16 scale per
+//! `group` input features of an output. A projection is laid out one of
+//! two ways ([`Layout`]):
+//! - row-major, as `nn.Linear.weight`: one output's packed inputs after
+//!   another (`[rows, cols / 2]` int4), scales `[rows, cols / group]`;
+//! - input-major, as Llama-4's fused `x @ W` tensors (an expert's slice of
+//!   `gate_up_proj` or `down_proj`): one packed input row after another,
+//!   each across every output (`[cols / 2, rows]` int4, byte `[j][o]`
+//!   holding features `2j` and `2j + 1` of output `o`), scales
+//!   `[cols / group, rows]`.
 //!
-//! The CPU kernel is portable Rust, compiled a second time for AVX2 where
-//! the CPU has it (the default x86-64 target has only SSE2, which would
-//! time the arithmetic instead of the memory). The GPU kernel is PTX text
-//! (`ptx`, one warp a row, `dp4a` dot products) that the CUDA driver
-//! compiles for the card it runs on: no nvcc, no libnvrtc.
+//! The input vector is quantised to int8 with one scale per weight group,
+//! as engines do (llama.cpp's Q8 activations, Colibri's int8 dots), so
+//! each group is an integer dot product scaled once. Both layouts do the
+//! same arithmetic (per group an exact integer dot, then `+= (scale_w x
+//! scale_x) x dot` in group order), so on the CPU an output is the same
+//! float whichever layout holds the matrix.
+//!
+//! The CPU kernels are portable Rust, compiled a second time for AVX2
+//! where the CPU has it (the default x86-64 target has only SSE2, which
+//! would time the arithmetic instead of the memory). The row-major one
+//! walks a row; the input-major one walks packed input rows across a strip
+//! of consecutive outputs, so both read their bytes in the order they lie.
+//! The GPU kernels are PTX text (`ptx`: row-major one warp a row;
+//! input-major one lane an output, consecutive lanes on consecutive
+//! outputs; `dp4a` dot products) that the CUDA driver compiles for the
+//! card it runs on: no nvcc, no libnvrtc.
 
 mod cpu;
 mod projection;
@@ -22,14 +38,27 @@ mod threads;
 
 use crate::checkpoint::ExpertFormat;
 use crate::storage::{AlignedSlab, HostPool};
-use cpu::{avx2, row_dot_portable};
+use cpu::{avx2, columns_portable, row_dot_portable};
 pub use projection::{projections, projections_at, tensor_specs, Projection, ProjectionAt};
-pub use ptx::{ptx, GPU_BATCH, GPU_BLOCK_THREADS, GPU_DESCRIPTOR_BYTES};
+pub use ptx::{
+    kernel_name, outputs_per_block, ptx, GPU_BATCH, GPU_BLOCK_THREADS, GPU_DESCRIPTOR_BYTES,
+};
 use rayon::prelude::*;
 use residency_core::rng::Rng;
 use std::ops::Range;
 use std::sync::Arc;
 pub use threads::NodeThreads;
+
+/// How a projection's packed bytes are laid out (see the module doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Layout {
+    /// One output's packed inputs after another (`nn.Linear.weight`).
+    #[default]
+    RowMajor,
+    /// One packed input row after another, across every output (the
+    /// `x @ W` slices of Llama-4's fused expert tensors).
+    InputMajor,
+}
 
 /// A packed format the kernels run: `bits` 8 or 4, one scale per `group`
 /// input features.
@@ -172,6 +201,7 @@ impl PackedRows {
     pub fn view(&self) -> PackedView<'_> {
         PackedView {
             packing: self.packing,
+            layout: Layout::RowMajor,
             cols: self.cols,
             rows: self.rows,
             weights: self.weights(),
@@ -196,11 +226,15 @@ impl PackedRows {
 #[derive(Debug, Clone, Copy)]
 pub struct PackedView<'a> {
     pub packing: Packing,
+    pub layout: Layout,
+    /// Input features.
     pub cols: usize,
+    /// Outputs.
     pub rows: usize,
-    /// `rows x row_bytes(cols)` bytes.
+    /// `rows x row_bytes(cols)` bytes, laid out as `layout` says.
     pub weights: &'a [u8],
-    /// F16 scales, little-endian, `cols / group` a row.
+    /// F16 scales, little-endian, `cols / group` an output, laid out as
+    /// `layout` says.
     pub scales: &'a [u8],
 }
 
@@ -215,8 +249,14 @@ impl<'a> PackedView<'a> {
     }
 
     /// `W[row] . x`: with AVX2 where the CPU has it and a group fills
-    /// whole 32-byte vectors, else portably.
+    /// whole 32-byte vectors, else portably. Input-major, one output's
+    /// weights are strided across the matrix: `rows_into` runs many.
     pub fn row_dot(&self, x: &QuantizedInput, row: usize) -> f32 {
+        if self.layout == Layout::InputMajor {
+            let mut y = [0f32];
+            self.rows_into(x, row, &mut y);
+            return y[0];
+        }
         #[cfg(target_arch = "x86_64")]
         if avx2::fits(self.packing) && std::arch::is_x86_feature_detected!("avx2") {
             // SAFETY: the CPU has AVX2 (checked just above).
@@ -230,10 +270,11 @@ impl<'a> PackedView<'a> {
         rows.map(|r| self.row_dot(x, r) as f64).sum()
     }
 
-    /// `y[i] = W[first + i] . x` for every `i` of `y`: one thread's share
-    /// of a GEMV's output.
-    /// Rows `range` of the matrix, as a matrix of their own.
+    /// Rows `range` of a row-major matrix, as a matrix of their own (an
+    /// input-major one's outputs are not contiguous: its pieces are cut
+    /// by `rows_into`'s `first`).
     pub fn rows_range(&self, range: Range<usize>) -> PackedView<'a> {
+        assert_eq!(self.layout, Layout::RowMajor, "rows of a row-major matrix");
         let row_bytes = self.packing.row_bytes(self.cols);
         let scale_bytes = self.groups() * 2;
         PackedView {
@@ -244,9 +285,27 @@ impl<'a> PackedView<'a> {
         }
     }
 
+    /// `y[i] = W[first + i] . x` for every `i` of `y`: one thread's share
+    /// of a GEMV's output. Each output is computed on its own, so how the
+    /// outputs are cut into calls changes none of them.
     pub fn rows_into(&self, x: &QuantizedInput, first: usize, y: &mut [f32]) {
-        for (i, out) in y.iter_mut().enumerate() {
-            *out = self.row_dot(x, first + i);
+        match self.layout {
+            Layout::RowMajor => {
+                for (i, out) in y.iter_mut().enumerate() {
+                    *out = self.row_dot(x, first + i);
+                }
+            }
+            Layout::InputMajor => {
+                #[cfg(target_arch = "x86_64")]
+                if avx2::fits_columns(self.packing)
+                    && std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("f16c")
+                {
+                    // SAFETY: the CPU has AVX2 and F16C (checked just above).
+                    return unsafe { avx2::columns(self, x, first, y) };
+                }
+                columns_portable(self, x, first, y)
+            }
         }
     }
 }
@@ -377,4 +436,4 @@ pub fn f16_to_f32(bits: u16) -> f32 {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

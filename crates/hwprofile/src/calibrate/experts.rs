@@ -5,7 +5,7 @@
 
 use super::{CalibrateOptions, FALLBACK_INT4_GROUP};
 use crate::gemv::{
-    projections, tensor_specs, PackedRows, PackedView, Packing, Projection, QuantizedInput,
+    projections, tensor_specs, Layout, PackedRows, PackedView, Packing, Projection, QuantizedInput,
 };
 use crate::ProfileError;
 use residency_core::model::{FormatSize, Model};
@@ -107,7 +107,14 @@ impl ExpertSource {
             .objects
             .iter()
             .filter(|(key, _)| matches!(key, residency_runtime::identity::ObjectKey::Expert { .. }))
-            .map(|(_, extents)| projections(extents, &specs, packing))
+            .map(|(_, extents)| {
+                // Calibration stacks experts' rows into one matrix a width,
+                // which only row-major projections are: Llama-4's fused
+                // (input-major) slices are not timed here.
+                let mut ps = projections(extents, &specs, packing);
+                ps.retain(|p| p.layout == Layout::RowMajor);
+                ps
+            })
             .collect();
         let shapes: Vec<(usize, usize)> = experts
             .first()
@@ -116,8 +123,8 @@ impl ExpertSource {
         if shapes.is_empty() {
             return Err(ProfileError::input(
                 &checkpoint.dir,
-                "has no packed expert weights with their scales",
-                "give a checkpoint with int8 or int4 experts (gen-checkpoint --dtype int4)",
+                "has no packed row-major expert weights with their scales (a Llama-4 expert's fused slices are input-major, which calibration does not stack)",
+                "give a checkpoint with int8 or int4 experts of their own tensors (gen-checkpoint --dtype int4), or calibrate without a checkpoint (`--model`: generated experts of its geometry)",
             ));
         }
         Ok(ExpertSource {
@@ -291,6 +298,7 @@ impl ExpertSlab {
         self.parts.iter().map(move |p| {
             let view = PackedView {
                 packing,
+                layout: Layout::RowMajor,
                 cols: p.cols,
                 rows: p.rows,
                 weights: &self.slab[p.weights.clone()],

@@ -344,7 +344,7 @@ fn queue(
         (Work::Expert { at, .. }, Some((_, address))) => {
             let mut bytes = 0;
             for (i, p) in at.iter().enumerate() {
-                let shape = GemvLaunch::shape(packing, p.rows, p.cols);
+                let shape = GemvLaunch::shape(packing, p.layout, p.rows, p.cols);
                 let addresses = (
                     address + p.weights.start as u64,
                     address + p.scales.start as u64,

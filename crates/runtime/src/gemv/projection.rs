@@ -1,7 +1,8 @@
 //! Where a checkpoint's expert projections are: their tensors' specs,
 //! and each projection's rows as packed bytes in a file or a host pool.
 
-use super::{PackedView, Packing};
+use super::{Layout, PackedView, Packing};
+use crate::checkpoint::format::FUSED_SCALES_SUFFIX;
 use crate::checkpoint::{family, Checkpoint, Extent, TensorSpec};
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -14,8 +15,11 @@ use std::ops::Range;
 pub struct Projection {
     pub weights: Extent,
     pub scales: Extent,
+    /// Outputs.
     pub rows: usize,
+    /// Input features.
     pub cols: usize,
+    pub layout: Layout,
 }
 
 /// Every tensor of the checkpoint's family and geometry, by name.
@@ -26,26 +30,43 @@ pub fn tensor_specs(checkpoint: &Checkpoint) -> BTreeMap<String, TensorSpec> {
         .collect()
 }
 
-/// The packed projections among one object's extents: each `.weight` with
-/// its `.scales`, its shape from the family's `specs`.
+/// The packed projections among one object's extents, their shapes from
+/// the family's `specs`: each `<module>.weight` with its `<module>.scales`
+/// (`[rows, packed cols]`, row-major), and each slice of a fused parameter
+/// `<param>` with its `<param>_scales` (`[experts, packed cols, rows]`:
+/// the expert's slice is input-major).
 pub fn projections(
     extents: &[Extent],
     specs: &BTreeMap<String, TensorSpec>,
     packing: Packing,
 ) -> Vec<Projection> {
+    let packed = |features: usize| features * 8 / packing.bits as usize;
     extents
         .iter()
         .filter_map(|w| {
-            let module = w.tensor.strip_suffix(".weight")?;
-            let scales = extents
-                .iter()
-                .find(|s| s.tensor == format!("{module}.scales"))?;
             let shape = &specs.get(&w.tensor)?.shape;
+            let (scales, rows, cols, layout) = match w.tensor.strip_suffix(".weight") {
+                Some(module) => (
+                    format!("{module}.scales"),
+                    shape[0],
+                    packed(shape[1]),
+                    Layout::RowMajor,
+                ),
+                None if shape.len() == 3 => (
+                    format!("{}{FUSED_SCALES_SUFFIX}", w.tensor),
+                    shape[2],
+                    packed(shape[1]),
+                    Layout::InputMajor,
+                ),
+                None => return None,
+            };
+            let scales = extents.iter().find(|s| s.tensor == scales)?;
             Some(Projection {
                 weights: w.clone(),
                 scales: scales.clone(),
-                rows: shape[0],
-                cols: shape[1] * 8 / packing.bits as usize,
+                rows,
+                cols,
+                layout,
             })
         })
         .collect()
@@ -59,6 +80,7 @@ pub struct ProjectionAt {
     pub scales: Range<usize>,
     pub rows: usize,
     pub cols: usize,
+    pub layout: Layout,
 }
 
 impl ProjectionAt {
@@ -66,6 +88,7 @@ impl ProjectionAt {
     pub fn view<'a>(&self, packing: Packing, bytes: &'a [u8]) -> PackedView<'a> {
         PackedView {
             packing,
+            layout: self.layout,
             cols: self.cols,
             rows: self.rows,
             weights: &bytes[self.weights.clone()],
@@ -94,6 +117,7 @@ pub fn projections_at(
                 scales: s..s + p.scales.len as usize,
                 rows: p.rows,
                 cols: p.cols,
+                layout: p.layout,
             }
         })
         .collect()

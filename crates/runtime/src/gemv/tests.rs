@@ -1,5 +1,6 @@
 //! Tests of `gemv`.
 
+use super::cpu::columns_portable;
 use super::threads::row_pieces;
 use super::*;
 
@@ -96,14 +97,18 @@ fn halves_and_fits() {
     .unfit_for(1408)
     .is_none());
     let text = ptx();
-    assert!(
-        text.contains(".visible .entry gemv_int8(") && text.contains(".visible .entry gemv_int4(")
-    );
+    for layout in [Layout::RowMajor, Layout::InputMajor] {
+        for bits in [8, 4] {
+            let name = kernel_name(bits, layout);
+            assert!(text.contains(&format!(".visible .entry {name}(")), "{name}");
+        }
+    }
     assert!(
         !text.contains("NAME")
             && !text.contains("DOT")
             && !text.contains("SUM_LANES")
             && !text.contains("DESCRIPTOR")
+            && !text.contains("FIND")
     );
 }
 
@@ -140,4 +145,134 @@ fn a_stage_is_cut_into_pieces_that_spread_a_large_matrix() {
             "row {i}: {v} against {want}"
         );
     }
+}
+
+/// `m`'s bytes laid out input-major: packed input byte `j` of output `o`
+/// at `j x rows + o`, scale `g` of output `o` at `g x rows + o`.
+pub(crate) fn input_major(m: &PackedRows) -> (Vec<u8>, Vec<u8>) {
+    let row_bytes = m.packing.row_bytes(m.cols);
+    let mut weights = vec![0u8; m.weights().len()];
+    for o in 0..m.rows {
+        for j in 0..row_bytes {
+            weights[j * m.rows + o] = m.weights()[o * row_bytes + j];
+        }
+    }
+    let mut scales = vec![0u8; m.scales().len()];
+    for o in 0..m.rows {
+        for g in 0..m.groups() {
+            let at = (g * m.rows + o) * 2;
+            scales[at..at + 2].copy_from_slice(&m.scales()[(o * m.groups() + g) * 2..][..2]);
+        }
+    }
+    (weights, scales)
+}
+
+#[test]
+fn the_input_major_kernel_by_hand() {
+    // int4 in groups of 16, 32 features, 2 outputs. Output 0 has q = 1
+    // everywhere (nibble 9), output 1 q = -2 on even features and 3 on odd
+    // ones (nibbles 6 and 11: byte 0xb6); so each of the 16 packed input
+    // rows is the bytes [0x99, 0xb6]. Scales (input-major: group 0's of
+    // both outputs, then group 1's): output 0 0.5 and 0.5, output 1 0.25
+    // and 1.0. The input is 1.0 on features 0-15 (quantised to 127, scale
+    // 1/127) and -0.5 on 16-31 (-127, scale 0.5/127). So:
+    // y0 = 0.5 x 1/127 x 16 x 127 + 0.5 x 0.5/127 x 16 x -127 = 8 - 4 = 4;
+    // y1 = 0.25 x 1/127 x 127 x (8 x -2 + 8 x 3)
+    //    + 1.0 x 0.5/127 x -127 x (8 x -2 + 8 x 3) = 2 - 4 = -2.
+    let packing = Packing { bits: 4, group: 16 };
+    let weights: Vec<u8> = [0x99u8, 0xb6].repeat(16);
+    let scales: Vec<u8> = [0x3800u16, 0x3400, 0x3800, 0x3c00]
+        .iter()
+        .flat_map(|s| s.to_le_bytes())
+        .collect();
+    let m = PackedView {
+        packing,
+        layout: Layout::InputMajor,
+        cols: 32,
+        rows: 2,
+        weights: &weights,
+        scales: &scales,
+    };
+    let x: Vec<f32> = (0..32).map(|k| if k < 16 { 1.0 } else { -0.5 }).collect();
+    let x = QuantizedInput::new(&x, packing);
+    let mut y = [0f32; 2];
+    m.rows_into(&x, 0, &mut y);
+    for (got, want) in y.iter().zip([4.0, -2.0]) {
+        assert!((got - want).abs() < 1e-5, "{y:?}");
+    }
+    // One output at a time, as a piece of one.
+    assert_eq!([m.row_dot(&x, 0), m.row_dot(&x, 1)], y);
+}
+
+#[test]
+fn input_major_outputs_are_the_row_major_kernel_s_floats() {
+    // Same matrix in both layouts: the input-major kernels (AVX2 on 64 of
+    // the 77 outputs here, portable on the 13 left; and portable on all)
+    // give each output bit for bit the portable row-major kernel's float,
+    // whatever piece of the outputs a call takes.
+    for packing in [
+        Packing { bits: 8, group: 64 },
+        Packing { bits: 4, group: 64 },
+        Packing { bits: 4, group: 32 },
+    ] {
+        let (cols, rows) = (512, 77);
+        let mut m = PackedRows::zeroed(packing, cols, rows, None);
+        m.fill_generated(11);
+        let (weights, scales) = input_major(&m);
+        let im = PackedView {
+            layout: Layout::InputMajor,
+            weights: &weights,
+            scales: &scales,
+            ..m.view()
+        };
+        let x = QuantizedInput::seeded(cols, packing, 4);
+        let want: Vec<f32> = (0..rows)
+            .map(|r| row_dot_portable(&m.view(), &x, r))
+            .collect();
+        let mut y = vec![0f32; rows];
+        im.rows_into(&x, 0, &mut y);
+        assert_eq!(y, want, "{packing:?} dispatched");
+        columns_portable(&im, &x, 0, &mut y);
+        assert_eq!(y, want, "{packing:?} portable");
+        for (first, len) in [(5, 40), (40, 37), (76, 1)] {
+            let mut piece = vec![0f32; len];
+            im.rows_into(&x, first, &mut piece);
+            assert_eq!(piece, want[first..first + len], "{packing:?} {first}+{len}");
+        }
+        // Cut over threads: the same outputs.
+        let threads = NodeThreads::new(&[0, 1]).unwrap();
+        let mut y = vec![0f32; 2 * rows];
+        threads.gemv(&[(im, &x), (im, &x)], &mut y);
+        assert_eq!(y[..rows], want);
+        assert_eq!(y[rows..], want);
+    }
+}
+
+#[test]
+fn input_major_pieces_are_whole_cache_lines_of_a_packed_row() {
+    // 1000 outputs over 4 threads: 250 a piece, rounded up to 256 outputs
+    // (64-byte lines of each packed row): three of 256 and the 232 left;
+    // over 1 thread, the most a piece takes, 1024 outputs: one piece. 10
+    // outputs: one piece. 3000 outputs over 1 thread: 1024, 1024, 952.
+    let packing = Packing { bits: 4, group: 64 };
+    let m = PackedRows::zeroed(packing, 2048, 1000, None);
+    let small = PackedRows::zeroed(packing, 2048, 10, None);
+    let x = QuantizedInput::seeded(2048, packing, 5);
+    fn im(m: &PackedRows) -> PackedView<'_> {
+        PackedView {
+            layout: Layout::InputMajor,
+            ..m.view()
+        }
+    }
+    let large = PackedRows::zeroed(packing, 2048, 3000, None);
+    let work = [(im(&m), &x), (im(&small), &x), (im(&large), &x)];
+    // 3000 over 4 threads: 750, rounded up to 768.
+    assert_eq!(
+        row_pieces(&work, 4),
+        vec![vec![256, 256, 256, 232], vec![10], vec![768, 768, 768, 696]]
+    );
+    assert_eq!(
+        row_pieces(&work, 1),
+        vec![vec![1000], vec![10], vec![1024, 1024, 952]]
+    );
 }

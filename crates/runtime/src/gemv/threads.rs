@@ -1,7 +1,7 @@
 //! The CPU kernel's threads: one pool a NUMA node, each thread pinned to
 //! one of its cores, and the rows cut into pieces of about equal bytes.
 
-use super::{PackedView, QuantizedInput};
+use super::{Layout, PackedView, QuantizedInput};
 use rayon::prelude::*;
 
 /// The CPU kernel on the cores of one NUMA node: one thread per CPU
@@ -81,9 +81,24 @@ fn pin_to_cpu(cpu: u32) -> bool {
 /// little beside its streaming (256 KiB at ~2 GB/s a core is ~130 us).
 const PIECE_BYTES: usize = 256 << 10;
 
+/// Outputs an input-major piece is a multiple of: 64 bytes of each packed
+/// input row, a cache line, so that no two threads read the same line.
+const INPUT_MAJOR_OUTPUTS: usize = 64;
+
+/// The most outputs of an input-major piece. Its kernel reads each packed
+/// input row's bytes for the piece's outputs in one run, one run a row at a
+/// stride of all outputs; runs shorter than this cost the memory system
+/// more than the `PIECE_BYTES` balance gains (Maverick's int4 gate_up,
+/// 16,384 x 5,120, on the 2-core development VM, one core, best of 5: 3.5
+/// GB/s in runs of 128 bytes, 5.0 in runs of 1,024; the row-major kernel
+/// on the same bytes 6.9).
+const INPUT_MAJOR_PIECE_OUTPUTS: usize = 1024;
+
 /// Each matrix of `work` cut into pieces of consecutive rows, their row
 /// counts in order: at least `threads` pieces where it has the rows, none
-/// over `PIECE_BYTES` unless one row is.
+/// over `PIECE_BYTES` unless one row is; input-major, none over
+/// `INPUT_MAJOR_PIECE_OUTPUTS` outputs, each a multiple of
+/// `INPUT_MAJOR_OUTPUTS` but the last.
 pub(super) fn row_pieces(
     work: &[(PackedView, &QuantizedInput)],
     threads: usize,
@@ -91,11 +106,13 @@ pub(super) fn row_pieces(
     work.iter()
         .map(|(m, _)| {
             let row_bytes = (m.bytes() as usize / m.rows.max(1)).max(1);
-            let per_piece = m
-                .rows
-                .div_ceil(threads.max(1))
-                .min(PIECE_BYTES / row_bytes)
-                .max(1);
+            let share = m.rows.div_ceil(threads.max(1));
+            let per_piece = match m.layout {
+                Layout::RowMajor => share.min(PIECE_BYTES / row_bytes).max(1),
+                Layout::InputMajor => share
+                    .min(INPUT_MAJOR_PIECE_OUTPUTS)
+                    .next_multiple_of(INPUT_MAJOR_OUTPUTS),
+            };
             let mut rows = vec![per_piece; m.rows / per_piece];
             rows.extend((m.rows % per_piece > 0).then_some(m.rows % per_piece));
             rows

@@ -10,8 +10,8 @@
 
 use super::cuda::describe;
 use crate::gemv::{
-    ptx, PackedRows, Packing, QuantizedInput, CHUNK_BYTES, GPU_BATCH, GPU_BLOCK_THREADS,
-    GPU_DESCRIPTOR_BYTES,
+    kernel_name, outputs_per_block, ptx, Layout, PackedRows, Packing, QuantizedInput, CHUNK_BYTES,
+    GPU_BATCH, GPU_BLOCK_THREADS, GPU_DESCRIPTOR_BYTES,
 };
 use cudarc::driver::{
     result, sys, CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr, DriverError,
@@ -91,7 +91,7 @@ impl CudaGemv {
             let weights = self.stream.clone_htod(rows.weights()).map_err(&copying)?;
             let scales = self.stream.clone_htod(rows.scales()).map_err(&copying)?;
             Ok(DeviceMatrix {
-                shape: GemvLaunch::shape(rows.packing, rows.rows, rows.cols),
+                shape: GemvLaunch::shape(rows.packing, Layout::RowMajor, rows.rows, rows.cols),
                 cols: rows.cols,
                 weights_address: self.pointer(&weights),
                 scales_address: self.pointer(&scales),
@@ -174,9 +174,17 @@ pub struct GemvKernels {
     ctx: Arc<CudaContext>,
     ordinal: usize,
     module: sys::CUmodule,
-    int4: sys::CUfunction,
-    int8: sys::CUfunction,
+    /// By `KINDS`.
+    functions: [sys::CUfunction; 4],
 }
+
+/// The kernels' kinds: weight bits and layout.
+const KINDS: [(u32, Layout); 4] = [
+    (8, Layout::RowMajor),
+    (4, Layout::RowMajor),
+    (8, Layout::InputMajor),
+    (4, Layout::InputMajor),
+];
 
 impl GemvKernels {
     fn load(device: &CudaGemv) -> Result<GemvKernels, String> {
@@ -187,16 +195,17 @@ impl GemvKernels {
         // call; the driver compiles it for this device.
         let module =
             unsafe { result::module::load_data(text.as_ptr().cast()) }.map_err(&loading)?;
-        let function = |name: &str| {
-            let name = CString::new(name).expect("kernel names have no NUL");
+        let function = |(bits, layout): (u32, Layout)| {
+            let name = CString::new(kernel_name(bits, layout)).expect("kernel names have no NUL");
             // SAFETY: the module is loaded and stays so while `self` lives,
             // which outlives every launch of its functions.
             unsafe { result::module::get_function(module, name) }
                 .map_err(failed(device.ordinal, "finding a GEMV kernel"))
         };
-        let (int4, int8) = match (function("gemv_int4"), function("gemv_int8")) {
-            (Ok(a), Ok(b)) => (a, b),
-            (Err(e), _) | (_, Err(e)) => {
+        let found: Result<Vec<sys::CUfunction>, String> = KINDS.into_iter().map(function).collect();
+        let functions = match found {
+            Ok(f) => f.try_into().expect("one function a kind"),
+            Err(e) => {
                 // SAFETY: loaded above, no function of it launched.
                 let _ = unsafe { result::module::unload(module) };
                 return Err(e);
@@ -206,13 +215,12 @@ impl GemvKernels {
             ctx: device.ctx.clone(),
             ordinal: device.ordinal,
             module,
-            int4,
-            int8,
+            functions,
         })
     }
 
-    /// Queues the GEMVs of `launches` (one packing) on `stream`, up to
-    /// `GPU_BATCH` a launch.
+    /// Queues the GEMVs of `launches` on `stream`: those of one kernel
+    /// (bits and layout) together, up to `GPU_BATCH` a launch.
     ///
     /// # Safety
     /// `stream` belongs to this context, and every address of `launches`
@@ -223,44 +231,43 @@ impl GemvKernels {
         stream: &CudaStream,
         launches: &[GemvLaunch],
     ) -> Result<(), String> {
-        for batch in launches.chunks(GPU_BATCH) {
-            let int8 = batch[0].int8;
-            if batch.iter().any(|l| l.int8 != int8) {
-                return Err(format!(
-                    "cuda:{}: one launch mixes int8 and int4 matrices; a bug, please report it",
-                    self.ordinal
-                ));
-            }
-            let mut descriptors = [0u8; GPU_BATCH * GPU_DESCRIPTOR_BYTES];
-            let rows_per_block = GPU_BLOCK_THREADS / 32;
-            let mut blocks = 0u32;
-            for (l, d) in batch
+        for (kind, &(bits, layout)) in KINDS.iter().enumerate() {
+            let mine: Vec<&GemvLaunch> = launches
                 .iter()
-                .zip(descriptors.chunks_exact_mut(GPU_DESCRIPTOR_BYTES))
-            {
-                l.write_descriptor(blocks, d);
-                blocks += l.rows.div_ceil(rows_per_block);
+                .filter(|l| l.int8 == (bits == 8) && l.layout == layout)
+                .collect();
+            for batch in mine.chunks(GPU_BATCH) {
+                let mut descriptors = [0u8; GPU_BATCH * GPU_DESCRIPTOR_BYTES];
+                let per_block = outputs_per_block(layout);
+                let mut blocks = 0u32;
+                for (l, d) in batch
+                    .iter()
+                    .zip(descriptors.chunks_exact_mut(GPU_DESCRIPTOR_BYTES))
+                {
+                    l.write_descriptor(blocks, d);
+                    blocks += l.rows.div_ceil(per_block);
+                }
+                let mut count = batch.len() as u32;
+                let mut params: [*mut c_void; 2] = [
+                    descriptors.as_mut_ptr().cast(),
+                    (&mut count as *mut u32).cast(),
+                ];
+                // SAFETY: the function comes from the loaded module; its two
+                // parameters are the descriptor array (the kernel's size) and
+                // their count, as `gemv::ptx` declares them; the caller
+                // vouches for the memory the descriptors name.
+                unsafe {
+                    result::launch_kernel(
+                        self.functions[kind],
+                        (blocks, 1, 1),
+                        (GPU_BLOCK_THREADS, 1, 1),
+                        0,
+                        stream.cu_stream(),
+                        &mut params,
+                    )
+                }
+                .map_err(failed(self.ordinal, "running the GEMV kernel"))?;
             }
-            let mut count = batch.len() as u32;
-            let mut params: [*mut c_void; 2] = [
-                descriptors.as_mut_ptr().cast(),
-                (&mut count as *mut u32).cast(),
-            ];
-            // SAFETY: the function comes from the loaded module; its two
-            // parameters are the descriptor array (the kernel's size) and
-            // their count, as `gemv::ptx` declares them; the caller vouches
-            // for the memory the descriptors name.
-            unsafe {
-                result::launch_kernel(
-                    if int8 { self.int8 } else { self.int4 },
-                    (blocks, 1, 1),
-                    (GPU_BLOCK_THREADS, 1, 1),
-                    0,
-                    stream.cu_stream(),
-                    &mut params,
-                )
-            }
-            .map_err(failed(self.ordinal, "running the GEMV kernel"))?;
         }
         Ok(())
     }
@@ -294,12 +301,16 @@ pub struct GemvLaunch {
     /// Byte offset of the odd inputs (int4; 0 for int8).
     pub odd: u32,
     pub int8: bool,
+    /// Which kernel reads the weights; the descriptor is the same.
+    pub layout: Layout,
 }
 
 impl GemvLaunch {
-    /// The shape of `rows` rows of `cols` features in `packing`, with no
-    /// addresses yet.
-    pub fn shape(packing: Packing, rows: usize, cols: usize) -> GemvLaunch {
+    /// The shape of `rows` outputs of `cols` features in `packing` and
+    /// `layout`, with no addresses yet. The fields mean the same in both
+    /// layouts: `chunks` 16-byte chunks of one output's packed inputs,
+    /// which input-major lie at stride `rows` instead of one after another.
+    pub fn shape(packing: Packing, layout: Layout, rows: usize, cols: usize) -> GemvLaunch {
         let int8 = packing.bits == 8;
         GemvLaunch {
             weights: 0,
@@ -313,6 +324,7 @@ impl GemvLaunch {
             shift: (packing.group / packing.chunk_features()).trailing_zeros(),
             odd: if int8 { 0 } else { (cols / 2) as u32 },
             int8,
+            layout,
         }
     }
 
@@ -397,7 +409,7 @@ mod tests {
         // 768 rows of 2048 int4 features in groups of 64: 1024 bytes a row
         // = 64 chunks of 16; 32 groups; 64 / 32 = 2 chunks a group (shift
         // 1); the odd inputs start at byte 1024.
-        let shape = GemvLaunch::shape(Packing { bits: 4, group: 64 }, 768, 2048);
+        let shape = GemvLaunch::shape(Packing { bits: 4, group: 64 }, Layout::RowMajor, 768, 2048);
         assert_eq!(
             (
                 shape.rows,
@@ -439,5 +451,89 @@ mod tests {
             ".param .align 8 .b8 p_desc[{}]",
             GPU_BATCH * GPU_DESCRIPTOR_BYTES
         )));
+    }
+
+    /// Where a CUDA device exists: one matrix (Maverick's int4 gate_up of
+    /// one expert, 16,384 outputs of 5,120 features; and int8) in both
+    /// layouts on the card, in one batched launch, gives the CPU kernel's
+    /// outputs to rounding (the card sums in another order); each layout's
+    /// kernel is timed alone. Without a device it checks nothing.
+    #[test]
+    fn the_card_computes_both_layouts_as_the_cpu_kernel_does() {
+        let Ok(device) = CudaGemv::open(0) else {
+            eprintln!("no CUDA device: nothing to check");
+            return;
+        };
+        let kernels = device.kernels().unwrap();
+        let stream = device.stream();
+        for packing in [
+            Packing { bits: 4, group: 64 },
+            Packing {
+                bits: 8,
+                group: 128,
+            },
+        ] {
+            let (cols, rows) = (5120, 16384);
+            let mut m = PackedRows::zeroed(packing, cols, rows, None);
+            m.fill_generated(3);
+            let (weights, scales) = crate::gemv::tests::input_major(&m);
+            let x = QuantizedInput::seeded(cols, packing, 5);
+            let im = crate::gemv::PackedView {
+                layout: Layout::InputMajor,
+                weights: &weights,
+                scales: &scales,
+                ..m.view()
+            };
+            let mut want = vec![0f32; rows];
+            im.rows_into(&x, 0, &mut want);
+
+            let row_major = device.matrix(&m).unwrap();
+            let on_card = (
+                stream.clone_htod(&weights).unwrap(),
+                stream.clone_htod(&scales).unwrap(),
+            );
+            let input = device.input(&x).unwrap();
+            let y = device.output(2 * rows).unwrap();
+            let at = device.pointer(&y);
+            let launches = [
+                row_major.launch(&input, at),
+                GemvLaunch::shape(packing, Layout::InputMajor, rows, cols).at(
+                    device.pointer(&on_card.0),
+                    device.pointer(&on_card.1),
+                    &input,
+                    at + (rows * 4) as u64,
+                ),
+            ];
+            // SAFETY: every address is a slice above, alive until `read`
+            // has synchronised the stream.
+            unsafe { kernels.launch(stream, &launches) }.unwrap();
+            let got = device.read(&y, 2 * rows).unwrap();
+            for (layout, got) in [("row-major", &got[..rows]), ("input-major", &got[rows..])] {
+                for (o, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert!(
+                        (g - w).abs() <= 1e-3 * w.abs().max(1.0),
+                        "{} {layout} output {o}: {g} on the card, {w} on the CPU",
+                        packing.name()
+                    );
+                }
+            }
+            let (start, end) = (device.event().unwrap(), device.event().unwrap());
+            for (layout, launch) in [("row-major", launches[0]), ("input-major", launches[1])] {
+                let passes = 50;
+                start.record(stream).unwrap();
+                for _ in 0..passes {
+                    // SAFETY: as above; `elapsed_ms` waits for `end`.
+                    unsafe { kernels.launch(stream, &[launch]) }.unwrap();
+                }
+                end.record(stream).unwrap();
+                let ms = start.elapsed_ms(&end).unwrap() as f64 / passes as f64;
+                eprintln!(
+                    "{} {rows} x {cols} {layout}: {:.1} us a GEMV, {:.0} GB/s",
+                    packing.name(),
+                    ms * 1e3,
+                    m.bytes() as f64 / ms / 1e6
+                );
+            }
+        }
     }
 }

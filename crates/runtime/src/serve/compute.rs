@@ -2,8 +2,9 @@
 //! store holds.
 //!
 //! A packed checkpoint (int4 or int8) is computed as a decoder computes
-//! it. Each projection (gate, up, down) goes through the GEMV kernel of
-//! `crate::gemv`, whose PTX twin a GPU tier runs, with the layer's
+//! it. Each projection (gate, up, down; Llama-4's fused gate_up and down,
+//! input-major slices) goes through the GEMV kernel of `crate::gemv` for
+//! its layout, whose PTX twin a GPU tier runs, with the layer's
 //! activation quantised once for each width (tiled to the width where it
 //! is not `hidden`). BF16 experts are run by no kernel here, so every byte
 //! is read and multiplied as rows of `hidden` signed bytes. That is what
@@ -16,7 +17,8 @@
 
 use crate::checkpoint::Checkpoint;
 use crate::gemv::{
-    projections_at, tensor_specs, NodeThreads, PackedView, Packing, ProjectionAt, QuantizedInput,
+    projections_at, tensor_specs, Layout, NodeThreads, PackedView, Packing, ProjectionAt,
+    QuantizedInput,
 };
 use crate::identity::ObjectKey;
 use std::collections::BTreeMap;
@@ -72,7 +74,7 @@ impl ExpertKernel {
             .collect();
         if projections.iter().any(Vec::is_empty) {
             return ExpertKernel::Bytes {
-                why: "the checkpoint holds its experts in fused tensors (all experts of a layer in one, as Llama-4's), whose rows the GEMV kernels do not read".into(),
+                why: "an expert holds no packed projection (weights with their scales) the GEMV kernels know".into(),
             };
         }
         if let Some(why) = projections
@@ -95,12 +97,27 @@ impl ExpertKernel {
     pub fn describe(&self) -> String {
         match self {
             ExpertKernel::Packed {
-                packing, threads, ..
-            } => format!(
-                "experts computed by the {} GEMV kernel on {} CPU thread(s), one fork-join an expert",
-                packing.name(),
-                threads.as_ref().map_or(1, NodeThreads::threads)
-            ),
+                packing,
+                projections,
+                threads,
+            } => {
+                // Said, since the two layouts' kernels read memory in
+                // different orders and so run at different speeds.
+                let layout = if projections
+                    .iter()
+                    .flatten()
+                    .any(|p| p.layout == Layout::InputMajor)
+                {
+                    " (input-major: slices of fused tensors)"
+                } else {
+                    ""
+                };
+                format!(
+                    "experts computed by the {} GEMV kernel{layout} on {} CPU thread(s), one fork-join an expert",
+                    packing.name(),
+                    threads.as_ref().map_or(1, NodeThreads::threads)
+                )
+            }
             ExpertKernel::Bytes { why } => {
                 format!("experts computed as rows of signed bytes: {why}")
             }
@@ -255,6 +272,7 @@ mod tests {
             scales: s,
             rows,
             cols,
+            layout: crate::gemv::Layout::RowMajor,
         };
         let mut bytes = vec![1u8; 136];
         for s in [64, 66, 132, 134] {

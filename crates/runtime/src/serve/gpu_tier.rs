@@ -196,7 +196,7 @@ impl<'k> GpuTier<'k> {
             let (_, base) = copy.device().expect("a device buffer has an address");
             let first = row;
             for p in &self.projections[o as usize] {
-                let shape = GemvLaunch::shape(self.packing, p.rows, p.cols);
+                let shape = GemvLaunch::shape(self.packing, p.layout, p.rows, p.cols);
                 launches.push(shape.at(
                     base + p.weights.start as u64,
                     base + p.scales.start as u64,
