@@ -20,6 +20,7 @@
 //! the bound's, not the placement's.
 
 use crate::lagrange::{self, PriceSearch};
+use crate::move_bound::{bound_with_moves, MoveBoundInputs};
 use crate::search::{Migration, SearchState};
 use residency_core::cost::Instance;
 use residency_core::diff::move_seconds;
@@ -69,6 +70,10 @@ pub struct Replanned {
     /// over every placement, within the budget or not: the bound on token
     /// seconds with moves counted at zero (see the module's docs).
     pub lower_bound_seconds: f64,
+    /// The priced relaxation's bound on the token seconds of any placement
+    /// (moves free, the budget relaxed): what a plan file reports as the
+    /// bound on its token seconds (`TOKEN_BOUND_METHOD`).
+    pub token_lower_bound_seconds: f64,
     pub solve_seconds: f64,
 }
 
@@ -123,6 +128,21 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
     let token_bound = priced
         .lower_bound_seconds
         .max(lagrange::work_sum_bound(inst));
+    let move_weight = options.hysteresis / options.horizon_tokens;
+    let t0 = Instant::now(); // TEMP
+    let with_moves = bound_with_moves(
+        inst,
+        MoveBoundInputs {
+            current: &warm.placement,
+            prices_seconds_per_byte: &priced.prices_seconds_per_byte,
+            stage_bounds_seconds: &priced.stage_bounds_seconds,
+            capacities_bytes: &priced.capacities_bytes,
+            move_budget_bytes: options.move_budget_bytes,
+            move_weight,
+        },
+    );
+    let bound = with_moves.map_or(token_bound, |b| b.max(token_bound));
+    if std::env::var("MB_DEBUG").is_ok() { eprintln!("TEMP move bound {:?} token {} in {:.2} ms", with_moves, token_bound, t0.elapsed().as_secs_f64()*1e3); }
     let migration = Migration {
         current: warm.placement.clone(),
         horizon_tokens: options.horizon_tokens,
@@ -146,7 +166,7 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
             options.move_budget_bytes
         )));
     }
-    state.improve(search_deadline, token_bound * (1.0 + options.gap.max(0.0)));
+    state.improve(search_deadline, bound * (1.0 + options.gap.max(0.0)));
     let placement = state.placement.clone();
     let token_seconds = inst.evaluate(&placement).token_seconds;
     let move_seconds = placement
@@ -165,7 +185,8 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         token_seconds,
         move_seconds,
         objective_seconds,
-        lower_bound_seconds: token_bound.min(objective_seconds),
+        lower_bound_seconds: bound.min(objective_seconds),
+        token_lower_bound_seconds: token_bound,
         solve_seconds: start.elapsed().as_secs_f64(),
     })
 }
