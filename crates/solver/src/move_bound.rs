@@ -55,6 +55,13 @@ pub struct MoveBoundInputs<'a> {
     pub move_weight: f64,
 }
 
+/// Shares of the relaxation's prices tried: the prices themselves (where
+/// the stage bounds cap each stage) and none (where a budget too small to
+/// make room leaves the placement's unused room unsold: with no free move
+/// that helps, the bound at a budget of zero is then the objective of
+/// staying).
+const PRICE_SCALES: [f64; 2] = [1.0, 0.0];
+
 /// The busiest rows a combination spreads over, evenly.
 const BUSIEST: [usize; 4] = [1, 2, 4, usize::MAX];
 
@@ -101,33 +108,44 @@ pub fn bound_with_moves(inst: &Instance, inputs: MoveBoundInputs) -> Option<f64>
     };
     let budget = inputs.move_budget_bytes as f64;
     let grid = BudgetPrices::new(inputs.move_budget_bytes == 0);
-    let capacities: f64 = (prices.iter().zip(inputs.capacities_bytes))
-        .map(|(p, c)| p * c)
-        .sum();
-    // Per price per budget byte, the bound so far.
-    let mut totals: Vec<f64> = (grid.prices.iter())
-        .map(|&mu| {
-            let budget_price = if budget > 0.0 { mu * budget } else { 0.0 };
-            r.fixed_token_seconds - capacities - budget_price
+    // Per share of the prices and price per budget byte, the bound so far.
+    let mut totals: Vec<Vec<f64>> = (PRICE_SCALES.iter())
+        .map(|&theta| {
+            let capacities: f64 = (prices.iter().zip(inputs.capacities_bytes))
+                .map(|(p, c)| theta * p * c)
+                .sum();
+            (grid.prices.iter())
+                .map(|&mu| {
+                    let budget_price = if budget > 0.0 { mu * budget } else { 0.0 };
+                    r.fixed_token_seconds - capacities - budget_price
+                })
+                .collect()
         })
         .collect();
     let evaluation = inst.evaluate(current);
     let mut moves = StageMoves::default();
-    let mut best = vec![0.0; grid.prices.len()];
-    let mut curve = Curve::new(grid.prices.len());
+    let mut best = vec![vec![0.0; grid.prices.len()]; PRICE_SCALES.len()];
+    let mut curves: Vec<Curve> = PRICE_SCALES.iter().map(|_| Curve::new(grid.prices.len())).collect();
     for (s, stage) in inst.stages.iter().enumerate() {
         let mut now = rows.now(&evaluation.loads[s]);
         rows.stage_moves(&mut moves, &stage.objects, current, &mut now);
-        best.fill(inputs.stage_bounds_seconds[s]);
+        for (t, b) in best.iter_mut().enumerate() {
+            // Only at the full prices is the stage's priced bound known.
+            b.fill(if t == 0 { inputs.stage_bounds_seconds[s] } else { f64::NEG_INFINITY });
+        }
         for alpha in rows.combinations(&now.values) {
-            curve.fill(&rows, &alpha, &now, &moves, &grid);
-            for (j, b) in best.iter_mut().enumerate() {
-                *b = b.max(curve.value(j, grid.prices[j]));
+            fill(&mut curves, &rows, &alpha, &now, &moves, &grid);
+            for (b, curve) in best.iter_mut().zip(&curves) {
+                for (j, b) in b.iter_mut().enumerate() {
+                    *b = b.max(curve.value(j, grid.prices[j]));
+                }
             }
         }
-        totals.iter_mut().zip(&best).for_each(|(t, b)| *t += b);
+        for (total, b) in totals.iter_mut().zip(&best) {
+            total.iter_mut().zip(b).for_each(|(t, b)| *t += b);
+        }
     }
-    let bound = totals.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    let bound = totals.iter().flatten().copied().fold(f64::NEG_INFINITY, f64::max);
     Some(bound - bound.abs() * MARGIN)
 }
 
@@ -198,78 +216,95 @@ impl Curve {
         }
     }
 
-    fn fill(
-        &mut self,
-        rows: &Rows,
-        alpha: &[f64],
-        now: &RowsNow,
-        moves: &StageMoves,
-        grid: &BudgetPrices,
-    ) {
-        let felt_alpha: f64 = alpha[rows.gpus()..rows.gpus() + rows.nodes()].iter().sum();
-        let on = |work: &[(usize, f64)], felt: f64| {
-            work.iter().map(|&(row, w)| alpha[row] * w).sum::<f64>() + felt_alpha * felt
-        };
-        self.base = now.prefill
-            + now.price
-            + alpha.iter().zip(&now.values).map(|(a, v)| a * v).sum::<f64>();
-        self.gains.fill(0.0);
-        self.bytes.fill(0.0);
-        for object in &moves.objects {
-            let leaves = on(&object.removed, object.felt) + on(&[object.share], 0.0) + object.fixed;
-            let (mut free, mut paid, mut fewest) = (0.0f64, f64::NEG_INFINITY, u64::MAX);
-            for to in &moves.destinations[object.destinations.clone()] {
-                let gain = leaves - on(&to.added, to.felt) - to.fixed;
-                if to.carried == 0 {
-                    free = free.max(gain);
-                } else {
-                    paid = paid.max(gain);
-                    fewest = fewest.min(to.carried);
-                }
-            }
-            self.add(grid, free, paid, fewest);
-        }
-        // Experts of one place and size: each destination's gain is a line
-        // in the use rate.
-        let mut lines: Vec<(f64, f64, u64)> = Vec::new();
-        for class in &moves.classes {
-            let leaves = on(&class.removed, class.felt);
-            let share = on(&[class.share], 0.0) + class.fixed;
-            lines.clear();
-            lines.extend(moves.destinations[class.destinations.clone()].iter().map(|to| {
-                (leaves - on(&to.added, to.felt), share - to.fixed, to.carried)
-            }));
-            let fewest = lines
-                .iter()
-                .filter(|l| l.2 > 0)
-                .map(|l| l.2)
-                .min()
-                .unwrap_or(u64::MAX);
-            for &rate in &moves.rates[class.rates.clone()] {
-                let (mut free, mut paid) = (0.0f64, f64::NEG_INFINITY);
-                for &(per_rate, fixed, carried) in &lines {
-                    let gain = rate * per_rate + fixed;
-                    if carried == 0 {
-                        free = free.max(gain);
-                    } else {
-                        paid = paid.max(gain);
-                    }
-                }
-                self.add(grid, free, paid, fewest);
-            }
-        }
-        for j in (0..self.gains.len().saturating_sub(1)).rev() {
-            self.gains[j] += self.gains[j + 1];
-            self.bytes[j] += self.bytes[j + 1];
-        }
-    }
-
     /// The bound at the `j`th price per budget byte, `mu`.
     fn value(&self, j: usize, mu: f64) -> f64 {
         if mu.is_infinite() {
             return self.base;
         }
         self.base - (self.gains[j] - mu * self.bytes[j]).max(0.0)
+    }
+}
+
+/// Each share of the prices' curve (`PRICE_SCALES`) for one combination
+/// of rows `alpha`, in one pass over the stage's moves.
+fn fill(
+    curves: &mut [Curve],
+    rows: &Rows,
+    alpha: &[f64],
+    now: &RowsNow,
+    moves: &StageMoves,
+    grid: &BudgetPrices,
+) {
+    let felt_alpha: f64 = alpha[rows.gpus()..rows.gpus() + rows.nodes()].iter().sum();
+    let on = |work: &[(usize, f64)], felt: f64| {
+        work.iter().map(|&(row, w)| alpha[row] * w).sum::<f64>() + felt_alpha * felt
+    };
+    let rows_now = alpha.iter().zip(&now.values).map(|(a, v)| a * v).sum::<f64>();
+    for (curve, theta) in curves.iter_mut().zip(PRICE_SCALES) {
+        curve.base = now.prefill + rows_now + theta * now.price;
+        curve.gains.fill(0.0);
+        curve.bytes.fill(0.0);
+    }
+    // Per share of the prices, an object's best free and paid gains.
+    let mut free = [0.0f64; PRICE_SCALES.len()];
+    let mut paid = [f64::NEG_INFINITY; PRICE_SCALES.len()];
+    let add = |curves: &mut [Curve], free: &[f64], paid: &[f64], bytes: u64| {
+        for ((curve, &free), &paid) in curves.iter_mut().zip(free).zip(paid) {
+            curve.add(grid, free, paid, bytes);
+        }
+    };
+    for object in &moves.objects {
+        let leaves = on(&object.removed, object.felt) + on(&[object.share], 0.0) + object.fixed;
+        free.fill(0.0);
+        paid.fill(f64::NEG_INFINITY);
+        let mut fewest = u64::MAX;
+        for to in &moves.destinations[object.destinations.clone()] {
+            let work = leaves - on(&to.added, to.felt) - to.fixed;
+            let price = object.price - to.price;
+            let best = if to.carried == 0 {
+                &mut free
+            } else {
+                fewest = fewest.min(to.carried);
+                &mut paid
+            };
+            for (b, theta) in best.iter_mut().zip(PRICE_SCALES) {
+                *b = b.max(work + theta * price);
+            }
+        }
+        add(curves, &free, &paid, fewest);
+    }
+    // Experts of one place and size: each destination's gain is a line
+    // in the use rate.
+    let mut lines: Vec<(f64, f64, f64, u64)> = Vec::new();
+    for class in &moves.classes {
+        let leaves = on(&class.removed, class.felt);
+        let share = on(&[class.share], 0.0) + class.fixed;
+        lines.clear();
+        lines.extend(moves.destinations[class.destinations.clone()].iter().map(|to| {
+            let per_rate = leaves - on(&to.added, to.felt);
+            (per_rate, share - to.fixed, class.price - to.price, to.carried)
+        }));
+        let fewest = (lines.iter().filter(|l| l.3 > 0).map(|l| l.3))
+            .min()
+            .unwrap_or(u64::MAX);
+        for &rate in &moves.rates[class.rates.clone()] {
+            free.fill(0.0);
+            paid.fill(f64::NEG_INFINITY);
+            for &(per_rate, fixed, price, carried) in &lines {
+                let work = rate * per_rate + fixed;
+                let best = if carried == 0 { &mut free } else { &mut paid };
+                for (b, theta) in best.iter_mut().zip(PRICE_SCALES) {
+                    *b = b.max(work + theta * price);
+                }
+            }
+            add(curves, &free, &paid, fewest);
+        }
+    }
+    for curve in curves {
+        for j in (0..curve.gains.len().saturating_sub(1)).rev() {
+            curve.gains[j] += curve.gains[j + 1];
+            curve.bytes[j] += curve.bytes[j + 1];
+        }
     }
 }
 
@@ -288,13 +323,16 @@ struct StageMoves {
 
 /// One object, or a class of experts per unit of use rate: what leaving
 /// its place saves on each row and its felt reads there, its share of a
-/// sync or an overhead, its byte price and prefill there (`fixed`), and
+/// sync or an overhead, its prefill and byte price there, and
 /// its other allowed places in `StageMoves::destinations`.
 struct ObjectMoves {
     removed: [(usize, f64); 2],
     felt: f64,
     share: (usize, f64),
+    /// Prefill there.
     fixed: f64,
+    /// Byte price there, at the full prices.
+    price: f64,
     destinations: std::ops::Range<usize>,
     rates: std::ops::Range<usize>,
 }
@@ -303,8 +341,10 @@ struct Destination {
     /// What coming there adds to each row, and its felt reads.
     added: [(usize, f64); 2],
     felt: f64,
-    /// Byte price and prefill there, plus the weighted move seconds.
+    /// Prefill there plus the weighted move seconds.
     fixed: f64,
+    /// Byte price there, at the full prices.
+    price: f64,
     /// Bytes carried; none: free under the budget.
     carried: u64,
 }
@@ -441,7 +481,8 @@ impl Rows<'_> {
             moves.destinations.push(Destination {
                 added: there.rows,
                 felt: there.felt,
-                fixed: there.prefill + self.byte_price(object, q) + self.move_weight * seconds,
+                fixed: there.prefill + self.move_weight * seconds,
+                price: self.byte_price(object, q),
                 carried: carried_bytes(inst, o, from, q),
             });
         }
@@ -449,7 +490,8 @@ impl Rows<'_> {
             removed: here.rows,
             felt: here.felt,
             share,
-            fixed: here.prefill + self.byte_price(object, from),
+            fixed: here.prefill,
+            price: self.byte_price(object, from),
             destinations: first..moves.destinations.len(),
             rates: 0..0,
         }
@@ -564,3 +606,6 @@ impl Rows<'_> {
         out
     }
 }
+
+#[cfg(test)]
+mod tests;
