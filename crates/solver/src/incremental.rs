@@ -11,13 +11,15 @@
 //! use, every step kept within the budget. Nothing else starts: no greedy,
 //! no rounding, no kicks, so a pass costs a few scans of the objects.
 //!
-//! The bound is on the same objective, and precisely this: the priced
-//! relaxation's bound on the token seconds of any placement (the move
-//! budget relaxed), plus the move seconds counted at their least, zero (a
-//! placement may always stay). It is valid for any budget; it is tight
-//! when staying or moving little is best, and loose where the heat moved
-//! more than the budget lets the placement follow: there the gap is mostly
-//! the bound's, not the placement's.
+//! The bound is on the same objective over the placements within the
+//! budget: the larger of the priced relaxation's bound on the token
+//! seconds of any placement (moves counted at zero, the budget relaxed)
+//! and the bound with move costs of `move_bound`, which starts from the
+//! placement in use at the relaxation's prices and bounds what the moves
+//! the budget allows can save, each paying its move seconds. The first
+//! is tight where staying or moving little is best; the second where the
+//! heat moved more than the budget lets the placement follow, where the
+//! first is loose.
 
 use crate::lagrange::{self, PriceSearch};
 use crate::move_bound::{bound_with_moves, MoveBoundInputs};
@@ -66,13 +68,14 @@ pub struct Replanned {
     /// `token_seconds + hysteresis * move_seconds / horizon_tokens`: what
     /// the re-plan minimises.
     pub objective_seconds: f64,
-    /// A lower bound on `objective_seconds` (and so on `token_seconds`)
-    /// over every placement, within the budget or not: the bound on token
-    /// seconds with moves counted at zero (see the module's docs).
+    /// A lower bound on `objective_seconds` over every placement within
+    /// the budget (`BOUND_METHOD`, the module's docs); at most
+    /// `objective_seconds`.
     pub lower_bound_seconds: f64,
     /// The priced relaxation's bound on the token seconds of any placement
     /// (moves free, the budget relaxed): what a plan file reports as the
-    /// bound on its token seconds (`TOKEN_BOUND_METHOD`).
+    /// bound on its token seconds (`TOKEN_BOUND_METHOD`), and what the
+    /// bound was before move costs were counted.
     pub token_lower_bound_seconds: f64,
     pub solve_seconds: f64,
 }
@@ -81,8 +84,12 @@ pub struct Replanned {
 pub const METHOD: &str =
     "incremental re-plan: local search within the move budget from the placement in use";
 
-/// What a plan file says of an incremental re-plan's bound.
-pub const BOUND_METHOD: &str =
+/// What `Replanned::lower_bound_seconds` is.
+pub const BOUND_METHOD: &str = "the objective (token seconds + hysteresis x move seconds / horizon) over placements within the move budget: the larger of the priced relaxation on token seconds (warm prices; moves counted at zero, budget relaxed) and the bound with move costs from the placement in use at its prices (move_bound)";
+
+/// What a plan file says of an incremental re-plan's bound: the plan's
+/// bound is on token seconds, which moves do not enter.
+pub const TOKEN_BOUND_METHOD: &str =
     "priced relaxation on token seconds, warm prices; moves counted at zero, move budget relaxed";
 
 impl Replanned {
@@ -128,8 +135,9 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
     let token_bound = priced
         .lower_bound_seconds
         .max(lagrange::work_sum_bound(inst));
+    // Where the weight is not a finite non-negative number (no horizon),
+    // `bound_with_moves` declines and the relaxation's bound stands.
     let move_weight = options.hysteresis / options.horizon_tokens;
-    let t0 = Instant::now(); // TEMP
     let with_moves = bound_with_moves(
         inst,
         MoveBoundInputs {
@@ -142,7 +150,6 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         },
     );
     let bound = with_moves.map_or(token_bound, |b| b.max(token_bound));
-    if std::env::var("MB_DEBUG").is_ok() { eprintln!("TEMP move bound {:?} token {} in {:.2} ms", with_moves, token_bound, t0.elapsed().as_secs_f64()*1e3); }
     let migration = Migration {
         current: warm.placement.clone(),
         horizon_tokens: options.horizon_tokens,

@@ -63,7 +63,7 @@ pub struct MoveBoundInputs<'a> {
 const PRICE_SCALES: [f64; 2] = [1.0, 0.0];
 
 /// The busiest rows a combination spreads over, evenly.
-const BUSIEST: [usize; 4] = [1, 2, 4, usize::MAX];
+const BUSIEST: [usize; 3] = [1, 2, 3];
 
 /// Share of a combination put on the drives' rows, so that dropping a
 /// weight to a drive (free under the budget) pays its reads there.
@@ -125,13 +125,20 @@ pub fn bound_with_moves(inst: &Instance, inputs: MoveBoundInputs) -> Option<f64>
     let evaluation = inst.evaluate(current);
     let mut moves = StageMoves::default();
     let mut best = vec![vec![0.0; grid.prices.len()]; PRICE_SCALES.len()];
-    let mut curves: Vec<Curve> = PRICE_SCALES.iter().map(|_| Curve::new(grid.prices.len())).collect();
+    let mut curves: Vec<Curve> = PRICE_SCALES
+        .iter()
+        .map(|_| Curve::new(grid.prices.len()))
+        .collect();
     for (s, stage) in inst.stages.iter().enumerate() {
         let mut now = rows.now(&evaluation.loads[s]);
         rows.stage_moves(&mut moves, &stage.objects, current, &mut now);
         for (t, b) in best.iter_mut().enumerate() {
             // Only at the full prices is the stage's priced bound known.
-            b.fill(if t == 0 { inputs.stage_bounds_seconds[s] } else { f64::NEG_INFINITY });
+            b.fill(if t == 0 {
+                inputs.stage_bounds_seconds[s]
+            } else {
+                f64::NEG_INFINITY
+            });
         }
         for alpha in rows.combinations(&now.values) {
             fill(&mut curves, &rows, &alpha, &now, &moves, &grid);
@@ -145,7 +152,11 @@ pub fn bound_with_moves(inst: &Instance, inputs: MoveBoundInputs) -> Option<f64>
             total.iter_mut().zip(b).for_each(|(t, b)| *t += b);
         }
     }
-    let bound = totals.iter().flatten().copied().fold(f64::NEG_INFINITY, f64::max);
+    let bound = totals
+        .iter()
+        .flatten()
+        .copied()
+        .fold(f64::NEG_INFINITY, f64::max);
     Some(bound - bound.abs() * MARGIN)
 }
 
@@ -239,7 +250,11 @@ fn fill(
     let on = |work: &[(usize, f64)], felt: f64| {
         work.iter().map(|&(row, w)| alpha[row] * w).sum::<f64>() + felt_alpha * felt
     };
-    let rows_now = alpha.iter().zip(&now.values).map(|(a, v)| a * v).sum::<f64>();
+    let rows_now = alpha
+        .iter()
+        .zip(&now.values)
+        .map(|(a, v)| a * v)
+        .sum::<f64>();
     for (curve, theta) in curves.iter_mut().zip(PRICE_SCALES) {
         curve.base = now.prefill + rows_now + theta * now.price;
         curve.gains.fill(0.0);
@@ -280,10 +295,19 @@ fn fill(
         let leaves = on(&class.removed, class.felt);
         let share = on(&[class.share], 0.0) + class.fixed;
         lines.clear();
-        lines.extend(moves.destinations[class.destinations.clone()].iter().map(|to| {
-            let per_rate = leaves - on(&to.added, to.felt);
-            (per_rate, share - to.fixed, class.price - to.price, to.carried)
-        }));
+        lines.extend(
+            moves.destinations[class.destinations.clone()]
+                .iter()
+                .map(|to| {
+                    let per_rate = leaves - on(&to.added, to.felt);
+                    (
+                        per_rate,
+                        share - to.fixed,
+                        class.price - to.price,
+                        to.carried,
+                    )
+                }),
+        );
         let fewest = (lines.iter().filter(|l| l.3 > 0).map(|l| l.3))
             .min()
             .unwrap_or(u64::MAX);
@@ -570,7 +594,8 @@ impl Rows<'_> {
                     continue;
                 }
                 let here = self.work(&one, inst.places[from], None).pays;
-                let mut class = self.object_moves(moves, o, &one, from, now.busiest_drive, share(here));
+                let mut class =
+                    self.object_moves(moves, o, &one, from, now.busiest_drive, share(here));
                 let first = moves.rates.len();
                 moves.rates.extend(rates);
                 class.rates = first..moves.rates.len();
@@ -594,7 +619,7 @@ impl Rows<'_> {
             tried.push(k);
             let mut alpha = vec![0.0; values.len()];
             order[..k].iter().for_each(|&i| alpha[i] = 1.0 / k as f64);
-            if self.drives() > 0 && k <= 2 {
+            if self.drives() > 0 && k == 1 {
                 let first = self.gpus() + self.nodes();
                 let mut mixed: Vec<f64> = alpha.iter().map(|a| a * (1.0 - DRIVE_SHARE)).collect();
                 let each = DRIVE_SHARE / self.drives() as f64;

@@ -115,11 +115,19 @@ fn feasible_placements(inst: &Instance) -> Vec<Vec<usize>> {
 
 /// Per feasible placement: token seconds, bytes carried from `current`
 /// and move seconds.
-fn priced_placements(inst: &Instance, current: &[usize], all: &[Vec<usize>]) -> Vec<(f64, u64, f64)> {
+fn priced_placements(
+    inst: &Instance,
+    current: &[usize],
+    all: &[Vec<usize>],
+) -> Vec<(f64, u64, f64)> {
     all.iter()
         .map(|p| {
-            let carried = (0..p.len()).map(|o| carried_bytes(inst, o, current[o], p[o])).sum();
-            let moving = (0..p.len()).map(|o| move_seconds(inst, o, current[o], p[o])).sum();
+            let carried = (0..p.len())
+                .map(|o| carried_bytes(inst, o, current[o], p[o]))
+                .sum();
+            let moving = (0..p.len())
+                .map(|o| move_seconds(inst, o, current[o], p[o]))
+                .sum();
             (inst.evaluate(p).token_seconds, carried, moving)
         })
         .collect()
@@ -212,7 +220,12 @@ fn bound_with_moves_is_at_most_the_least_objective_within_the_budget() {
         };
         let cold = residency_solver::solve(&inst, options).unwrap();
         let reversed: Vec<Vec<f64>> = (inst.expert_ids.iter())
-            .map(|ids| ids.iter().rev().map(|&o| inst.objects[o].use_rate).collect())
+            .map(|ids| {
+                ids.iter()
+                    .rev()
+                    .map(|&o| inst.objects[o].use_rate)
+                    .collect()
+            })
             .collect();
         inst.set_expert_rates(&reversed);
         let mut starts = vec![cold.placement];
@@ -300,8 +313,7 @@ fn replan_reports_the_bound_with_move_costs() {
                 got.lower_bound_seconds
             );
             assert!(
-                got.lower_bound_seconds
-                    >= got.token_lower_bound_seconds.min(got.objective_seconds),
+                got.lower_bound_seconds >= got.token_lower_bound_seconds.min(got.objective_seconds),
                 "case {case}"
             );
         }
