@@ -33,9 +33,9 @@
 //! Every combination, `theta` and `mu` so gives a valid bound; a few of
 //! each are tried and the best kept: one scan of each stage's objects and
 //! their places, each combination's moves summed into bins of the `mu`
-//! tried rather than sorted. With a budget of zero (`mu` unbounded) and
-//! `alpha` on the busiest row, the bound is the objective of staying less
-//! what free moves could save.
+//! tried rather than sorted. With a budget of zero (`mu` unbounded), no
+//! prices and `alpha` on the busiest row, the bound is the objective of
+//! staying less what free moves could save.
 
 use residency_core::cost::{Instance, Object, Place, Resource, StageLoads};
 use residency_core::diff::{carried_bytes, carry_seconds};
@@ -70,12 +70,13 @@ const BUSIEST: [usize; 3] = [1, 2, 3];
 const DRIVE_SHARE: f64 = 1.0 / 128.0;
 
 /// The prices per budget byte tried besides zero are the numbers whose
-/// mantissa keeps only its top `BUDGET_PRICE_BITS` bits (eight a
-/// doubling), from `2^LEAST_BUDGET_PRICE_LOG2` seconds per byte for
+/// mantissa keeps only its top `BUDGET_PRICE_BITS` bits (four a
+/// doubling: eight bounded no better at DeepSeek-V3 and Kimi scale and
+/// took a third longer), from `2^LEAST_BUDGET_PRICE_LOG2` seconds per byte for
 /// `BUDGET_PRICE_OCTAVES` doublings: what a byte moved can save on any
-/// machine the planner meets, from a microsecond per PB to a millisecond
+/// machine the planner meets, from a microsecond per EB to a millisecond
 /// per byte. A gain per byte then finds its place among them from its bits.
-const BUDGET_PRICE_BITS: u32 = 3;
+const BUDGET_PRICE_BITS: u32 = 2;
 const LEAST_BUDGET_PRICE_LOG2: i32 = -80;
 const BUDGET_PRICE_OCTAVES: usize = 70;
 
@@ -308,17 +309,50 @@ fn fill(
                     )
                 }),
         );
+        // The fewest bytes of any paid move, before lines are dropped.
         let fewest = (lines.iter().filter(|l| l.3 > 0).map(|l| l.3))
             .min()
             .unwrap_or(u64::MAX);
+        // Places whose rows `alpha` leaves out add nothing: of those alike
+        // in the rest, one that every share of the prices finds no worse
+        // stands for the others (a card's worth of lines at Kimi scale).
+        let mut kept = 0;
+        for i in 0..lines.len() {
+            let line = lines[i];
+            let dominated = lines[..kept].iter().any(|k| {
+                k.0 == line.0 && (k.3 == 0) == (line.3 == 0) && k.1 >= line.1 && k.2 >= line.2
+            });
+            if !dominated {
+                lines[kept] = line;
+                kept += 1;
+            }
+        }
+        lines.truncate(kept);
+        // Per line its slope and, per share of the prices, its constant;
+        // free and paid apart, so the loop over the experts only adds and
+        // compares.
+        let split = |paid: bool| -> Vec<(f64, [f64; PRICE_SCALES.len()])> {
+            (lines.iter())
+                .filter(|l| (l.3 > 0) == paid)
+                .map(|&(per_rate, fixed, price, _)| {
+                    (per_rate, PRICE_SCALES.map(|t| fixed + t * price))
+                })
+                .collect()
+        };
+        let (free_lines, paid_lines) = (split(false), split(true));
         for &rate in &moves.rates[class.rates.clone()] {
             free.fill(0.0);
             paid.fill(f64::NEG_INFINITY);
-            for &(per_rate, fixed, price, carried) in &lines {
-                let work = rate * per_rate + fixed;
-                let best = if carried == 0 { &mut free } else { &mut paid };
-                for (b, theta) in best.iter_mut().zip(PRICE_SCALES) {
-                    *b = b.max(work + theta * price);
+            for (per_rate, constants) in &free_lines {
+                let work = rate * per_rate;
+                for (b, c) in free.iter_mut().zip(constants) {
+                    *b = b.max(work + c);
+                }
+            }
+            for (per_rate, constants) in &paid_lines {
+                let work = rate * per_rate;
+                for (b, c) in paid.iter_mut().zip(constants) {
+                    *b = b.max(work + c);
                 }
             }
             add(curves, &free, &paid, fewest);
