@@ -137,19 +137,63 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         .max(lagrange::work_sum_bound(inst));
     // Where the weight is not a finite non-negative number (no horizon),
     // `bound_with_moves` declines and the relaxation's bound stands.
-    let move_weight = options.hysteresis / options.horizon_tokens;
-    let with_moves = bound_with_moves(
-        inst,
-        MoveBoundInputs {
-            current: &warm.placement,
-            prices_seconds_per_byte: &priced.prices_seconds_per_byte,
-            stage_bounds_seconds: &priced.stage_bounds_seconds,
-            capacities_bytes: &priced.capacities_bytes,
-            move_budget_bytes: options.move_budget_bytes,
-            move_weight,
-        },
-    );
+    let inputs = MoveBoundInputs {
+        current: &warm.placement,
+        prices_seconds_per_byte: &priced.prices_seconds_per_byte,
+        stage_bounds_seconds: &priced.stage_bounds_seconds,
+        capacities_bytes: &priced.capacities_bytes,
+        move_budget_bytes: options.move_budget_bytes,
+        move_weight: options.hysteresis / options.horizon_tokens,
+    };
+    // The bound with move costs needs nothing of the search: it runs beside
+    // it (a few scans of the objects, 2.5 ms at DeepSeek-V3 scale, 10 at
+    // Kimi's), on another core where there is one. Before the search, its
+    // time came out of the search's: at DeepSeek-V3 scale, where one
+    // evaluation of the prices takes half the 20 ms, the search then often
+    // moved nothing.
+    let (searched, with_moves) = std::thread::scope(|scope| {
+        let with_moves = scope.spawn(|| bound_with_moves(inst, inputs));
+        let searched = search(inst, warm, &options, start, limit, token_bound);
+        let with_moves = with_moves.join().expect("the bound with move costs");
+        (searched, with_moves)
+    });
+    let state = searched?;
     let bound = with_moves.map_or(token_bound, |b| b.max(token_bound));
+    let placement = state.placement.clone();
+    let token_seconds = inst.evaluate(&placement).token_seconds;
+    let move_seconds = placement
+        .iter()
+        .zip(&warm.placement)
+        .enumerate()
+        .fold(0.0, |total, (o, (&to, &from))| {
+            total + move_seconds(inst, o, from, to)
+        });
+    let objective_seconds =
+        token_seconds + options.hysteresis * move_seconds / options.horizon_tokens;
+    Ok(Replanned {
+        moved_bytes: state.moved_bytes(),
+        placement,
+        prices_seconds_per_byte: priced.prices_seconds_per_byte,
+        token_seconds,
+        move_seconds,
+        objective_seconds,
+        lower_bound_seconds: bound.min(objective_seconds),
+        token_lower_bound_seconds: token_bound,
+        solve_seconds: start.elapsed().as_secs_f64(),
+    })
+}
+
+/// The local search from the placement in use within the budget, until
+/// the deadline the limit leaves or the objective is within the gap of
+/// the relaxation's bound.
+fn search<'a>(
+    inst: &'a Instance,
+    warm: &Warm,
+    options: &IncrementalOptions,
+    start: Instant,
+    limit: Duration,
+    token_bound: f64,
+) -> Result<SearchState<'a>> {
     let migration = Migration {
         current: warm.placement.clone(),
         horizon_tokens: options.horizon_tokens,
@@ -173,29 +217,8 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
             options.move_budget_bytes
         )));
     }
-    state.improve(search_deadline, bound * (1.0 + options.gap.max(0.0)));
-    let placement = state.placement.clone();
-    let token_seconds = inst.evaluate(&placement).token_seconds;
-    let move_seconds = placement
-        .iter()
-        .zip(&warm.placement)
-        .enumerate()
-        .fold(0.0, |total, (o, (&to, &from))| {
-            total + move_seconds(inst, o, from, to)
-        });
-    let objective_seconds =
-        token_seconds + options.hysteresis * move_seconds / options.horizon_tokens;
-    Ok(Replanned {
-        moved_bytes: state.moved_bytes(),
-        placement,
-        prices_seconds_per_byte: priced.prices_seconds_per_byte,
-        token_seconds,
-        move_seconds,
-        objective_seconds,
-        lower_bound_seconds: bound.min(objective_seconds),
-        token_lower_bound_seconds: token_bound,
-        solve_seconds: start.elapsed().as_secs_f64(),
-    })
+    state.improve(search_deadline, token_bound * (1.0 + options.gap.max(0.0)));
+    Ok(state)
 }
 
 /// The placement in use must be one of `inst`'s.

@@ -74,11 +74,11 @@ const DRIVE_SHARE: f64 = 1.0 / 128.0;
 /// doubling: eight bounded no better at DeepSeek-V3 and Kimi scale and
 /// took a third longer), from `2^LEAST_BUDGET_PRICE_LOG2` seconds per byte for
 /// `BUDGET_PRICE_OCTAVES` doublings: what a byte moved can save on any
-/// machine the planner meets, from a microsecond per EB to a millisecond
-/// per byte. A gain per byte then finds its place among them from its bits.
+/// machine the planner meets, from a microsecond per 5 PB to 60 us a
+/// byte. A gain per byte then finds its place among them from its bits.
 const BUDGET_PRICE_BITS: u32 = 2;
-const LEAST_BUDGET_PRICE_LOG2: i32 = -80;
-const BUDGET_PRICE_OCTAVES: usize = 70;
+const LEAST_BUDGET_PRICE_LOG2: i32 = -72;
+const BUDGET_PRICE_OCTAVES: usize = 58;
 
 /// Relative margin taken off for floating-point error.
 const MARGIN: f64 = 1e-9;
@@ -377,6 +377,10 @@ struct StageMoves {
     /// Use rates of each class's experts.
     rates: Vec<f64>,
     destinations: Vec<Destination>,
+    /// Buffers of the pass that sorts a stage's objects: the use rates of
+    /// the class experts by place, the other objects.
+    by_place: Vec<Vec<f64>>,
+    others: Vec<usize>,
 }
 
 /// One object, or a class of experts per unit of use rate: what leaving
@@ -491,13 +495,24 @@ impl Rows<'_> {
                 Resource::Prefill => (0, 0.0),
             };
         }
-        work.pays = match place {
+        work.pays = self.pays(object, place);
+        work
+    }
+
+    /// The row whose sync or overhead `object` takes part in at `place`,
+    /// with its bytes there; none for a KV group.
+    fn pays(&self, object: &Object, place: Place) -> Option<(usize, f64)> {
+        let gpus = self.gpus();
+        match place {
+            _ if object.is_kv() => None,
             Place::Gpu(g) => Some((g, object.gpu_bytes as f64)),
             Place::Ram(n) => Some((gpus + n, object.ram_bytes as f64)),
-            Place::Disk(d) => Some((gpus + r.drive_numa[d], object.disk_bytes as f64)),
+            Place::Disk(d) => Some((
+                gpus + self.inst.resources.drive_numa[d],
+                object.disk_bytes as f64,
+            )),
             Place::Recompute => None,
-        };
-        work
+        }
     }
 
     /// Byte price of `object` at place index `q`.
@@ -565,18 +580,48 @@ impl Rows<'_> {
         now: &mut RowsNow,
     ) {
         let (inst, r) = (self.inst, &self.inst.resources);
-        // A sync or an overhead is saved only when every object taking
-        // part leaves: shared by bytes (by count where they have none),
-        // the shares of the objects that leave are at least what it saves.
         let rows = self.gpus() + self.nodes() + self.drives();
         let (mut paying_bytes, mut paying_objects) = (vec![0.0; rows], vec![0.0; rows]);
+        moves.objects.clear();
+        moves.classes.clear();
+        moves.rates.clear();
+        moves.destinations.clear();
+        moves.others.clear();
+        moves.by_place.resize(inst.places.len(), Vec::new());
+        moves.by_place.iter_mut().for_each(Vec::clear);
+        now.price = 0.0;
+        // One pass: the bytes taking part in each sync or overhead, the
+        // byte prices, and the unpinned experts of one size by place (a
+        // unit expert's moves stand for theirs); the other objects after.
+        let mut unit: Option<(usize, Object)> = None;
         for &o in objects {
-            let place = inst.places[current[o]];
-            if let Some((row, bytes)) = self.work(&inst.objects[o], place, None).pays {
+            let (object, from) = (&inst.objects[o], current[o]);
+            if let Some((row, bytes)) = self.pays(object, inst.places[from]) {
                 paying_bytes[row] += bytes;
                 paying_objects[row] += 1.0;
             }
+            now.price += self.byte_price(object, from);
+            let pinned = inst.constraints.pins.get(o).is_some_and(Option::is_some);
+            let same_size = unit.as_ref().is_none_or(|(_, u)| {
+                (u.gpu_bytes, u.ram_bytes, u.disk_bytes)
+                    == (object.gpu_bytes, object.ram_bytes, object.disk_bytes)
+            });
+            if object.is_expert() && !pinned && same_size {
+                if unit.is_none() {
+                    let one = Object {
+                        use_rate: 1.0,
+                        ..object.clone()
+                    };
+                    unit = Some((o, one));
+                }
+                moves.by_place[from].push(object.use_rate);
+            } else {
+                moves.others.push(o);
+            }
         }
+        // A sync or an overhead is saved only when every object taking
+        // part leaves: shared by bytes (by count where they have none),
+        // the shares of the objects that leave are at least what it saves.
         let share = |pays: Option<(usize, f64)>| {
             pays.map_or((0, 0.0), |(row, bytes)| {
                 let overhead = match row.checked_sub(self.gpus()) {
@@ -591,47 +636,25 @@ impl Rows<'_> {
                 (row, overhead * share)
             })
         };
-        moves.objects.clear();
-        moves.classes.clear();
-        moves.rates.clear();
-        moves.destinations.clear();
-        now.price = 0.0;
-        // Unpinned experts by place: a unit expert's moves, then the rates.
-        let mut by_place: Vec<Vec<f64>> = vec![Vec::new(); inst.places.len()];
-        let mut unit: Option<(usize, Object)> = None;
-        for &o in objects {
-            let object = &inst.objects[o];
-            now.price += self.byte_price(object, current[o]);
-            let pinned = inst.constraints.pins.get(o).is_some_and(Option::is_some);
-            let same_size = unit.as_ref().is_none_or(|(_, u)| {
-                (u.gpu_bytes, u.ram_bytes, u.disk_bytes)
-                    == (object.gpu_bytes, object.ram_bytes, object.disk_bytes)
-            });
-            if object.is_expert() && !pinned && same_size {
-                if unit.is_none() {
-                    let one = Object {
-                        use_rate: 1.0,
-                        ..object.clone()
-                    };
-                    unit = Some((o, one));
-                }
-                by_place[current[o]].push(object.use_rate);
-                continue;
-            }
-            let here = self.work(object, inst.places[current[o]], None).pays;
-            let m = self.object_moves(moves, o, object, current[o], now.busiest_drive, share(here));
+        let others = std::mem::take(&mut moves.others);
+        for &o in &others {
+            let (object, from) = (&inst.objects[o], current[o]);
+            let pays = share(self.pays(object, inst.places[from]));
+            let m = self.object_moves(moves, o, object, from, now.busiest_drive, pays);
             moves.objects.push(m);
         }
+        moves.others = others;
         if let Some((o, one)) = unit {
-            for (from, rates) in by_place.into_iter().enumerate() {
-                if rates.is_empty() {
+            for from in 0..inst.places.len() {
+                if moves.by_place[from].is_empty() {
                     continue;
                 }
-                let here = self.work(&one, inst.places[from], None).pays;
-                let mut class =
-                    self.object_moves(moves, o, &one, from, now.busiest_drive, share(here));
+                let pays = share(self.pays(&one, inst.places[from]));
+                let mut class = self.object_moves(moves, o, &one, from, now.busiest_drive, pays);
                 let first = moves.rates.len();
-                moves.rates.extend(rates);
+                let rates = std::mem::take(&mut moves.by_place[from]);
+                moves.rates.extend_from_slice(&rates);
+                moves.by_place[from] = rates;
                 class.rates = first..moves.rates.len();
                 moves.classes.push(class);
             }
@@ -662,7 +685,16 @@ impl Rows<'_> {
             }
             out.push(alpha);
         }
-        out
+        // Where the busiest row is the only drive's, the share on the
+        // drives changes nothing: each combination is scanned once.
+        let mut unique: Vec<Vec<f64>> = Vec::with_capacity(out.len());
+        for alpha in out {
+            let alike = |a: &Vec<f64>| a.iter().zip(&alpha).all(|(x, y)| (x - y).abs() <= 1e-12);
+            if !unique.iter().any(alike) {
+                unique.push(alpha);
+            }
+        }
+        unique
     }
 }
 
