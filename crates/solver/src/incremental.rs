@@ -111,6 +111,9 @@ impl Replanned {
 /// Share of the time limit the prices may take; the search has the rest.
 const PRICE_SHARE: f64 = 0.3;
 
+/// Share of the limit the bound with move costs leaves for what follows it.
+const BOUND_MARGIN_SHARE: f64 = 0.03;
+
 /// The prices stop when their model promises less than this share more.
 const PRICE_TOLERANCE: f64 = 1e-4;
 
@@ -144,6 +147,10 @@ pub fn replan(inst: &Instance, warm: &Warm, options: IncrementalOptions) -> Resu
         capacities_bytes: &priced.capacities_bytes,
         move_budget_bytes: options.move_budget_bytes,
         move_weight: options.hysteresis / options.horizon_tokens,
+        // Where the prices took the search's time too (a loaded core),
+        // the limit is kept rather than the bound: the answer's evaluation
+        // after it takes less than the share of the limit left.
+        deadline: Some(start + limit.mul_f64(1.0 - BOUND_MARGIN_SHARE)),
     };
     // The bound with move costs needs nothing of the search: it runs beside
     // it (a few scans of the objects, 2.5 ms at DeepSeek-V3 scale, 10 at

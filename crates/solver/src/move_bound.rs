@@ -39,6 +39,7 @@
 
 use residency_core::cost::{Instance, Object, Place, Resource, StageLoads};
 use residency_core::diff::{carried_bytes, carry_seconds};
+use std::time::Instant;
 
 /// What the bound starts from: the placement in use and, from the priced
 /// relaxation of the new heat, its prices, stage bounds and capacities
@@ -53,6 +54,8 @@ pub struct MoveBoundInputs<'a> {
     /// What a second of moving costs in the objective: hysteresis over the
     /// horizon in tokens.
     pub move_weight: f64,
+    /// Give up (no bound) past this instant, checked stage by stage.
+    pub deadline: Option<Instant>,
 }
 
 /// Shares of the relaxation's prices tried: the prices themselves (where
@@ -87,7 +90,7 @@ const MARGIN: f64 = 1e-9;
 /// placements within the capacities and the move budget; `None` where its
 /// inputs do not fit `inst` (another number of stages or prices) or the
 /// placement in use breaks a constraint (the re-plan then moves what
-/// breaks it whatever the budget).
+/// breaks it whatever the budget), or when the deadline passes.
 pub fn bound_with_moves(inst: &Instance, inputs: MoveBoundInputs) -> Option<f64> {
     let r = &inst.resources;
     let current = inputs.current;
@@ -131,6 +134,9 @@ pub fn bound_with_moves(inst: &Instance, inputs: MoveBoundInputs) -> Option<f64>
         .map(|_| Curve::new(grid.prices.len()))
         .collect();
     for (s, stage) in inst.stages.iter().enumerate() {
+        if inputs.deadline.is_some_and(|d| Instant::now() > d) {
+            return None;
+        }
         let mut now = rows.now(&evaluation.loads[s]);
         rows.stage_moves(&mut moves, &stage.objects, current, &mut now);
         for (t, b) in best.iter_mut().enumerate() {

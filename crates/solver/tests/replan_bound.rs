@@ -183,6 +183,7 @@ fn check_case(inst: &Instance, current: &[usize], priced: &[(f64, u64, f64)], ca
                         capacities_bytes: &relaxed.capacities_bytes,
                         move_budget_bytes: budget,
                         move_weight,
+                        deadline: None,
                     },
                 )
                 .expect("an unconstrained placement in use");

@@ -44,6 +44,7 @@ fn bound(inst: &Instance, current: &[usize], budget_bytes: u64) -> f64 {
             capacities_bytes: &[4e9, 4e9],
             move_budget_bytes: budget_bytes,
             move_weight: 2.0 / 512.0,
+            deadline: None,
         },
     )
     .unwrap()
