@@ -65,7 +65,11 @@ pub struct MoveBoundInputs<'a> {
 /// staying).
 const PRICE_SCALES: [f64; 2] = [1.0, 0.0];
 
-/// The busiest rows a combination spreads over, evenly.
+/// The busiest rows a combination spreads over, evenly. At Kimi scale
+/// (12 rows, most near the busiest) the busiest alone bounded nothing
+/// above the stage bounds and two or three did; more rows, or weights
+/// growing as a power of each row's seconds, bounded no more there or at
+/// DeepSeek-V3 scale, where the busiest alone did best.
 const BUSIEST: [usize; 3] = [1, 2, 3];
 
 /// Share of a combination put on the drives' rows, so that dropping a
@@ -667,8 +671,8 @@ impl Rows<'_> {
         }
     }
 
-    /// The combinations of rows tried: evenly over the busiest one, two,
-    /// four and all rows, the first two also with a share on the drives.
+    /// The combinations of rows tried: evenly over the busiest one, two
+    /// and three rows, the busiest alone also with a share on the drives.
     fn combinations(&self, values: &[f64]) -> Vec<Vec<f64>> {
         let mut order: Vec<usize> = (0..values.len()).collect();
         order.sort_by(|&a, &b| values[b].total_cmp(&values[a]));
