@@ -31,11 +31,11 @@ fn main() {
         .map_or(2.0, |b| b.parse().expect("a budget in GiB"));
     let budget_bytes = (budget_gib * (1u64 << 30) as f64) as u64;
     println!("budget {budget_gib} GiB, horizon {HORIZON_TOKENS} tokens, hysteresis {HYSTERESIS}; {RUNS} runs, median (range)");
-    println!("| instance | method | limit | wall ms | CPU ms | token ms | objective ms | gap | moved MiB |");
-    println!("|---|---|---|---|---|---|---|---|---|");
+    println!("| instance | method | limit | wall ms | CPU ms | token ms | objective ms | bound ms | token bound ms | gap | moved MiB |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for case in instances::replan_cases() {
         let (name, inst, warm, limit) = (case.name, &case.inst, &case.warm, case.limit_seconds);
-        let mut rows: Vec<[f64; 6]> = Vec::new();
+        let mut rows: Vec<[f64; 8]> = Vec::new();
         for _ in 0..RUNS {
             let (started, cpu) = (Instant::now(), thread_cpu_seconds());
             let got = incremental::replan(
@@ -55,12 +55,14 @@ fn main() {
                 thread_cpu_seconds() - cpu,
                 got.token_seconds,
                 got.objective_seconds,
+                got.lower_bound_seconds,
+                got.token_lower_bound_seconds,
                 got.gap(),
                 got.moved_bytes as f64,
             ]);
         }
         print_row(name, "incremental", limit, &rows);
-        let mut rows: Vec<[f64; 6]> = Vec::new();
+        let mut rows: Vec<[f64; 8]> = Vec::new();
         for _ in 0..RUNS {
             let (started, cpu) = (Instant::now(), thread_cpu_seconds());
             let options = ReplanOptions {
@@ -77,6 +79,8 @@ fn main() {
                 thread_cpu_seconds() - cpu,
                 got.token_seconds,
                 objective,
+                got.lower_bound_seconds,
+                got.lower_bound_seconds,
                 objective / got.lower_bound_seconds - 1.0,
                 moved as f64,
             ]);
@@ -85,15 +89,17 @@ fn main() {
     }
 }
 
-fn print_row(name: &str, method: &str, limit: f64, rows: &[[f64; 6]]) {
+fn print_row(name: &str, method: &str, limit: f64, rows: &[[f64; 8]]) {
     let col = |i: usize| rows.iter().map(|r| r[i]).collect::<Vec<f64>>();
     println!(
-        "| {name} | {method} | {limit} s | {} | {} | {} | {} | {} % | {} |",
+        "| {name} | {method} | {limit} s | {} | {} | {} | {} | {} | {} | {} % | {} |",
         spread(&col(0), 1e3, 1),
         spread(&col(1), 1e3, 1),
         spread(&col(2), 1e3, 4),
         spread(&col(3), 1e3, 4),
-        spread(&col(4), 100.0, 3),
-        spread(&col(5), 1.0 / (1u64 << 20) as f64, 0),
+        spread(&col(4), 1e3, 4),
+        spread(&col(5), 1e3, 4),
+        spread(&col(6), 100.0, 3),
+        spread(&col(7), 1.0 / (1u64 << 20) as f64, 0),
     );
 }

@@ -236,10 +236,12 @@ fn incremental_replan(
     let greedy_placement = solve::constrained_greedy(inst)?;
     let greedy_token_seconds = inst.evaluate(&greedy_placement).token_seconds;
     let solution = Solution {
-        lower_bound_seconds: got.lower_bound_seconds.min(got.token_seconds),
+        // The plan's bound is on its token seconds, which the bound with
+        // move costs is not.
+        lower_bound_seconds: got.token_lower_bound_seconds.min(got.token_seconds),
         placement: got.placement.clone(),
         token_seconds: got.token_seconds,
-        bound_method: incremental::BOUND_METHOD,
+        bound_method: incremental::TOKEN_BOUND_METHOD,
         greedy_placement,
         greedy_token_seconds,
         method: incremental::METHOD.to_string(),

@@ -293,9 +293,10 @@ pub fn incremental_replan(got: &Replanned, options: &IncrementalOptions) {
         options.horizon_tokens,
     );
     println!(
-        "re-plan bound: {} per token (token seconds of any placement; moves counted at zero, budget relaxed), gap {:.3} %; solved in {:.1} ms",
+        "re-plan bound: {} per token (the objective within the move budget, move costs counted), gap {:.3} %; token seconds of any placement (moves counted at zero, budget relaxed) at least {}; solved in {:.1} ms",
         Seconds(got.lower_bound_seconds),
         got.gap() * 100.0,
+        Seconds(got.token_lower_bound_seconds),
         got.solve_seconds * 1e3,
     );
 }

@@ -10,6 +10,7 @@ pub mod explain;
 pub mod greedy;
 pub mod incremental;
 pub mod lagrange;
+pub mod move_bound;
 pub mod rounding;
 pub mod search;
 #[cfg(test)]

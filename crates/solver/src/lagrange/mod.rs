@@ -87,6 +87,13 @@ pub struct Bound {
     /// The prices of the best bound, seconds per byte of each GPU then each
     /// RAM node: where a later search on similar inputs starts.
     pub prices_seconds_per_byte: Vec<f64>,
+    /// At those prices, each stage's priced bound (seconds plus byte
+    /// prices): what the bound with move costs (`moves`) caps each stage at.
+    pub stage_bounds_seconds: Vec<f64>,
+    /// The bytes each GPU, then each RAM node, can hold that the prices
+    /// are charged on (`usable_bytes`): the bound is `fixed_token_seconds`
+    /// plus the stage bounds less these times the prices.
+    pub capacities_bytes: Vec<f64>,
 }
 
 /// How `bound_from` searches the prices.
@@ -247,12 +254,13 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
     let reserve = Cell::new(Duration::ZERO);
     let evaluate = |p: &[f64]| {
         let started = Instant::now();
-        let (value, g, fractional) = priced.evaluate(&scaled(p));
+        let (value, g, fractional, stage_bounds) = priced.evaluate(&scaled(p));
         reserve.set(started.elapsed().saturating_sub(grace));
         (
             value / TIME_UNIT,
             g.iter().map(|x| x / BYTE_UNIT).collect::<Vec<f64>>(),
             fractional,
+            stage_bounds,
         )
     };
     let mut ascent = Ascent {
@@ -294,14 +302,18 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
         _ => (vec![0.0; dims], Vec::new()),
     };
     let mut starts = Vec::new();
+    // Each evaluation's stage bounds, in the climb's order: the best's are
+    // kept with the bound.
+    let mut stage_bounds = Vec::new();
     let climbed = ascent.climb(
         center,
         (!radius.is_empty()).then_some(radius),
         |p: &[f64]| {
-            let (value, g, fractional) = evaluate(p);
+            let (value, g, fractional, stages) = evaluate(p);
             if search.starts || starts.is_empty() {
                 starts.push(fractional);
             }
+            stage_bounds.push(stages);
             (value, g)
         },
     );
@@ -347,6 +359,8 @@ pub fn bound_from(inst: &Instance, search: PriceSearch) -> Bound {
             .collect(),
         starts,
         prices_seconds_per_byte: scaled(&center),
+        stage_bounds_seconds: stage_bounds.swap_remove(climbed.best),
+        capacities_bytes: priced.capacities.clone(),
     }
 }
 

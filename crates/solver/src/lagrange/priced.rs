@@ -330,9 +330,11 @@ impl<'a> Priced<'a> {
         (value, subgradient)
     }
 
-    /// The dual function at `prices` (seconds per byte): the bound, and per
-    /// stage the relaxed placement with its bytes per capacitated place.
-    pub(super) fn evaluate(&self, prices: &[f64]) -> (f64, Vec<f64>, Fractional) {
+    /// The dual function at `prices` (seconds per byte): the bound, its
+    /// subgradient, per stage the relaxed placement with its bytes per
+    /// capacitated place, and each stage's priced bound (the bound is their
+    /// sum, plus the fixed seconds, less the prices of the capacities).
+    pub(super) fn evaluate(&self, prices: &[f64]) -> (f64, Vec<f64>, Fractional, Vec<f64>) {
         let r = self.resources();
         let mut bound = r.fixed_token_seconds
             - prices
@@ -342,10 +344,12 @@ impl<'a> Priced<'a> {
                 .sum::<f64>();
         let mut used = vec![0.0; self.capacities.len()];
         let mut fractional = Fractional::default();
+        let mut stage_bounds = Vec::with_capacity(self.stages.len());
         let mut solved = self.solved();
         for (stage, data) in self.stages.iter().enumerate() {
             let solution = self.stage(stage, data, prices, false, &mut solved);
             bound += solution.bound;
+            stage_bounds.push(solution.bound);
             for (u, b) in used.iter_mut().zip(&solution.shares.bytes) {
                 *u += b;
             }
@@ -356,7 +360,7 @@ impl<'a> Priced<'a> {
             .zip(&self.capacities)
             .map(|(u, c)| u - c)
             .collect();
-        (bound, subgradient, fractional)
+        (bound, subgradient, fractional, stage_bounds)
     }
 
     /// A stage of KV groups: each where its priced cost is least; the stage
