@@ -6,12 +6,13 @@
 //! the relaxation's prices and at others, for budgets from zero (where
 //! only free moves, drops to the drive, remain) to unlimited.
 
+mod common;
+
+use common::{kv_groups, rates, Lcg};
 use residency_core::cost::Instance;
 use residency_core::diff::{carried_bytes, move_seconds};
-use residency_core::kv::KvGroup;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
-use residency_core::units::{Bytes, Seconds};
 use residency_solver::incremental::{self, IncrementalOptions, Warm};
 use residency_solver::lagrange::{self, PriceSearch};
 use residency_solver::move_bound::{bound_with_moves, MoveBoundInputs};
@@ -19,18 +20,6 @@ use residency_solver::SolveOptions;
 use residency_testkit::OneFormatModel;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A deterministic generator (64-bit LCG), so every run checks the same cases.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// Two MoE layers of 3 experts (100 MB, top-2), attention on the first,
 /// a head: 8 objects.
@@ -76,17 +65,6 @@ felt_fraction: {felt:.2}
         drive = (1.0 + 6.0 * rng.next()).round(),
         felt = rng.next(),
     )
-}
-
-/// Per MoE layer, 3 use rates summing to top_k = 2.
-fn rates(rng: &mut Lcg, layers: usize) -> Vec<Vec<f64>> {
-    (0..layers)
-        .map(|_| {
-            let w: Vec<f64> = (0..3).map(|_| 0.05 + rng.next()).collect();
-            let sum: f64 = w.iter().sum();
-            w.iter().map(|x| 2.0 * x / sum).collect()
-        })
-        .collect()
 }
 
 /// Every feasible placement of `inst` (odometer over places).
@@ -259,14 +237,7 @@ fn bound_with_moves_holds_with_kv_groups() {
         let text = profile(&mut rng);
         let profile = HardwareProfile::from_yaml_str(&text, Path::new("box.yaml")).unwrap();
         let mut inst = Instance::new(&profile, &model, &rates(&mut rng, 1));
-        let groups: Vec<KvGroup> = (0..2)
-            .map(|k| KvGroup {
-                name: format!("g{k}"),
-                bytes: Bytes((50.0 + 200.0 * rng.next()).round() as u64 * 1_000_000),
-                reuses_per_token: 0.05 + 0.45 * rng.next(),
-                prefill_seconds: Seconds(0.001 + 0.009 * rng.next()),
-            })
-            .collect();
+        let groups = kv_groups(&mut rng);
         inst.add_kv_groups(&groups);
         let all = feasible_placements(&inst);
         for _ in 0..3 {

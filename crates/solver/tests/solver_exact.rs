@@ -4,28 +4,17 @@
 //! The optimum here is computed independently of the solver: every
 //! placement is evaluated with the cost model and the best feasible one kept.
 
+mod common;
+
+use common::{kv_groups, rates, Lcg};
 use residency_core::cost::{Instance, Place};
-use residency_core::kv::KvGroup;
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
-use residency_core::units::{Bytes, Seconds};
 use residency_solver::greedy::greedy;
 use residency_solver::{lagrange, replan, solve, ReplanOptions, SolveOptions};
 use residency_testkit::OneFormatModel;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// A deterministic generator (64-bit LCG), so every run checks the same cases.
-struct Lcg(u64);
-impl Lcg {
-    fn next(&mut self) -> f64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// A model small enough to enumerate every placement: `layers` MoE layers
 /// of 3 experts (100 MB each, top-2), attention on the first layer, a
@@ -158,17 +147,6 @@ fn check_against_optimum(inst: &Instance, case: usize, text: &str) -> Option<Vec
     Some(solution.placement)
 }
 
-/// Per MoE layer, 3 use rates summing to top_k = 2.
-fn rates(rng: &mut Lcg, layers: usize) -> Vec<Vec<f64>> {
-    (0..layers)
-        .map(|_| {
-            let w: Vec<f64> = (0..3).map(|_| 0.05 + rng.next()).collect();
-            let sum: f64 = w.iter().sum();
-            w.iter().map(|x| 2.0 * x / sum).collect()
-        })
-        .collect()
-}
-
 /// A random box from `profile` and random rates for `model`'s `layers` MoE
 /// layers: the profile's text and the instance.
 fn random_instance(rng: &mut Lcg, model: &Model, layers: usize) -> (String, Instance) {
@@ -242,17 +220,7 @@ fn kv_groups_keep_the_bound_valid_against_exhaustive_search() {
     let mut kept_where = Vec::new();
     for case in 0..12 {
         let (text, mut inst) = random_instance(&mut rng, &model, 1);
-        // Groups of 50-250 MB saving 0.05-5 ms per token on a GPU: as much
-        // as an expert's place is worth, so KV and experts compete; from
-        // RAM the 2.5-25 ms upload at 10-20 GB/s often cancels the saving.
-        let groups: Vec<KvGroup> = (0..2)
-            .map(|k| KvGroup {
-                name: format!("g{k}"),
-                bytes: Bytes((50.0 + 200.0 * rng.next()).round() as u64 * 1_000_000),
-                reuses_per_token: 0.05 + 0.45 * rng.next(),
-                prefill_seconds: Seconds(0.001 + 0.009 * rng.next()),
-            })
-            .collect();
+        let groups = kv_groups(&mut rng);
         inst.add_kv_groups(&groups);
         if let Some(placement) = check_against_optimum(&inst, case, &text) {
             for &o in &inst.kv_ids {
