@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::{kv_groups, rates, Lcg};
+use common::{for_each_feasible, kv_groups, moe_with_attention_and_head, rates, Lcg};
 use residency_core::cost::Instance;
 use residency_core::diff::{carried_bytes, move_seconds};
 use residency_core::model::Model;
@@ -20,21 +20,6 @@ use residency_solver::SolveOptions;
 use residency_testkit::OneFormatModel;
 use std::path::Path;
 use std::time::{Duration, Instant};
-
-/// Two MoE layers of 3 experts (100 MB, top-2), attention on the first,
-/// a head: 8 objects.
-fn tiny_model() -> Model {
-    let text = OneFormatModel::new("tiny-moves", 2, "[0, 1]")
-        .experts(3, 2)
-        .width(64)
-        .expert_size("100 MB")
-        .yaml(
-            "  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
-  - { name: lm_head, bytes: 200 MB, stage: head }
-",
-        );
-    Model::from_yaml_str(&text, Path::new("tiny-moves.yaml")).unwrap()
-}
 
 /// Two cards (distinct rates and syncs), one node (with a stage overhead
 /// of up to 0.3 ms) and one drive, its reads felt by a random share: 4
@@ -67,28 +52,11 @@ felt_fraction: {felt:.2}
     )
 }
 
-/// Every feasible placement of `inst` (odometer over places).
+/// Every feasible placement of `inst`.
 fn feasible_placements(inst: &Instance) -> Vec<Vec<usize>> {
-    let (n, places) = (inst.objects.len(), inst.places.len());
-    let mut placement = vec![0usize; n];
-    let mut out = Vec::new();
-    loop {
-        if inst.check_feasible(&placement).is_ok() {
-            out.push(placement.clone());
-        }
-        let mut i = 0;
-        loop {
-            if i == n {
-                return out;
-            }
-            placement[i] += 1;
-            if placement[i] < places {
-                break;
-            }
-            placement[i] = 0;
-            i += 1;
-        }
-    }
+    let mut all = Vec::new();
+    for_each_feasible(inst, |p| all.push(p.to_vec()));
+    all
 }
 
 /// Per feasible placement: token seconds, bytes carried from `current`
@@ -182,7 +150,7 @@ fn check_case(inst: &Instance, current: &[usize], priced: &[(f64, u64, f64)], ca
 /// feasible placements, on random boxes.
 #[test]
 fn bound_with_moves_is_at_most_the_least_objective_within_the_budget() {
-    let model = tiny_model();
+    let model = moe_with_attention_and_head("tiny-moves", 2, 3, 2);
     let mut rng = Lcg(20261206);
     let (mut cases, mut tighter) = (0, 0);
     for case in 0..6 {
@@ -254,7 +222,7 @@ fn bound_with_moves_holds_with_kv_groups() {
 /// least objective within its budget, and at least the relaxation's.
 #[test]
 fn replan_reports_the_bound_with_move_costs() {
-    let model = tiny_model();
+    let model = moe_with_attention_and_head("tiny-moves", 2, 3, 2);
     let mut rng = Lcg(77);
     for case in 0..4 {
         let text = profile(&mut rng);

@@ -6,13 +6,12 @@
 
 mod common;
 
-use common::{kv_groups, rates, Lcg};
+use common::{for_each_feasible, kv_groups, moe_with_attention_and_head, rates, Lcg};
 use residency_core::cost::{Instance, Place};
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
 use residency_solver::greedy::greedy;
 use residency_solver::{lagrange, replan, solve, ReplanOptions, SolveOptions};
-use residency_testkit::OneFormatModel;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -79,27 +78,9 @@ fn exhaustive_optimum(inst: &Instance) -> f64 {
 
 /// The least `objective` over every feasible placement (odometer over places).
 fn exhaustive_minimum(inst: &Instance, objective: &dyn Fn(&[usize]) -> f64) -> f64 {
-    let n = inst.objects.len();
-    let places = inst.places.len();
-    let mut placement = vec![0usize; n];
     let mut best = f64::INFINITY;
-    loop {
-        if inst.check_feasible(&placement).is_ok() {
-            best = best.min(objective(&placement));
-        }
-        let mut i = 0;
-        loop {
-            if i == n {
-                return best;
-            }
-            placement[i] += 1;
-            if placement[i] < places {
-                break;
-            }
-            placement[i] = 0;
-            i += 1;
-        }
-    }
+    for_each_feasible(inst, |p| best = best.min(objective(p)));
+    best
 }
 
 /// Solves `inst` and checks the plan against the exhaustive optimum: the
@@ -450,23 +431,6 @@ fn incremental_replan_keeps_its_budget_and_bound_against_exhaustive_search() {
     );
 }
 
-/// Five MoE layers of 2 experts (100 MB, top-1), attention on the first
-/// layer and a head: 12 objects, 3^12 placements on a GPU, a RAM node and
-/// a drive. Five stages with experts, so a cold price search first climbs
-/// its estimate from a sample of them (`lagrange::SAMPLED_STAGES`).
-fn streaming_model() -> Model {
-    let text = OneFormatModel::new("tiny-streaming", 5, "[0, 1, 2, 3, 4]")
-        .experts(2, 1)
-        .width(64)
-        .expert_size("100 MB")
-        .yaml(
-            "  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
-  - { name: lm_head, bytes: 200 MB, stage: head }
-",
-        );
-    Model::from_yaml_str(&text, Path::new("tiny-streaming.yaml")).unwrap()
-}
-
 /// A box where at least 6 of the 10 experts stream from the drive (GPU and
 /// RAM hold at most 800 MB, the trunk 350 MB of it), with
 /// a felt share of its reads from 0.1 to 0.9 on the node's cores.
@@ -498,7 +462,11 @@ fn streaming_with_felt_reads_keeps_the_bound_valid_against_exhaustive_search() {
     // (`exhaustive_optimum`, the cost model alone); the bound of every
     // price search (`solve`'s, from its estimate and Polyak step, and
     // `lagrange::bound`'s) must stay at or below it.
-    let model = streaming_model();
+    // Five MoE layers of 2 experts, top-1: 12 objects, 3^12 placements on a
+    // GPU, a RAM node and a drive. Five stages with experts, so a cold
+    // price search first climbs its estimate from a sample of them
+    // (`lagrange::SAMPLED_STAGES`).
+    let model = moe_with_attention_and_head("tiny-streaming", 5, 2, 1);
     let mut rng = Lcg(20261206);
     for case in 0..6 {
         let text = streaming_profile(&mut rng);

@@ -86,6 +86,8 @@ pub fn ptx() -> String {
     ];
     for (layout, bits, kernel, dot) in kernels {
         let kernel = kernel
+            .replace("REGISTERS", REGISTERS)
+            .replace("SCALE_ADD", SCALE_ADD)
             .replace("FIND", FIND_DESCRIPTOR)
             .replace("SUM_LANES", &sum_lanes)
             .replace(
@@ -175,15 +177,31 @@ pub const GPU_BATCH: usize = 32;
 /// pointers, six `u32`s, and padding to a multiple of 8.
 pub const GPU_DESCRIPTOR_BYTES: usize = 64;
 
-const KERNEL: &str = "
-.visible .entry NAME(.param .align 8 .b8 p_desc[DESCRIPTORS], .param .u32 p_count)
-{
-    .reg .pred %p<3>;
+/// Both layouts' registers, then the block's descriptor found.
+const REGISTERS: &str = "    .reg .pred %p<3>;
     .reg .b32 %r<40>;
     .reg .b64 %rd<24>;
     .reg .f32 %f<12>;
     .reg .b16 %h<2>;
-FIND    mov.u32 %r7, %ntid.x;
+FIND";
+
+/// Both layouts' step after a chunk's dot product `%r21`: the weights'
+/// F16 scale (its address in `%rd15`) and the chunk's input terms, added
+/// to the output's sum `%f1` as `scale_w * (scale_x * dot - offset)`.
+const SCALE_ADD: &str = "    ld.global.nc.b16 %h1, [%rd15];
+    cvt.f32.f16 %f2, %h1;
+    mul.wide.u32 %rd16, %r12, 8;
+    add.s64 %rd17, %rd4, %rd16;
+    ld.global.nc.v2.f32 {%f3, %f4}, [%rd17];
+    cvt.rn.f32.s32 %f5, %r21;
+    mul.f32 %f6, %f3, %f5;
+    sub.f32 %f6, %f6, %f4;
+    fma.rn.f32 %f1, %f2, %f6, %f1;";
+
+const KERNEL: &str = "
+.visible .entry NAME(.param .align 8 .b8 p_desc[DESCRIPTORS], .param .u32 p_count)
+{
+REGISTERS    mov.u32 %r7, %ntid.x;
     mov.u32 %r8, %tid.x;
     mad.lo.u32 %r9, %r6, %r7, %r8;
     shr.u32 %r10, %r9, 5;
@@ -211,15 +229,7 @@ NAME_loop:
     shr.u32 %r26, %r12, %r4;
     mul.wide.u32 %rd14, %r26, 2;
     add.s64 %rd15, %rd9, %rd14;
-    ld.global.nc.b16 %h1, [%rd15];
-    cvt.f32.f16 %f2, %h1;
-    mul.wide.u32 %rd16, %r12, 8;
-    add.s64 %rd17, %rd4, %rd16;
-    ld.global.nc.v2.f32 {%f3, %f4}, [%rd17];
-    cvt.rn.f32.s32 %f5, %r21;
-    mul.f32 %f6, %f3, %f5;
-    sub.f32 %f6, %f6, %f4;
-    fma.rn.f32 %f1, %f2, %f6, %f1;
+SCALE_ADD
     add.u32 %r12, %r12, 32;
     bra NAME_loop;
 NAME_reduce:SUM_LANES
@@ -276,12 +286,7 @@ NAME_found:
 const INPUT_MAJOR_KERNEL: &str = "
 .visible .entry NAME(.param .align 8 .b8 p_desc[DESCRIPTORS], .param .u32 p_count)
 {
-    .reg .pred %p<3>;
-    .reg .b32 %r<40>;
-    .reg .b64 %rd<24>;
-    .reg .f32 %f<12>;
-    .reg .b16 %h<2>;
-FIND    mov.u32 %r7, %ntid.x;
+REGISTERS    mov.u32 %r7, %ntid.x;
     mov.u32 %r8, %tid.x;
     mad.lo.u32 %r9, %r6, %r7, %r8;
     setp.ge.u32 %p1, %r9, %r1;
@@ -305,15 +310,7 @@ NAME_loop:
     mul.wide.u32 %rd14, %r26, %r1;
     shl.b64 %rd14, %rd14, 1;
     add.s64 %rd15, %rd9, %rd14;
-    ld.global.nc.b16 %h1, [%rd15];
-    cvt.f32.f16 %f2, %h1;
-    mul.wide.u32 %rd16, %r12, 8;
-    add.s64 %rd17, %rd4, %rd16;
-    ld.global.nc.v2.f32 {%f3, %f4}, [%rd17];
-    cvt.rn.f32.s32 %f5, %r21;
-    mul.f32 %f6, %f3, %f5;
-    sub.f32 %f6, %f6, %f4;
-    fma.rn.f32 %f1, %f2, %f6, %f1;
+SCALE_ADD
     add.u32 %r12, %r12, 1;
     bra NAME_loop;
 NAME_store:

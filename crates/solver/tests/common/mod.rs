@@ -4,8 +4,11 @@
 
 use residency_core::cost::Instance;
 use residency_core::kv::KvGroup;
+use residency_core::model::Model;
 use residency_core::units::{Bytes, Seconds};
 use residency_solver::{solve, Solution, SolveOptions};
+use residency_testkit::OneFormatModel;
+use std::path::Path;
 
 /// A deterministic generator (64-bit LCG), so every run checks the same cases.
 pub struct Lcg(pub u64);
@@ -58,4 +61,51 @@ pub fn solve_feasible(inst: &Instance, seconds: f64) -> Solution {
     .unwrap();
     inst.check_feasible(&solution.placement).unwrap();
     solution
+}
+
+/// `layers` MoE layers of `experts` experts (100 MB each, `top_k` a
+/// token), attention (150 MB) on the first layer and a head (200 MB):
+/// `layers * experts + 2` objects.
+pub fn moe_with_attention_and_head(
+    name: &str,
+    layers: usize,
+    experts: usize,
+    top_k: usize,
+) -> Model {
+    let moe_layers: Vec<String> = (0..layers).map(|l| l.to_string()).collect();
+    let text = OneFormatModel::new(name, layers, &format!("[{}]", moe_layers.join(", ")))
+        .experts(experts, top_k)
+        .width(64)
+        .expert_size("100 MB")
+        .yaml(
+            "  - { name: attn, layers: [0], bytes: 150 MB, stage: dense }
+  - { name: lm_head, bytes: 200 MB, stage: head }
+",
+        );
+    Model::from_yaml_str(&text, Path::new(&format!("{name}.yaml"))).unwrap()
+}
+
+/// Calls `visit` with every placement of `inst` that it finds feasible
+/// (an odometer over the places): the exhaustive search the bounds and
+/// plans are checked against.
+pub fn for_each_feasible(inst: &Instance, mut visit: impl FnMut(&[usize])) {
+    let (n, places) = (inst.objects.len(), inst.places.len());
+    let mut placement = vec![0usize; n];
+    loop {
+        if inst.check_feasible(&placement).is_ok() {
+            visit(&placement);
+        }
+        let mut i = 0;
+        loop {
+            if i == n {
+                return;
+            }
+            placement[i] += 1;
+            if placement[i] < places {
+                break;
+            }
+            placement[i] = 0;
+            i += 1;
+        }
+    }
 }
