@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::{for_each_feasible, kv_groups, moe_with_attention_and_head, rates, Lcg};
+use common::{
+    for_each_feasible, kv_groups, moe_with_attention_and_head, rates, reverse_expert_rates, Lcg,
+};
 use residency_core::cost::Instance;
 use residency_core::diff::{carried_bytes, move_seconds};
 use residency_core::model::Model;
@@ -166,15 +168,7 @@ fn bound_with_moves_is_at_most_the_least_objective_within_the_budget() {
             ..SolveOptions::default()
         };
         let cold = residency_solver::solve(&inst, options).unwrap();
-        let reversed: Vec<Vec<f64>> = (inst.expert_ids.iter())
-            .map(|ids| {
-                ids.iter()
-                    .rev()
-                    .map(|&o| inst.objects[o].use_rate)
-                    .collect()
-            })
-            .collect();
-        inst.set_expert_rates(&reversed);
+        reverse_expert_rates(&mut inst);
         let mut starts = vec![cold.placement];
         for _ in 0..2 {
             starts.push(all[(rng.next() * all.len() as f64) as usize].clone());

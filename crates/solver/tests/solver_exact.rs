@@ -6,7 +6,9 @@
 
 mod common;
 
-use common::{for_each_feasible, kv_groups, moe_with_attention_and_head, rates, Lcg};
+use common::{
+    for_each_feasible, kv_groups, moe_with_attention_and_head, rates, reverse_expert_rates, Lcg,
+};
 use residency_core::cost::{Instance, Place};
 use residency_core::model::Model;
 use residency_core::profile::HardwareProfile;
@@ -348,17 +350,7 @@ fn incremental_replan_keeps_its_budget_and_bound_against_exhaustive_search() {
             continue;
         };
         cases += 1;
-        let reversed: Vec<Vec<f64>> = inst
-            .expert_ids
-            .iter()
-            .map(|ids| {
-                ids.iter()
-                    .rev()
-                    .map(|&o| inst.objects[o].use_rate)
-                    .collect()
-            })
-            .collect();
-        inst.set_expert_rates(&reversed);
+        reverse_expert_rates(&mut inst);
         let current = &warm.placement;
         let carried = |o: usize, to: usize| carried_bytes(&inst, current, o, to);
         let move_seconds = |o: usize, to: usize| carry_seconds(&inst, current, o, to);

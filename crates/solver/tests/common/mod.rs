@@ -109,3 +109,19 @@ pub fn for_each_feasible(inst: &Instance, mut visit: impl FnMut(&[usize])) {
         }
     }
 }
+
+/// Gives each MoE layer's experts the rates of the same layer reversed:
+/// the heat moved as far as it can, for the re-plans.
+pub fn reverse_expert_rates(inst: &mut Instance) {
+    let reversed: Vec<Vec<f64>> = inst
+        .expert_ids
+        .iter()
+        .map(|ids| {
+            ids.iter()
+                .rev()
+                .map(|&o| inst.objects[o].use_rate)
+                .collect()
+        })
+        .collect();
+    inst.set_expert_rates(&reversed);
+}
