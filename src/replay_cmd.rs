@@ -351,6 +351,7 @@ pub fn run(args: &ReplayArgs) -> Result<()> {
     }
     table::print_runs(&runs);
     table::print_simulated(&runs, &config);
+    table::print_bound(&runs, &config);
     check_outputs(&runs, args.per_category)?;
     if let Some(path) = &args.json {
         let doc = ReplayReport {

@@ -8,7 +8,9 @@ use residency_core::units::{Bytes, BytesPerSecond};
 use residency_formats::heat::TokenRoutes;
 use residency_hwprofile::Spread;
 use residency_lab::replay::card_choice::CardChoice;
-use residency_lab::replay::{predict, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun};
+use residency_lab::replay::{
+    predict, replay_bound, MissBound, PinShareChoice, PinShareSource, ReplayConfig, ReplayRun,
+};
 use residency_runtime::checkpoint::Checkpoint;
 
 /// The card's rule and window `auto` chose, and what each candidate's
@@ -102,18 +104,80 @@ pub(super) fn print_predictions(
         "policy", "category", "misses", "felt s", "on card"
     );
     for (category, tokens) in parts {
+        let category = category.as_deref().unwrap_or("all");
         for (policy, p) in predict(checkpoint, &tokens, train_counts, config)? {
             println!(
                 "  {:<16} {:>12} {:>10} {:>10.3} {:>8}",
                 policy.name(),
-                category.as_deref().unwrap_or("all"),
+                category,
                 p.misses,
                 p.felt_wait_seconds,
                 p.gpu_experts
             );
         }
+        let bound = replay_bound(checkpoint, &tokens, config);
+        println!(
+            "  {:<16} {:>12} {:>10} {:>10} {:>8}",
+            "bound (offline)", category, bound.misses, "-", "-"
+        );
     }
+    println!("{}", bound_legend(config));
     Ok(())
+}
+
+/// What the `bound (offline)` rows are.
+fn bound_legend(config: &ReplayConfig) -> String {
+    let tiers = if config.vram.is_some() {
+        "the card and RAM as one memory"
+    } else {
+        "RAM"
+    };
+    format!(
+        "  (bound (offline): the reads no arm goes under on these tokens: {tiers}, Belady's MIN from the best start)"
+    )
+}
+
+/// Per category, the reads no arm goes under, beside the fewest any arm
+/// read (the median of its rounds).
+pub(super) fn print_bound(runs: &[ReplayRun], config: &ReplayConfig) {
+    let mut categories: Vec<(Option<&str>, MissBound)> = Vec::new();
+    for r in runs {
+        if let Some(bound) = r.miss_bound {
+            if !categories.iter().any(|(c, _)| *c == r.category.as_deref()) {
+                categories.push((r.category.as_deref(), bound));
+            }
+        }
+    }
+    for (category, bound) in categories {
+        let mut arms: Vec<&str> = runs
+            .iter()
+            .filter(|r| r.category.as_deref() == category)
+            .map(|r| r.policy.as_str())
+            .collect();
+        arms.dedup();
+        let fewest = arms
+            .iter()
+            .map(|&arm| {
+                let misses: Vec<f64> = runs
+                    .iter()
+                    .filter(|r| r.policy == arm && r.category.as_deref() == category)
+                    .map(|r| r.misses as f64)
+                    .collect();
+                (Spread::of(&misses).map_or(0.0, |s| s.median), arm)
+            })
+            .min_by(|a, b| a.0.total_cmp(&b.0));
+        if let Some((misses, arm)) = fewest {
+            println!(
+                "offline bound, {}: {} reads with room for {} experts; the fewest, {arm}: {misses}",
+                category.unwrap_or("all"),
+                bound.misses,
+                bound.capacity_experts
+            );
+        }
+    }
+    if runs.iter().any(|r| r.miss_bound.is_some()) {
+        println!("{}", bound_legend(config));
+    }
 }
 
 /// Per arm (and category), the simulator's prediction beside the median

@@ -507,23 +507,27 @@ fn bad_replay_input_is_one_line_with_no_output() {
 /// The offline bound: Belady's MIN (the simulator's `belady`, which sees
 /// the future) on the tokens the arms serve misses no more than any online
 /// arm measured in the store. That they are the same tokens is checked by
-/// the simulator's LRU missing exactly what the store's LRU missed.
+/// the simulator's LRU missing exactly what the store's LRU missed. Each
+/// run's own bound (`miss_bound`: MIN less what a start can hold) holds
+/// for arms that start with pins or a seed too.
 #[test]
 fn no_online_arm_misses_less_than_the_offline_bound_on_the_same_tokens() {
     let f = Fixture::new();
     for budget in ["25%", "50%"] {
-        let (_, runs) = f.runs(
-            "arms.json",
-            &[
-                "--policy",
-                "lru,lfru,frequency,cost,replan,uniform,dynamic",
-                "--ram-budget",
-                budget,
-                "--train-categories",
-                "a",
-                "--pin-share",
-                "0.5",
-            ],
+        let arms = [
+            "--policy",
+            "lru,lfru,frequency,cost,replan,uniform,dynamic",
+            "--ram-budget",
+            budget,
+            "--train-categories",
+            "a",
+            "--pin-share",
+            "0.5",
+        ];
+        let (_, runs) = f.runs("arms.json", &arms);
+        let (_, seeded) = f.runs(
+            "seeded.json",
+            &[&arms[..], &["--seed-tokens", "8"]].concat(),
         );
         let simulated = f.simulate(
             "bound.json",
@@ -544,6 +548,23 @@ fn no_online_arm_misses_less_than_the_offline_bound_on_the_same_tokens() {
             "{budget}"
         );
         let bound = misses_of("belady");
+        // 16 experts of equal size: a quarter holds 4, half 8; category
+        // b routes 8 (4 a layer), so a start can hold 4 or all 8 of them.
+        let (capacity, best_start) = if budget == "25%" {
+            (4, bound - 4)
+        } else {
+            (8, 0)
+        };
+        for r in runs.iter().chain(&seeded) {
+            let misses = r["misses"].as_u64().unwrap();
+            assert_eq!(r["miss_bound"]["capacity_experts"], capacity, "{r}");
+            assert_eq!(r["miss_bound"]["misses"], best_start, "{r}");
+            assert!(
+                misses >= best_start,
+                "{budget}: {} missed {misses}, the bound {best_start}",
+                r["policy"]
+            );
+        }
         for r in &runs {
             let misses = r["misses"].as_u64().unwrap();
             assert!(

@@ -18,6 +18,7 @@
 //! identical for every placement policy.
 
 mod arm;
+mod bound;
 mod card;
 pub mod card_choice;
 mod replanning;
@@ -27,6 +28,7 @@ mod token;
 mod twin;
 
 use arm::run_arm;
+pub use bound::{miss_bound, replay_bound, MissBound};
 use card::{card_knowledge, simulated_card};
 pub use report::{
     PinShareChoice, PinShareSource, ReadBurst, ReplayConfig, ReplayError, ReplayReport, ReplayRun,
@@ -198,6 +200,10 @@ pub fn replay(
         for (run, _) in runs.iter_mut().zip(&arm_of_run).filter(|(_, &a)| a == i) {
             run.simulated = Some(simulated.clone());
         }
+    }
+    let bound = replay_bound(checkpoint, tokens, config);
+    for run in &mut runs {
+        run.miss_bound = Some(bound);
     }
     Ok(runs)
 }

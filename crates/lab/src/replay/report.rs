@@ -2,6 +2,7 @@
 //! configuration, every run's counters and the simulator's twin of it, and
 //! the errors.
 
+use super::bound::MissBound;
 use residency_formats::heat::TokenRoutes;
 use residency_policy::online::{OnlineError, OnlineParams};
 use residency_policy::PolicyKind;
@@ -210,6 +211,10 @@ pub struct ReplayRun {
     /// tokens and budget (`predicted`), where it has the arm.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub simulated: Option<Simulated>,
+    /// The drive's reads no arm goes under on the same tokens and budgets
+    /// (`bound`: both tiers as one memory, Belady's MIN from the best start).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub miss_bound: Option<MissBound>,
 }
 
 /// Layers of a run that read `misses` experts together (the largest size

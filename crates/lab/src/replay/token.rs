@@ -102,6 +102,7 @@ impl Served {
             output_sum: self.output_sum,
             output_checksum: self.checksum,
             simulated: None,
+            miss_bound: None,
         }
     }
 }
