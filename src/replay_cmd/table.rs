@@ -116,10 +116,15 @@ pub(super) fn print_predictions(
             );
         }
         let bound = replay_bound(checkpoint, &tokens, config);
-        println!(
-            "  {:<16} {:>12} {:>10} {:>10} {:>8}",
-            "bound (offline)", category, bound.misses, "-", "-"
-        );
+        for (name, misses) in [
+            ("bound (offline)", bound.misses),
+            ("min after seed", bound.misses_after_seed),
+        ] {
+            println!(
+                "  {:<16} {:>12} {:>10} {:>10} {:>8}",
+                name, category, misses, "-", "-"
+            );
+        }
     }
     println!("{}", bound_legend(config));
     Ok(())
@@ -133,7 +138,7 @@ fn bound_legend(config: &ReplayConfig) -> String {
         "RAM"
     };
     format!(
-        "  (bound (offline): the reads no arm goes under on these tokens: {tiers}, Belady's MIN from the best start)"
+        "  (bound (offline): the reads no arm goes under on these tokens: {tiers}, Belady's MIN from the best start; min after seed: MIN from the arms' start, a reference that an arm with pins may beat)"
     )
 }
 
@@ -168,9 +173,10 @@ pub(super) fn print_bound(runs: &[ReplayRun], config: &ReplayConfig) {
             .min_by(|a, b| a.0.total_cmp(&b.0));
         if let Some((misses, arm)) = fewest {
             println!(
-                "offline bound, {}: {} reads with room for {} experts; the fewest, {arm}: {misses}",
+                "offline bound, {}: {} reads from any start, {} by MIN after the seed, with room for {} experts; the fewest, {arm}: {misses}",
                 category.unwrap_or("all"),
                 bound.misses,
+                bound.misses_after_seed,
                 bound.capacity_experts
             );
         }

@@ -566,6 +566,8 @@ fn no_online_arm_misses_less_than_the_offline_bound_on_the_same_tokens() {
             );
         }
         for r in &runs {
+            // Unseeded, MIN after the (empty) seed is the simulator's.
+            assert_eq!(r["miss_bound"]["misses_after_seed"], bound, "{r}");
             let misses = r["misses"].as_u64().unwrap();
             assert!(
                 misses >= bound,

@@ -18,7 +18,9 @@
 use super::expert_sizes;
 use super::report::ReplayConfig;
 use residency_formats::heat::TokenRoutes;
-use residency_policy::{build, Knowledge, PolicyKind, PolicyParams, PolicySetup, Request, NEVER};
+use residency_policy::{
+    build, Knowledge, Outcome, PolicyKind, PolicyParams, PolicySetup, Request, NEVER,
+};
 use residency_runtime::checkpoint::Checkpoint;
 
 /// The bound and what it was taken over.
@@ -26,19 +28,23 @@ use residency_runtime::checkpoint::Checkpoint;
 pub struct MissBound {
     /// Experts the card and RAM hold together, at most.
     pub capacity_experts: u64,
-    /// Reads no arm goes under on these tokens.
+    /// Reads no arm goes under on these tokens, from any start.
     pub misses: u64,
+    /// The reads of MIN on the same memory when it served the seed tokens
+    /// first, from empty: the offline rule from the arms' own start. A
+    /// reference, not a bound: an arm that starts with pins may go under.
+    pub misses_after_seed: u64,
 }
 
-/// The bound for a replay of `tokens` on `checkpoint` at `config`'s
-/// budgets (the card's where its tier is on).
+/// The bound for a replay of `tokens` after `config.seed` on
+/// `checkpoint` at `config`'s budgets (the card's where its tier is on).
 pub fn replay_bound(
     checkpoint: &Checkpoint,
     tokens: &[TokenRoutes],
     config: &ReplayConfig,
 ) -> MissBound {
     miss_bound(
-        tokens,
+        (&config.seed, tokens),
         &expert_sizes(checkpoint),
         checkpoint.config.experts,
         config.vram.as_ref().map_or(0, |v| v.budget_bytes),
@@ -46,10 +52,11 @@ pub fn replay_bound(
     )
 }
 
-/// The bound for `tokens` (routes `l * experts + e` of `sizes`'s experts)
-/// with `card_bytes` on the card (0 without one) and `ram_bytes` in RAM.
+/// The bound for `tokens` after `seed` (routes `l * experts + e` of
+/// `sizes`'s experts) with `card_bytes` on the card (0 without one) and
+/// `ram_bytes` in RAM.
 pub fn miss_bound(
-    tokens: &[TokenRoutes],
+    (seed, tokens): (&[TokenRoutes], &[TokenRoutes]),
     sizes: &[u64],
     experts: usize,
     card_bytes: u64,
@@ -57,26 +64,44 @@ pub fn miss_bound(
 ) -> MissBound {
     let smallest = sizes.iter().copied().filter(|&b| b > 0).min().unwrap_or(1);
     let capacity = card_bytes / smallest + ram_bytes / smallest;
-    let requests: Vec<u32> = tokens
-        .iter()
-        .flat_map(|t| {
-            t.routes
-                .iter()
-                .enumerate()
-                .flat_map(move |(l, route)| route.iter().map(move |&e| (l * experts) as u32 + e))
-        })
-        .collect();
+    let requests = |tokens: &[TokenRoutes]| -> Vec<u32> {
+        tokens
+            .iter()
+            .flat_map(|t| {
+                t.routes.iter().enumerate().flat_map(move |(l, route)| {
+                    route.iter().map(move |&e| (l * experts) as u32 + e)
+                })
+            })
+            .collect()
+    };
+    let served = requests(tokens);
+    let seeded = [requests(seed), served.clone()].concat();
+    let (reads, distinct) = min_reads(&served, 0, sizes.len(), capacity);
+    let (misses_after_seed, _) =
+        min_reads(&seeded, seeded.len() - served.len(), sizes.len(), capacity);
+    MissBound {
+        capacity_experts: capacity,
+        misses: reads.saturating_sub(capacity.min(distinct)),
+        misses_after_seed,
+    }
+}
+
+/// Belady's MIN (with bypass) over `requests` of `objects` experts with
+/// room for `capacity`, from empty: its reads from request `counted_from`
+/// on, and how many experts those requests name.
+fn min_reads(requests: &[u32], counted_from: usize, objects: usize, capacity: u64) -> (u64, u64) {
     let mut next = vec![NEVER; requests.len()];
-    let mut seen = vec![NEVER; sizes.len()];
+    let mut seen = vec![NEVER; objects];
+    let mut named = vec![false; objects];
     for (i, &o) in requests.iter().enumerate().rev() {
         next[i] = seen[o as usize];
         seen[o as usize] = i as u64;
+        named[o as usize] |= i >= counted_from;
     }
-    let distinct = seen.iter().filter(|&&at| at != NEVER).count() as u64;
     // One slot an expert: unit sizes make the policy's byte budget a count.
     let setup = PolicySetup {
         capacity_bytes: capacity,
-        objects: sizes.len(),
+        objects,
         knowledge: Knowledge::default(),
         params: PolicyParams::default(),
     };
@@ -91,14 +116,10 @@ pub fn miss_bound(
             next_access: next[i],
         };
         evicted.clear();
-        if min.access(&request, &mut evicted) != residency_policy::Outcome::Hit {
-            reads += 1;
-        }
+        let hit = min.access(&request, &mut evicted) == Outcome::Hit;
+        reads += u64::from(!hit && i >= counted_from);
     }
-    MissBound {
-        capacity_experts: capacity,
-        misses: reads.saturating_sub(capacity.min(distinct)),
-    }
+    (reads, named.iter().filter(|&&n| n).count() as u64)
 }
 
 #[cfg(test)]
@@ -128,15 +149,21 @@ mod tests {
     #[test]
     fn the_bound_is_min_less_what_a_start_can_hold() {
         let t = tokens(&[&[0], &[1], &[2], &[0], &[1], &[2], &[3], &[0]]);
-        let bound = miss_bound(&t, &[10; 4], 4, 10, 10);
+        let bound = miss_bound((&[], &t), &[10; 4], 4, 10, 10);
         assert_eq!(bound.capacity_experts, 2);
         assert_eq!(bound.misses, 3);
+        // From empty MIN reads all 5; after a seed of a and b it holds
+        // them when the tokens start, and reads c, c and d: 3.
+        assert_eq!(bound.misses_after_seed, 5);
+        let seed = tokens(&[&[0], &[1]]);
+        let after_seed = miss_bound((&seed, &t), &[10; 4], 4, 10, 10);
+        assert_eq!((after_seed.misses, after_seed.misses_after_seed), (3, 3));
         // Room for every routed expert: nothing need be read.
-        assert_eq!(miss_bound(&t, &[10; 4], 4, 0, 40).misses, 0);
+        assert_eq!(miss_bound((&[], &t), &[10; 4], 4, 0, 40).misses, 0);
         // Room for one: t0 a kept (next t3); b, c, b, c, d read and
         // bypassed (each returns after t3 or never); t3 and t7 hit: 6
         // reads, less the 1 a start holds.
-        assert_eq!(miss_bound(&t, &[10; 4], 4, 0, 10).misses, 5);
+        assert_eq!(miss_bound((&[], &t), &[10; 4], 4, 0, 10).misses, 5);
     }
 
     /// Sizes differ: the count is what fits at the smallest size (a
@@ -145,7 +172,7 @@ mod tests {
     #[test]
     fn the_capacity_is_counted_at_the_smallest_expert() {
         let t = tokens(&[&[0], &[1]]);
-        let bound = miss_bound(&t, &[10, 30], 2, 25, 9);
+        let bound = miss_bound((&[], &t), &[10, 30], 2, 25, 9);
         assert_eq!(bound.capacity_experts, 2);
         assert_eq!(bound.misses, 0);
     }
@@ -199,7 +226,8 @@ mod tests {
             let requests: Vec<u32> = (0..len).map(|_| rng.below(5) as u32).collect();
             let capacity = 1 + rng.below(3) as u32;
             let routes: Vec<&[u32]> = requests.chunks(1).collect();
-            let bound = miss_bound(&tokens(&routes), &[1; 5], 5, 0, u64::from(capacity)).misses;
+            let bound =
+                miss_bound((&[], &tokens(&routes)), &[1; 5], 5, 0, u64::from(capacity)).misses;
             let fewest = fewest_reads_from_any_start(&requests, 5, capacity);
             assert!(
                 bound <= fewest,
