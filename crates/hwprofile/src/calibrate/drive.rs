@@ -155,7 +155,7 @@ impl Run<'_> {
     /// The loader of the checkpoint's experts, as the store reads a
     /// streamed one; `None` without a checkpoint or experts.
     fn expert_loader(&self) -> Result<Option<CheckpointLoader>, String> {
-        let Some((_, checkpoint)) = &self.source.checkpoint else {
+        let Some(checkpoint) = &self.source.checkpoint else {
             return Ok(None);
         };
         let keys: Vec<ObjectKey> = checkpoint

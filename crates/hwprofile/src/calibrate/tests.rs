@@ -83,21 +83,13 @@ fn this_machine_calibrates_in_the_time_given() {
     ProfileDoc::parse(&c.doc.to_yaml(), Path::new("box.yaml")).unwrap();
 }
 
-#[test]
-fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = dir.path().join("mixtral-tiny.yaml");
-    // Groups of 64 int4 values: 32 bytes, the AVX2 kernel's vector.
-    std::fs::write(
-        &yaml,
-        "name: Mixtral-tiny\nlayers: 2\nmoe_layers: \"0..=1\"\nexperts: 4\ntop_k: 2\nhidden: 128\n\
-             expert_intermediate: 64\nformats:\n  int4: { bits: 4, group: 64 }\n\
-             tiers: { gpu: int4, ram: int4, disk: int4 }\n\
-             trunk:\n  - { name: attn, layers: \"0..=1\", bytes: 163840, stage: dense }\n",
-    )
-    .unwrap();
+/// An int4 checkpoint of the model `description` generated in `dir`, its
+/// detected profile, and calibration's options on it.
+fn int4_checkpoint(dir: &Path, description: &str) -> (PathBuf, ProfileDoc, CalibrateOptions) {
+    let yaml = dir.join("model.yaml");
+    std::fs::write(&yaml, description).unwrap();
     let model = Model::from_yaml_file(&yaml).unwrap();
-    let ckpt = dir.path().join("ckpt");
+    let ckpt = dir.join("ckpt");
     let gen = GenOptions {
         dtype: GenDtype::Int4,
         ..GenOptions::default()
@@ -110,6 +102,20 @@ fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
     let mut opts = options(&ckpt, 1.0);
     opts.checkpoint = Some(ckpt.clone());
     opts.model_dir = None;
+    (ckpt, doc, opts)
+}
+
+#[test]
+fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
+    let dir = tempfile::tempdir().unwrap();
+    // Groups of 64 int4 values: 32 bytes, the AVX2 kernel's vector.
+    let (ckpt, doc, opts) = int4_checkpoint(
+        dir.path(),
+        "name: Mixtral-tiny\nlayers: 2\nmoe_layers: \"0..=1\"\nexperts: 4\ntop_k: 2\nhidden: 128\n\
+             expert_intermediate: 64\nformats:\n  int4: { bits: 4, group: 64 }\n\
+             tiers: { gpu: int4, ram: int4, disk: int4 }\n\
+             trunk:\n  - { name: attn, layers: \"0..=1\", bytes: 163840, stage: dense }\n",
+    );
     let c = calibrate(doc, &opts, &|_, _| {}).unwrap();
     let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
     assert!(
@@ -134,10 +140,51 @@ fn a_checkpoint_s_experts_and_shards_are_what_is_timed() {
     let source = ExpertSource::new(&opts).unwrap();
     let rows = source.expert_rows(source.cpu, 1 << 20, None).unwrap();
     assert_eq!(rows.iter().map(|m| m.cols).collect::<Vec<_>>(), [64, 128]);
-    let first = &source.checkpoint.as_ref().unwrap().0[0];
+    let first = &source.stored.as_ref().unwrap()[0];
     let weights = read_extent(&first[0].weights).unwrap();
     let matrix = rows.iter().find(|m| m.cols == first[0].cols).unwrap();
     assert_eq!(&matrix.weights()[..weights.len()], &weights[..]);
+}
+
+/// Llama-4's experts are slices of fused tensors, which the kernels do
+/// not stack: its geometry's experts are generated for them, while the
+/// drive reads the checkpoint's own experts as the store's loader does.
+/// One expert by hand: gate and up 64 x 128 and down 128 x 64 int4 in
+/// groups of 64, 24,576 values: 12,288 bytes and 384 F16 scales (768
+/// bytes), 13,056 bytes (12.75 KiB).
+#[test]
+fn a_llama4_checkpoint_s_drive_is_read_and_its_geometry_computed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ckpt, doc, opts) = int4_checkpoint(
+        dir.path(),
+        "name: Llama-4-tiny\nlayers: 2\nmoe_layers: [1]\nexperts: 4\ntop_k: 1\nhidden: 128\n\
+             expert_intermediate: 64\nformats:\n  int4: { bits: 4, group: 64 }\n\
+             tiers: { gpu: int4, ram: int4, disk: int4 }\n\
+             trunk:\n  - { name: attn, layers: [0, 1], bytes: 163840, stage: dense }\n\
+             \x20 - { name: dense_ffn, layers: [0], bytes: 98304, stage: dense }\n",
+    );
+    let c = calibrate(doc, &opts, &|_, _| {}).unwrap();
+    let gemv = c.doc.origin("numa[0].gemv_bandwidth").unwrap();
+    assert!(
+        gemv.contains(&format!(
+            "generated experts of {}'s geometry",
+            ckpt.display()
+        )),
+        "{gemv}"
+    );
+    if let Some(read) = c
+        .doc
+        .origin("drives[0].read_bandwidth")
+        .filter(|o| o.starts_with("measured"))
+    {
+        assert!(
+            read.contains("the checkpoint's experts (12.75 KiB)"),
+            "{read}"
+        );
+    }
+    let source = ExpertSource::new(&opts).unwrap();
+    assert!(source.stored.is_none());
+    assert_eq!(source.expert_bytes(source.cpu), 13_056);
 }
 
 #[test]
@@ -173,6 +220,7 @@ fn generated(shapes: Vec<(usize, usize)>) -> ExpertSource {
         top_k: 2,
         cpu: packing,
         gpu: packing,
+        stored: None,
         checkpoint: None,
     }
 }
