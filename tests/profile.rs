@@ -347,6 +347,34 @@ fn from_llama_bench_fits_a_timing_that_plan_prices_llama_cpp_with() {
         "{text}"
     );
 
+    // A run whose layers llama.cpp fitted itself (`-fitt`): its JSON says
+    // n_gpu_layers -1 and not where the layers went, so it is refused.
+    let mut fitted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&fit[0]).unwrap()).unwrap();
+    fitted[0]["n_gpu_layers"] = (-1).into();
+    fitted[0]["fit_target"] = 75097.into();
+    let fitted_path = dir.path().join("fitted.json");
+    std::fs::write(&fitted_path, fitted.to_string()).unwrap();
+    let o = run(&[
+        "profile",
+        "calibrate",
+        "profiles/hardware/h200-node.yaml",
+        "--model",
+        s(&gguf),
+        "--from-llama-bench",
+        &fit[1],
+        s(&fitted_path),
+    ]);
+    assert!(!o.status.success());
+    let e = stderr(&o);
+    assert_eq!(e.trim().lines().count(), 1, "{e}");
+    assert!(
+        e.contains("fitted.json: [0].n_gpu_layers: is -1")
+            && e.contains("75097 MiB")
+            && e.contains("llama-fit-params"),
+        "{e}"
+    );
+
     // The runs name the file's tensors: a model description is refused.
     let o = run(&[
         "profile",

@@ -5,7 +5,7 @@
 //! llama.cpp does not run at decode (`{arch}.nextn_predict_layers`, the
 //! multi-token-prediction blocks at the end) are left out, said in a note.
 
-use super::tensors::{classify, Family};
+use super::tensors::{block_of, classify, Family};
 use super::{GgufModel, TensorInfo, Value, ARCHITECTURES};
 use residency_core::error::PlannerError;
 use residency_core::limits;
@@ -338,10 +338,6 @@ fn kv_bytes_per_token(
 }
 
 /// The layer of a `blk.N.*` name.
-fn block_of(name: &str) -> Option<usize> {
-    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
-}
-
 fn file_stem(path: &Path) -> String {
     path.file_stem()
         .map(|s| s.to_string_lossy().into_owned())

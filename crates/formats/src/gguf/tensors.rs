@@ -49,6 +49,11 @@ pub const WITH_ATTENTION: [&str; 6] = [
     "layer_output_norm",
 ];
 
+/// The layer of a `blk.N.*` tensor, whatever its family.
+pub fn block_of(name: &str) -> Option<usize> {
+    name.strip_prefix("blk.")?.split('.').next()?.parse().ok()
+}
+
 /// `(layer, family)` of a tensor name, `None` for a name outside the known
 /// families. Global tensors have no layer.
 pub fn classify(name: &str) -> Option<(Option<usize>, Family)> {

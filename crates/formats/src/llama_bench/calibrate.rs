@@ -16,7 +16,7 @@ use super::fit::{fit, Fit};
 use super::graph::{Device, Step, Work};
 use super::runs::BenchRun;
 use crate::gguf::describe::Metadata;
-use crate::gguf::tensors::{classify, Family};
+use crate::gguf::tensors::{block_of, classify, Family};
 use crate::gguf::GgufModel;
 use regex::Regex;
 use residency_core::error::PlannerError;
@@ -261,6 +261,7 @@ pub fn run_work(
         ));
     }
     single_gpu(run)?;
+    placed_by_flags(run)?;
     let rules = overrides(run, gpu_bytes_per_s.len())?;
     let meta = Metadata::of(gguf);
     let arch = meta.string("general.architecture")?;
@@ -281,6 +282,11 @@ pub fn run_work(
     // (layer order, group, device, active bytes, expert matrices) per tensor.
     let mut placed = Vec::new();
     for t in gguf.tensors() {
+        // The multi-token-prediction layers, whose tensors have names of
+        // their own (`nextn.*`), do not run at decode.
+        if block_of(&t.name).is_some_and(|l| l as i64 >= n_layer - nextn) {
+            continue;
+        }
         let Some((layer, family)) = classify(&t.name) else {
             return Err(PlannerError::input(
                 gguf.path(),
@@ -290,7 +296,7 @@ pub fn run_work(
             ));
         };
         let il = layer.map_or(n_layer, |l| l as i64);
-        if family == Family::Embeddings || il >= n_layer - nextn && layer.is_some() {
+        if family == Family::Embeddings {
             continue;
         }
         let device = rules
@@ -344,6 +350,27 @@ fn graph_steps(mut placed: Vec<(i64, u8, Device, f64, f64)>, n_layer: i64) -> Ve
         last = Some((il, g, device));
     }
     steps
+}
+
+/// Runs whose flags say where every layer goes: with `n_gpu_layers` below
+/// zero llama.cpp chose (`-fitt`, or its default fit), and the JSON does
+/// not record what it chose.
+fn placed_by_flags(run: &BenchRun) -> Result<(), PlannerError> {
+    let ngl = run.test.n_gpu_layers;
+    if ngl >= 0 {
+        return Ok(());
+    }
+    let target = run
+        .test
+        .fit_target
+        .map(|mib| format!(" to a margin of {mib} MiB"))
+        .unwrap_or_default();
+    Err(PlannerError::input(
+        &run.file,
+        format!("[{}].n_gpu_layers", run.index),
+        format!("is {ngl}: llama.cpp fitted the run's layers itself{target}, and its JSON does not say where they went"),
+        "run llama-fit-params with the run's flags and give a llama-bench run of the -ngl and -ot it prints",
+    ))
 }
 
 /// Runs on one GPU only: how `--tensor-split` spreads layers over several
@@ -401,3 +428,6 @@ fn overrides(run: &BenchRun, gpus: usize) -> Result<Vec<(Regex, Device)>, Planne
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

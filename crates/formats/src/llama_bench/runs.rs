@@ -29,6 +29,10 @@ pub struct Test {
     pub tensor_buft_overrides: String,
     #[serde(default)]
     pub tensor_split: String,
+    /// MiB `-fitt` left free on each card, where llama.cpp fitted the
+    /// layers itself.
+    #[serde(default)]
+    pub fit_target: Option<u64>,
     pub n_prompt: u64,
     pub n_gen: u64,
     #[serde(default)]
