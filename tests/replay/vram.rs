@@ -237,3 +237,62 @@ fn the_card_s_rule_and_window_are_those_of_the_least_simulated_time() {
         "{err}"
     );
 }
+
+/// The offline bound holds on the card too: every card policy's
+/// simulated reads (the RAM tier's misses under the card's decisions, the
+/// same tokens) are at least the bound's, `belady` on the card included,
+/// and the bound is one for all of them. With an eighth of the experts on
+/// the card (1 of 16) and a quarter in RAM (4), the two tiers hold 5 of
+/// the 8 experts category b routes: a start holds 5 at most and MIN must
+/// read the rest, so the bound is above zero.
+#[test]
+fn no_card_policy_reads_less_than_the_offline_bound() {
+    let fx = Fixture::int4();
+    let mut bounds = Vec::new();
+    for policy in [
+        "lfru",
+        "lru",
+        "cost",
+        "frequency",
+        "plan",
+        "replan",
+        "belady",
+    ] {
+        let o = fx.replay(&[
+            "--policy",
+            "lru",
+            "--ram-budget",
+            "25%",
+            "--train-categories",
+            "a",
+            "--seed-tokens",
+            "8",
+            "--vram-budget",
+            "12%",
+            "--vram-allowance",
+            "4KiB",
+            "--vram-policy",
+            policy,
+            "--predict-only",
+        ]);
+        assert!(o.status.success(), "{policy}: {}", stderr(&o));
+        let out = String::from_utf8_lossy(&o.stdout).to_string();
+        let misses = |label: &str| -> u64 {
+            let row = out
+                .lines()
+                .find(|l| l.trim_start().starts_with(label))
+                .unwrap_or_else(|| panic!("{label}: {out}"));
+            row[label.len() + 2..]
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse()
+                .unwrap()
+        };
+        let bound = misses("bound (offline)");
+        assert!(misses("lru") >= bound, "{policy}: {out}");
+        bounds.push(bound);
+    }
+    assert!(bounds[0] > 0, "{bounds:?}");
+    assert!(bounds.iter().all(|&b| b == bounds[0]), "{bounds:?}");
+}
