@@ -159,6 +159,7 @@ pub(super) fn print_bound(runs: &[ReplayRun], config: &ReplayConfig) {
             .filter(|r| r.category.as_deref() == category)
             .map(|r| r.policy.as_str())
             .collect();
+        arms.sort_unstable();
         arms.dedup();
         let fewest = arms
             .iter()

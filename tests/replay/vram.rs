@@ -5,6 +5,17 @@
 use super::Fixture;
 use crate::common::*;
 
+/// Every rule `--vram-policy` offers but `auto`.
+const CARD_POLICIES: [&str; 7] = [
+    "lfru",
+    "lru",
+    "cost",
+    "frequency",
+    "plan",
+    "replan",
+    "belady",
+];
+
 /// Every `--vram-policy` the help offers runs on the card (or, without
 /// one, with the tier off and said so), and one that cannot run there is
 /// refused by the argument parser in one line. `--predict-only` simulates
@@ -18,15 +29,7 @@ fn every_vram_policy_runs_on_the_card_or_is_refused_in_one_line() {
     let fx = Fixture::int4();
     let arms = ["--policy", "lru", "--train-categories", "a"];
     let card = ["--vram-budget", "25%", "--vram-allowance", "4KiB"];
-    for policy in [
-        "lfru",
-        "lru",
-        "cost",
-        "frequency",
-        "plan",
-        "replan",
-        "belady",
-    ] {
+    for policy in CARD_POLICIES {
         let o = fx.replay(&[&arms[..], &card[..], &["--vram-policy", policy]].concat());
         assert!(o.status.success(), "{policy}: {}", stderr(&o));
         let out = String::from_utf8_lossy(&o.stdout).to_string();
@@ -249,15 +252,7 @@ fn the_card_s_rule_and_window_are_those_of_the_least_simulated_time() {
 fn no_card_policy_reads_less_than_the_offline_bound() {
     let fx = Fixture::int4();
     let mut bounds = Vec::new();
-    for policy in [
-        "lfru",
-        "lru",
-        "cost",
-        "frequency",
-        "plan",
-        "replan",
-        "belady",
-    ] {
+    for policy in CARD_POLICIES {
         let o = fx.replay(&[
             "--policy",
             "lru",

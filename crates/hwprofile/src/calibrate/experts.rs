@@ -49,7 +49,7 @@ impl ExpertSource {
         if let Some(dir) = &options.checkpoint {
             let checkpoint = Checkpoint::open(dir)?;
             if let Some(packing) = Packing::of(checkpoint.config.format) {
-                return ExpertSource::of_checkpoint(checkpoint, packing);
+                return Ok(ExpertSource::of_checkpoint(checkpoint, packing));
             }
             // BF16 experts: the kernels run packed formats, so generate
             // int4 experts of the checkpoint's geometry.
@@ -102,10 +102,7 @@ impl ExpertSource {
         })
     }
 
-    fn of_checkpoint(
-        checkpoint: Checkpoint,
-        packing: Packing,
-    ) -> Result<ExpertSource, ProfileError> {
+    fn of_checkpoint(checkpoint: Checkpoint, packing: Packing) -> ExpertSource {
         let specs = tensor_specs(&checkpoint);
         let experts: Vec<Vec<Projection>> = checkpoint
             .objects
@@ -143,7 +140,7 @@ impl ExpertSource {
                 Some(experts),
             )
         };
-        Ok(ExpertSource {
+        ExpertSource {
             label,
             shapes,
             top_k: c.top_k,
@@ -151,7 +148,7 @@ impl ExpertSource {
             gpu: packing,
             stored,
             checkpoint: Some(checkpoint),
-        })
+        }
     }
 
     /// Rows of one expert's projections that take `cols` inputs (stacked in
